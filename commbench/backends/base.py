@@ -1,0 +1,101 @@
+"""What every transport provides to the harness and the ops.
+
+A backend owns one transport: process-group set-up, the collective calls (each returns a wait
+object with ``.wait()``), barrier, device synchronisation, the clock and teardown. It counts the
+API names it calls, so every result row records which API was actually used and how many calls
+one op iteration made, without the harness knowing anything about the op.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from typing import Any, ClassVar, Protocol
+
+import torch
+
+
+class Work(Protocol):
+    """A wait object: the handle an async collective returns."""
+
+    def wait(self) -> Any: ...
+
+
+class Backend(ABC):
+    """One transport. Subclasses set rank, world_size, local_rank and device in init()."""
+
+    name: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.rank = 0
+        self.world_size = 1
+        self.local_rank = 0
+        self.device = torch.device("cpu")
+        self.calls: Counter[str] = Counter()
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @abstractmethod
+    def init(self, timeout_s: float) -> None:
+        """Join the process group described by the launcher's environment."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Leave the process group."""
+
+    @abstractmethod
+    def version(self) -> str:
+        """The transport's version string for provenance."""
+
+    # -- collectives (all async: each returns a wait object) ---------------------------------
+    @abstractmethod
+    def all_gather_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
+        """Gather equal-sized inputs into one flat output (rank r's input at [r*k, (r+1)*k))."""
+
+    @abstractmethod
+    def all_gather_list(self, outputs: list[torch.Tensor], input: torch.Tensor) -> Work:
+        """Gather rank r's input into outputs[r]."""
+
+    @abstractmethod
+    def reduce_scatter_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
+        """Sum the flat inputs over ranks; rank r receives shard r (input is n shards of output's size)."""
+
+    @abstractmethod
+    def reduce_scatter_list(self, output: torch.Tensor, inputs: list[torch.Tensor]) -> Work:
+        """Sum inputs[r] over ranks into rank r's output."""
+
+    @abstractmethod
+    def all_reduce(self, tensor: torch.Tensor) -> Work:
+        """Sum in place over ranks."""
+
+    # -- control ------------------------------------------------------------------------------
+    @abstractmethod
+    def barrier(self) -> None:
+        """Block until every rank arrives (untimed)."""
+
+    @abstractmethod
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Gather a small picklable object from every rank (control plane, not measured)."""
+
+    def synchronize(self) -> None:
+        """Wait for the device to finish queued work; a no-op on CPU."""
+
+    def clock(self) -> float:
+        """Seconds, read only after the device is idle, so a timer never spans un-synchronised launches."""
+        self.synchronize()
+        return time.perf_counter()
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def record(self, api: str) -> None:
+        self.calls[api] += 1
+
+    def node_info(self) -> dict[str, Any]:
+        """Where this rank runs, for provenance and diagnosis."""
+        return {
+            "rank": self.rank,
+            "host": socket.gethostname(),
+            "node_rank": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", 0))),
+            "pid": os.getpid(),
+        }

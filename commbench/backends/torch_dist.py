@@ -1,0 +1,103 @@
+"""torch.distributed as a transport, shared by the gloo and nccl backends.
+
+Collective API names changed across torch versions; the newest one present is resolved once at
+init (REFERENCE.md section 1) and recorded in every result row, so no deprecation warning is hit.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import warnings
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from commbench.backends.base import Backend, Work
+from commbench.errors import UserError
+
+# Newest first.
+FLAT_ALL_GATHER = ("all_gather_single", "all_gather_into_tensor", "_all_gather_base")
+FLAT_REDUCE_SCATTER = ("reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base")
+
+
+def resolve_api(candidates: tuple[str, ...]) -> str:
+    """The first name in candidates that this torch.distributed has."""
+    for name in candidates:
+        if hasattr(dist, name):
+            return name
+    raise RuntimeError(f"this torch has none of {', '.join(candidates)}")
+
+
+def launch_env() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from the torchrun environment, or a one-line error."""
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise UserError(f"not launched by torchrun or commbench (missing {', '.join(missing)}); run `commbench sweep` or `torchrun ... -m commbench sweep`")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return rank, world, int(os.environ.get("LOCAL_RANK", rank))
+
+
+class TorchDistBackend(Backend):
+    """torch.distributed with one process group spanning every rank."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.group: Any = None  # the default group
+        self.flat_all_gather = resolve_api(FLAT_ALL_GATHER)
+        self.flat_reduce_scatter = resolve_api(FLAT_REDUCE_SCATTER)
+        self._all_gather_fn = getattr(dist, self.flat_all_gather)
+        self._reduce_scatter_fn = getattr(dist, self.flat_reduce_scatter)
+        # The older names still work but warn; whatever we call, users must not see it.
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.distributed")
+
+    def select_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def init_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def init(self, timeout_s: float) -> None:
+        self.rank, self.world_size, self.local_rank = launch_env()
+        self.device = self.select_device()
+        dist.init_process_group(
+            backend=self.name,
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            **self.init_kwargs(),
+        )
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def all_gather_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
+        self.record(self.flat_all_gather)
+        return self._all_gather_fn(output, input, group=self.group, async_op=True)
+
+    def all_gather_list(self, outputs: list[torch.Tensor], input: torch.Tensor) -> Work:
+        self.record("all_gather")
+        return dist.all_gather(outputs, input, group=self.group, async_op=True)
+
+    def reduce_scatter_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
+        self.record(self.flat_reduce_scatter)
+        return self._reduce_scatter_fn(output, input, group=self.group, async_op=True)
+
+    def reduce_scatter_list(self, output: torch.Tensor, inputs: list[torch.Tensor]) -> Work:
+        self.record("reduce_scatter")
+        return dist.reduce_scatter(output, inputs, group=self.group, async_op=True)
+
+    def all_reduce(self, tensor: torch.Tensor) -> Work:
+        self.record("all_reduce")
+        return dist.all_reduce(tensor, group=self.group, async_op=True)
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.group)
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out

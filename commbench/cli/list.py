@@ -1,0 +1,26 @@
+"""`commbench list`: the ops, what S means for each, and which backends can run here."""
+
+from __future__ import annotations
+
+import click
+
+from commbench.backends import BACKENDS
+from commbench.ops import OPS
+
+
+@click.command("list")
+def list_() -> None:
+    """List the ops (with what S and the bus factor are for each) and the backends (available or why not).
+
+    algbw = S / time and busbw = algbw x factor(n), in GB/s (1e9 bytes), as nccl-tests defines them:
+    busbw makes numbers comparable across world sizes; it is not a hardware reading.
+    """
+    click.echo("ops:")
+    for info in OPS.values():
+        click.echo(f"  {info.name:<24} {info.summary}")
+        click.echo(f"  {'':<24} {info.s_definition}; busbw factor {info.bus_factor}")
+    click.echo("backends:")
+    for info in BACKENDS.values():
+        reason = info.missing()
+        state = "available" if reason is None else f"not available: {reason}"
+        click.echo(f"  {info.name:<24} {info.summary}; {state}")

@@ -1,0 +1,93 @@
+"""Options shared by the measuring commands, declared once (sqlite-utils' habit), and the launch path."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Any, Callable
+
+import click
+
+from commbench.config import DTYPES, MODES, SweepConfig
+from commbench.errors import UserError
+
+F = Callable[..., Any]
+
+
+def _compose(*decorators: F) -> Callable[[F], F]:
+    def apply(fn: F) -> F:
+        for decorator in reversed(decorators):
+            fn = decorator(fn)
+        return fn
+
+    return apply
+
+
+def _split_csv(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+
+launch_options = _compose(
+    click.option("--backend", default=None, help="gloo, nccl (default: nccl when a GPU is usable, else gloo)."),
+    click.option("--nproc", type=int, default=None, help="Ranks to spawn when not under torchrun (default: 2 on CPU, every GPU with nccl)."),
+    click.option("--output", "-o", default="", help="CSV path (default: results/<timestamp>-<backend>-n<world>.csv)."),
+    click.option("--overwrite", is_flag=True, help="Replace an existing --output file instead of refusing."),
+    click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds a collective may take before the rank ends with a diagnosis."),
+)
+
+measure_options = _compose(
+    click.option("--dtype", "dtypes", multiple=True, callback=_split_csv, help=f"Element type, repeatable: {', '.join(DTYPES)} (default float32)."),
+    click.option("--iters", "-n", type=int, default=20, show_default=True, help="Timed iterations per size."),
+    click.option("--warmup", "-w", type=int, default=5, show_default=True, help="Untimed iterations per size."),
+    click.option("--mode", type=click.Choice(MODES), default="blocking", show_default=True,
+                 help="blocking: barrier, then time issue+wait of one op; nonblocking: issue --window ops, wait all, time / window."),
+    click.option("--window", type=int, default=8, show_default=True, help="Ops in flight per sample in nonblocking mode."),
+    click.option("--check/--no-check", default=True, show_default=True, help="Verify every result and count wrong elements."),
+    click.option("--raw", is_flag=True, help="Also write per-iteration, per-rank samples to <output>.raw.csv."),
+)
+
+
+def build_config(*, ops: tuple[str, ...], sizes: list[int], backend: str | None, dtypes: tuple[str, ...],
+                 op_options: dict[str, str] | None = None, **kwargs: Any) -> SweepConfig:
+    """Validate what the user typed into a SweepConfig; every mistake is a one-line UserError."""
+    from commbench.backends import check_backend, default_backend
+    from commbench.ops import OPS, resolve_target
+
+    backend = backend or default_backend()
+    check_backend(backend)
+    for name in ops:
+        resolve_target(name)
+    kwargs.pop("nproc", None)
+    return SweepConfig(
+        backend=backend, ops=ops or tuple(OPS), sizes=tuple(sizes), dtypes=dtypes or ("float32",),
+        op_options=op_options or {}, command=shlex.join(["commbench", *sys.argv[1:]]), **kwargs,
+    )  # fmt: skip
+
+
+def default_nproc(backend: str) -> int:
+    if backend == "nccl":
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return 2
+
+
+def start(cfg: SweepConfig, nproc: int | None) -> int:
+    """Run in this process under torchrun, else spawn local ranks; returns the exit code."""
+    from pathlib import Path
+
+    from commbench.launch import launched_by_torchrun, spawn
+    from commbench.results import check_writable, default_output
+    from commbench.worker import run_worker
+
+    if launched_by_torchrun():
+        if nproc is not None:
+            raise UserError("--nproc is for spawning local ranks; under torchrun use --nproc_per_node instead")
+        return run_worker(cfg)
+    nproc = default_nproc(cfg.backend) if nproc is None else nproc
+    if nproc < 1:
+        raise UserError(f"--nproc must be at least 1 (got {nproc})")
+    path = Path(cfg.output) if cfg.output else default_output(cfg.backend, nproc)
+    check_writable(path, cfg.overwrite)
+    cfg.output = str(path.resolve())
+    return spawn(cfg, nproc, cfg.output)

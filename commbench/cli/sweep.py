@@ -1,0 +1,35 @@
+"""`commbench sweep`: every selected op over a range of sizes."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from commbench.cli.options import build_config, launch_options, measure_options, start
+from commbench.sizes import parse_size, parse_size_list, size_range
+
+
+@click.command()
+@click.option("--op", "ops", multiple=True, help="Op to run, repeatable or comma-separated (default: every op in `commbench list`).")
+@click.option("--min-bytes", "-b", default="8", show_default=True, help="Smallest size (units K, M, G).")
+@click.option("--max-bytes", "-e", default="64M", show_default=True, help="Largest size.")
+@click.option("--factor", "-f", type=float, default=2.0, show_default=True, help="Multiply the size by this between steps.")
+@click.option("--sizes", default=None, help="Explicit comma-separated sizes instead of -b/-e/-f, e.g. 1K,64K,4M.")
+@launch_options
+@measure_options
+def sweep(ops: tuple[str, ...], min_bytes: str, max_bytes: str, factor: float, sizes: str | None, nproc: int | None, **options: object) -> None:
+    """Measure collectives over a range of sizes; one CSV row per (op, variant, phase, dtype, size).
+
+    Sizes are S as nccl-tests defines it for each op (see `commbench list`), rounded to the nearest
+    element count the op can use (a multiple of the world size); the bytes actually moved are reported.
+
+    \b
+    Spawns --nproc local ranks, or joins the ranks of a launcher:
+      commbench sweep
+      torchrun --nproc_per_node=4 -m commbench sweep --op all_gather -b 1K -e 1G
+    """
+    ops = tuple(o.strip() for op in ops for o in op.split(",") if o.strip())
+    chosen = parse_size_list(sizes) if sizes is not None else size_range(parse_size(min_bytes), parse_size(max_bytes), factor)
+    cfg = build_config(ops=ops, sizes=chosen, **options)
+    sys.exit(start(cfg, nproc))

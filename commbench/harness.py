@@ -1,0 +1,135 @@
+"""The runColl harness (PARAM comms' pattern): a holder of a collective's arguments, a completion
+step that waits on every outstanding wait object, and the timed loop with its correctness check.
+
+The harness never names an op: everything op-specific goes through the Op contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from commbench.backends.base import Backend, Work
+
+if TYPE_CHECKING:
+    from commbench.ops.base import Op
+    from commbench.watchdog import Watchdog
+
+
+@dataclass
+class CollArgs:
+    """Everything one collective call needs, plus the list of outstanding wait objects."""
+
+    backend: Backend
+    dtype: torch.dtype
+    variant: str
+    async_op: bool = True
+    wait_objs: list[Work] = field(default_factory=list)
+    count: int = 0
+    input: Any = None
+    output: Any = None
+    expected: Any = None
+    state: Any = None  # op-private (a bucketer, a module, ...)
+
+    @property
+    def rank(self) -> int:
+        return self.backend.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.backend.world_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.backend.device
+
+    @property
+    def element_size(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    def issue(self, work: Work) -> None:
+        """Keep an async op's wait object for complete(); wait at once otherwise."""
+        if self.async_op:
+            self.wait_objs.append(work)
+        else:
+            work.wait()
+
+
+def complete(args: CollArgs) -> None:
+    """Wait on every outstanding wait object, then let the device drain."""
+    for work in args.wait_objs:
+        work.wait()
+    args.wait_objs.clear()
+    args.backend.synchronize()
+
+
+@dataclass
+class Measurement:
+    """One (variant, phase, size) measured on every rank."""
+
+    samples_us: list[float]  # per iteration, the max over ranks
+    per_rank_us: list[list[float]]
+    wrong: int  # summed over ranks; -1 when the check was skipped
+    calls: float  # collective calls per op iteration
+    apis: str  # the API names those calls used
+
+
+def _step(op: "Op", args: CollArgs, phase: str, window: int) -> None:
+    for _ in range(window):
+        op.issue(args, phase)
+    complete(args)
+
+
+def measure(
+    op: "Op",
+    args: CollArgs,
+    phase: str,
+    *,
+    iters: int,
+    warmup: int,
+    window: int,
+    check: bool,
+    watchdog: "Watchdog",
+    label: str,
+) -> Measurement:
+    """Warm up, time `iters` samples of `window` back-to-back ops each, then check one fresh iteration.
+
+    Blocking mode is window=1: barrier (untimed), clock, issue, wait, clock. Non-blocking mode issues
+    `window` ops before completing them all and reports time / window.
+    """
+    backend = args.backend
+    op.fill(args)
+    for _ in range(warmup):
+        op.before(args, phase)
+        watchdog.arm(f"{label} (warm-up)")
+        _step(op, args, phase, 1)
+
+    backend.calls.clear()
+    local_us: list[float] = []
+    for _ in range(iters):
+        op.before(args, phase)
+        watchdog.arm(label)
+        backend.barrier()
+        start = backend.clock()
+        _step(op, args, phase, window)
+        local_us.append((backend.clock() - start) * 1e6 / window)
+    calls = sum(backend.calls.values()) / (iters * window)
+    apis = "+".join(sorted(backend.calls))
+
+    wrong = -1
+    if check:
+        op.fill(args)
+        op.before(args, phase)
+        watchdog.arm(f"{label} (check)")
+        _step(op, args, phase, 1)
+        wrong = op.wrong(args, phase)
+
+    watchdog.arm(f"{label} (gathering results)")
+    gathered = backend.all_gather_object((local_us, wrong))
+    watchdog.disarm()
+    per_rank = [g[0] for g in gathered]
+    samples = [max(column) for column in zip(*per_rank)]
+    total_wrong = sum(g[1] for g in gathered) if check else -1
+    return Measurement(samples, per_rank, total_wrong, calls, apis)

@@ -1,0 +1,56 @@
+"""reduce_scatter_base: n shards summed over ranks; rank r keeps shard r."""
+
+from __future__ import annotations
+
+import torch
+
+from commbench.harness import CollArgs
+from commbench.ops.base import Op, count_wrong, elements_for
+
+
+def values(rank: int, g: torch.Tensor, shard: int) -> torch.Tensor:
+    """Rank r's input at flat index g (shard s = g // shard): ((g + s) % 7) + 1 + (r % 2), small and exact."""
+    return (g + g // shard) % 7 + 1 + rank % 2
+
+
+class ReduceScatterBase(Op):
+    """Flat input (reduce_scatter_tensor and its renames) or a list of n inputs, summed."""
+
+    name = "reduce_scatter_base"
+    variants = ("flat", "list")
+
+    def setup(self, args: CollArgs, size_bytes: int) -> None:
+        n = args.world_size
+        args.count = elements_for(size_bytes, args.element_size, n)
+        shard = args.count // n
+        flat = torch.empty(args.count, dtype=args.dtype, device=args.device)
+        args.input = flat if args.variant == "flat" else list(flat.chunk(n))
+        args.output = torch.empty(shard, dtype=args.dtype, device=args.device)
+        mine = torch.arange(args.rank * shard, (args.rank + 1) * shard, device=args.device)
+        args.expected = sum(values(r, mine, shard) for r in range(n)).to(args.dtype)
+
+    def fill(self, args: CollArgs) -> None:
+        n, shard = args.world_size, args.output.numel()
+        mine = values(args.rank, torch.arange(n * shard, device=args.device), shard).to(args.dtype)
+        for dst, src in zip(self._inputs(args), mine.chunk(n)):
+            dst.copy_(src)
+        args.output.zero_()
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        if args.variant == "flat":
+            args.issue(args.backend.reduce_scatter_flat(args.output, args.input))
+        else:
+            args.issue(args.backend.reduce_scatter_list(args.output, args.input))
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        return count_wrong(args.output, args.expected)
+
+    def size_bytes(self, args: CollArgs, phase: str) -> int:
+        return args.count * args.element_size
+
+    def bus_factor(self, world_size: int) -> float:
+        return (world_size - 1) / world_size
+
+    @staticmethod
+    def _inputs(args: CollArgs) -> list[torch.Tensor]:
+        return list(args.input.chunk(args.world_size)) if torch.is_tensor(args.input) else args.input

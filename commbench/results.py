@@ -1,0 +1,96 @@
+"""Result files: the CSV schema, the default path, and an append-as-you-go writer.
+
+Each row is written with one write() and fsync'd as soon as its measurement completes, so a crash,
+a dead rank or Ctrl-C keeps every row measured before it and the file always parses.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from commbench.errors import UserError
+
+SCHEMA_VERSION = 1
+
+# The tidy schema: one row per (op, variant, phase, dtype, mode, size). README explains each column.
+COLUMNS = (
+    "schema_version", "run_id", "timestamp",
+    "op", "variant", "phase", "dtype", "mode", "size_bytes", "count", "world_size", "backend", "api", "calls",
+    "iters", "warmup", "window",
+    "time_us_min", "time_us_p50", "time_us_mean", "time_us_p95", "time_us_max", "time_us_std",
+    "algbw_gbps", "busbw_gbps", "wrong", "status", "note",
+    "hosts", "node_ranks", "torch_version", "backend_version", "commbench_version", "command",
+)  # fmt: skip
+RAW_COLUMNS = ("run_id", "op", "variant", "phase", "dtype", "mode", "size_bytes", "iteration", "rank", "time_us")
+KEY_COLUMNS = ("op", "variant", "phase", "dtype", "mode", "size_bytes")
+
+
+def default_output(backend: str, world_size: int, folder: str | Path = "results") -> Path:
+    """results/<timestamp>-<backend>-n<world>.csv, with a numeric suffix rather than reuse of a name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = Path(folder) / f"{stamp}-{backend}-n{world_size}.csv"
+    suffix = 2
+    while path.exists():
+        path = Path(folder) / f"{stamp}-{backend}-n{world_size}-{suffix}.csv"
+        suffix += 1
+    return path
+
+
+def raw_path(path: Path) -> Path:
+    return path.with_name(path.stem + ".raw.csv")
+
+
+def check_writable(path: Path, overwrite: bool) -> None:
+    """Refuse an existing file (unless asked) and a folder that cannot be created or written."""
+    if path.is_dir():
+        raise UserError(f"--output {path} is a folder; give a file name such as {path / 'run.csv'}")
+    if path.exists() and not overwrite:
+        raise UserError(f"{path} already exists; choose another --output or pass --overwrite")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the output folder {path.parent}: {exc.strerror}") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"cannot write {path}: permission denied; choose another --output")
+
+
+class CsvAppender:
+    """A CSV file that gains one complete, durable line per write()."""
+
+    def __init__(self, path: Path, columns: Iterable[str]) -> None:
+        self.path = Path(path)
+        self.columns = tuple(columns)
+        try:
+            self._file = open(self.path, "w", newline="", encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write {self.path}: {exc.strerror}; choose another --output") from None
+        self._emit([self.columns])
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.write_many([row])
+
+    def write_many(self, rows: Iterable[dict[str, Any]]) -> None:
+        self._emit([[_cell(row.get(c)) for c in self.columns] for row in rows])
+
+    def _emit(self, lines: list[list[Any]]) -> None:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(lines)
+        self._file.write(buf.getvalue())
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}" if value == value else ""
+    return value

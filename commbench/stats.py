@@ -1,0 +1,52 @@
+"""Statistics over per-iteration times (each already the max over ranks)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    pos = (len(sorted_values) - 1) * p / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of timing samples in microseconds; field names are the CSV column names."""
+
+    time_us_min: float
+    time_us_p50: float
+    time_us_mean: float
+    time_us_p95: float
+    time_us_max: float
+    time_us_std: float
+
+    @classmethod
+    def from_samples(cls, samples_us: Sequence[float]) -> "Stats":
+        s = sorted(samples_us)
+        return cls(
+            time_us_min=s[0],
+            time_us_p50=percentile(s, 50),
+            time_us_mean=statistics.fmean(s),
+            time_us_p95=percentile(s, 95),
+            time_us_max=s[-1],
+            time_us_std=statistics.stdev(s) if len(s) > 1 else 0.0,
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def bandwidth_gbps(size_bytes: int, time_us: float, bus_factor: float) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes), nccl-tests' definitions: algbw = S/t, busbw = algbw*factor."""
+    if time_us <= 0:
+        return math.nan, math.nan
+    algbw = size_bytes / (time_us * 1e-6) / 1e9
+    return algbw, algbw * bus_factor

@@ -1,0 +1,57 @@
+"""A per-rank watchdog: a collective that does not finish in time ends the rank with a diagnosis.
+
+torch's own timeouts do not fire on every wait path (async handles, coalesced and grouped calls),
+so the harness arms this around every step and the thread ends the process when a step overruns.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+from typing import Callable
+
+TIMEOUT_EXIT_CODE = 3
+
+
+class Watchdog:
+    """Arm with a label before a step, disarm after; overrunning the timeout ends the process."""
+
+    def __init__(self, timeout_s: float, rank: int, diagnose: Callable[[], str] | None = None) -> None:
+        self.timeout_s = timeout_s
+        self.rank = rank
+        self.diagnose = diagnose
+        self.label = ""
+        self.deadline = math.inf
+        self._thread = threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True)
+        self._thread.start()
+
+    def arm(self, label: str) -> None:
+        self.label = label
+        self.deadline = time.monotonic() + self.timeout_s
+
+    def disarm(self) -> None:
+        self.deadline = math.inf
+
+    def _watch(self) -> None:
+        poll = min(1.0, max(0.05, self.timeout_s / 10))
+        while True:
+            time.sleep(poll)
+            if time.monotonic() > self.deadline:
+                self._fire()
+
+    def _fire(self) -> None:
+        detail = ""
+        if self.diagnose is not None:
+            try:
+                detail = self.diagnose()
+            except Exception as exc:  # the diagnosis is best effort; the exit is not
+                detail = f"(no diagnosis: {exc})"
+        sys.stderr.write(
+            f"commbench: rank {self.rank}: timed out after {self.timeout_s:g}s in {self.label}"
+            f"{'; ' + detail if detail else ''}\n"
+        )
+        sys.stderr.flush()
+        os._exit(TIMEOUT_EXIT_CODE)
