@@ -17,7 +17,7 @@ from commbench.backends import load_backend
 from commbench.backends.base import Backend
 from commbench.config import SweepConfig
 from commbench.errors import UserError
-from commbench.harness import CollArgs, measure
+from commbench.harness import CollArgs, Measurement, measure
 from commbench.ops import load_op
 from commbench.ops.base import Op
 from commbench.results import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, check_writable, default_output, raw_path
@@ -93,90 +93,118 @@ def _sweep(cfg: SweepConfig, backend: Backend, ops: list[Op]) -> int:
             error = exc.format_message()
     facts = agree(backend, cfg, error)
     watchdog.disarm()
+    sink = Sink(cfg, backend, facts, path) if lead else None
+    try:
+        wrong_total = 0
+        for op in ops:
+            if sink:
+                sink.section(op)
+            for dtype in cfg.dtypes:
+                wrong_total += _sweep_op(cfg, backend, op, dtype, watchdog, sink)
+    finally:
+        if sink:
+            sink.close()
+    if sink:
+        sink.finish(wrong_total)
+    return 1 if wrong_total else 0
 
-    writer = CsvAppender(path, COLUMNS) if lead else None
-    raw = CsvAppender(raw_path(path), RAW_COLUMNS) if lead and cfg.raw else None
-    if lead:
+
+def _sweep_op(cfg: SweepConfig, backend: Backend, op: Op, dtype: str, watchdog: Watchdog, sink: "Sink | None") -> int:
+    """Every size x variant x phase of one op in one dtype; variants interleave per size for fairness."""
+    window = cfg.window if cfg.mode == "nonblocking" else 1
+    seen: set[tuple[str, str, int]] = set()
+    wrong_total = 0
+    for variant in op.variants:
+        if (reason := op.unavailable(variant, backend)) is not None and sink:
+            sink.unavailable(op, variant, dtype, reason)
+    variants = [v for v in op.variants if op.unavailable(v, backend) is None]
+    for size in op.sizes(cfg.sizes):
+        for variant in variants:
+            args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
+            op.setup(args, size)
+            for phase in op.phases:
+                s_bytes = op.size_bytes(args, phase)
+                if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
+                    continue
+                seen.add((variant, phase, s_bytes))
+                label = f"{op.name}/{variant}/{phase} {dtype} at {s_bytes} bytes (rank {backend.rank})"
+                if sink:
+                    sink.progress(label)
+                try:
+                    m = measure(op, args, phase, iters=cfg.iters, warmup=cfg.warmup, window=window,
+                                check=cfg.check, watchdog=watchdog, label=label)  # fmt: skip
+                except RuntimeError as exc:
+                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    raise CollectiveFailure(f"rank {backend.rank}: {label} failed: {first}") from exc
+                if sink:
+                    sink.measured(op, args, phase, dtype, s_bytes, m)
+                wrong_total += max(m.wrong, 0)
+    return wrong_total
+
+
+class Sink:
+    """Rank 0's outputs: the CSV (and raw samples), the printed table and the progress line."""
+
+    def __init__(self, cfg: SweepConfig, backend: Backend, facts: dict[str, Any], path: Path) -> None:
+        self.path = path
+        self.world_size = backend.world_size
+        self.writer = CsvAppender(path, COLUMNS)
+        self.raw = CsvAppender(raw_path(path), RAW_COLUMNS) if cfg.raw else None
+        self.done = 0
+        self.base = {
+            "schema_version": SCHEMA_VERSION, "run_id": facts["run_id"], "mode": cfg.mode,
+            "world_size": backend.world_size, "backend": cfg.backend, "iters": cfg.iters, "warmup": cfg.warmup,
+            "window": cfg.window if cfg.mode == "nonblocking" else 1, "hosts": facts["hosts"],
+            "node_ranks": facts["node_ranks"], "torch_version": torch.__version__,
+            "backend_version": backend.version(), "commbench_version": commbench.__version__, "command": cfg.command,
+        }  # fmt: skip
         print(f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
               f"{backend.world_size} ranks on {facts['hosts']}, mode {cfg.mode}, {cfg.iters} iters, "
-              f"{cfg.warmup} warm-up; results -> {path}", flush=True)
-    base = {
-        "schema_version": SCHEMA_VERSION, "run_id": facts["run_id"], "mode": cfg.mode,
-        "world_size": backend.world_size, "backend": cfg.backend, "iters": cfg.iters, "warmup": cfg.warmup,
-        "window": cfg.window if cfg.mode == "nonblocking" else 1, "hosts": facts["hosts"],
-        "node_ranks": facts["node_ranks"], "torch_version": torch.__version__,
-        "backend_version": backend.version(), "commbench_version": commbench.__version__, "command": cfg.command,
-    }  # fmt: skip
-    window = cfg.window if cfg.mode == "nonblocking" else 1
-    total = sum(len(op.variants) * len(op.phases) * len(op.sizes(cfg.sizes)) for op in ops) * len(cfg.dtypes)
-    done, wrong_total = 0, 0
-    try:
-        for op in ops:
-            if lead:
-                print(table.header(f"{op.name} on {backend.world_size} ranks"), flush=True)
-            for dtype_name in cfg.dtypes:
-                dtype = getattr(torch, dtype_name)
-                reported_unavailable: set[str] = set()
-                seen: set[tuple[str, str, int]] = set()
-                for size in op.sizes(cfg.sizes):
-                    for variant in op.variants:
-                        args = CollArgs(backend=backend, dtype=dtype, variant=variant)
-                        reason = op.unavailable(variant, backend)
-                        if reason is not None:
-                            done += len(op.phases)
-                            if lead and variant not in reported_unavailable:
-                                row = {**base, "op": op.name, "variant": variant, "phase": "", "dtype": dtype_name,
-                                       "status": "unavailable", "note": reason, "timestamp": _now()}
-                                writer.write(row)
-                                print(table.line(row), flush=True)
-                            reported_unavailable.add(variant)
-                            continue
-                        op.setup(args, size)
-                        for phase in op.phases:
-                            done += 1
-                            s_bytes = op.size_bytes(args, phase)
-                            if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
-                                continue
-                            seen.add((variant, phase, s_bytes))
-                            label = f"{op.name}/{variant}/{phase} {dtype_name} at {s_bytes} bytes (rank {backend.rank})"
-                            if lead:
-                                table.progress(done, total, label)
-                            try:
-                                m = measure(op, args, phase, iters=cfg.iters, warmup=cfg.warmup, window=window,
-                                            check=cfg.check, watchdog=watchdog, label=label)
-                            except RuntimeError as exc:
-                                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                                raise CollectiveFailure(f"rank {backend.rank}: {label} failed: {first}") from exc
-                            if not lead:
-                                continue
-                            row = _row(base, op, args, phase, dtype_name, s_bytes, m)
-                            writer.write(row)
-                            if raw is not None:
-                                raw.write_many(
-                                    {"run_id": base["run_id"], **{k: row[k] for k in ("op", "variant", "phase", "dtype", "mode", "size_bytes")},
-                                     "iteration": i, "rank": r, "time_us": t}
-                                    for r, samples in enumerate(m.per_rank_us) for i, t in enumerate(samples)
-                                )
-                            print(table.line(row), flush=True)
-                            wrong_total += max(m.wrong, 0)
-    finally:
-        for f in (writer, raw):
+              f"{cfg.warmup} warm-up; results -> {path}", flush=True)  # fmt: skip
+
+    def section(self, op: Op) -> None:
+        print(table.header(f"{op.name} on {self.world_size} ranks"), flush=True)
+
+    def progress(self, label: str) -> None:
+        self.done += 1
+        table.progress(self.done, label)
+
+    def unavailable(self, op: Op, variant: str, dtype: str, reason: str) -> None:
+        row = {**self.base, "timestamp": _now(), "op": op.name, "variant": variant, "dtype": dtype,
+               "status": "unavailable", "note": reason}  # fmt: skip
+        self.writer.write(row)
+        print(table.line(row), flush=True)
+
+    def measured(self, op: Op, args: CollArgs, phase: str, dtype: str, s_bytes: int, m: Measurement) -> None:
+        row = _row(self.base, op, args, phase, dtype, s_bytes, m)
+        self.writer.write(row)
+        if self.raw is not None:
+            key = {k: row[k] for k in ("run_id", "op", "variant", "phase", "dtype", "mode", "size_bytes")}
+            self.raw.write_many(
+                {**key, "iteration": i, "rank": r, "time_us": t}
+                for r, samples in enumerate(m.per_rank_us)
+                for i, t in enumerate(samples)
+            )
+        print(table.line(row), flush=True)
+
+    def close(self) -> None:
+        table.progress_done()
+        for f in (self.writer, self.raw):
             if f is not None:
                 f.close()
-    if lead:
-        table.progress(total, total, "")
+
+    def finish(self, wrong_total: int) -> None:
         if wrong_total:
-            print(f"# FAILED: {wrong_total} wrong elements in total; see the 'wrong' column of {path}", flush=True)
+            print(f"# FAILED: {wrong_total} wrong elements in total; see the 'wrong' column of {self.path}", flush=True)
         else:
-            print(f"# done: results in {path}", flush=True)
-    return 1 if wrong_total else 0
+            print(f"# done: results in {self.path}", flush=True)
 
 
 class CollectiveFailure(Exception):
     """A collective raised (a peer died, a transport error): exit with the op, size and rank."""
 
 
-def _row(base: dict[str, Any], op: Op, args: CollArgs, phase: str, dtype: str, s_bytes: int, m: Any) -> dict[str, Any]:
+def _row(base: dict[str, Any], op: Op, args: CollArgs, phase: str, dtype: str, s_bytes: int, m: Measurement) -> dict[str, Any]:
     stats = Stats.from_samples(m.samples_us)
     algbw, busbw = bandwidth_gbps(s_bytes, stats.time_us_p50, op.bus_factor(args.world_size))
     return {

@@ -28,10 +28,14 @@ def line(row: dict[str, Any]) -> str:
     )
 
 
-def progress(done: int, total: int, what: str) -> None:
+def progress(done: int, what: str) -> None:
     """A one-line progress indication on stderr, when someone is watching."""
     if sys.stderr.isatty():
-        sys.stderr.write(f"\r\033[K[{done}/{total}] {what}")
-        if done == total:
-            sys.stderr.write("\r\033[K")
+        sys.stderr.write(f"\r\033[K[{done}] {what}")
+        sys.stderr.flush()
+
+
+def progress_done() -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
         sys.stderr.flush()

@@ -28,6 +28,9 @@ class Backend(ABC):
     """One transport. Subclasses set rank, world_size, local_rank and device in init()."""
 
     name: ClassVar[str]
+    # How this transport groups K collectives into one operation, named as the op variants are:
+    # "coalesced" (torch's coalescing manager), "grouped" (Horovod's grouped_*), or None.
+    grouping: ClassVar[str | None] = None
 
     def __init__(self) -> None:
         self.rank = 0
@@ -69,6 +72,23 @@ class Backend(ABC):
     @abstractmethod
     def all_reduce(self, tensor: torch.Tensor) -> Work:
         """Sum in place over ranks."""
+
+    # -- grouped collectives: K tensors in one operation ---------------------------------------
+    def group_unavailable(self) -> str | None:
+        """Why this transport cannot group collectives, or None when all_*_group work."""
+        return f"the {self.name} backend has no grouped collectives"
+
+    def all_gather_group(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
+        """all_gather_flat of every (output, input) pair as one grouped operation."""
+        raise NotImplementedError(self.group_unavailable())
+
+    def all_reduce_group(self, tensors: list[torch.Tensor]) -> Work:
+        """all_reduce (sum, in place) of every tensor as one grouped operation."""
+        raise NotImplementedError(self.group_unavailable())
+
+    def reduce_scatter_group(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
+        """reduce_scatter_flat of every (output, input) pair as one grouped operation."""
+        raise NotImplementedError(self.group_unavailable())
 
     # -- control ------------------------------------------------------------------------------
     @abstractmethod

@@ -30,6 +30,9 @@ class NcclBackend(TorchDistBackend):
     def init_kwargs(self) -> dict[str, Any]:
         return {"device_id": self.device}
 
+    def coalescing_device(self) -> torch.device | None:
+        return self.device
+
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
 

@@ -42,6 +42,8 @@ def launch_env() -> tuple[int, int, int]:
 class TorchDistBackend(Backend):
     """torch.distributed with one process group spanning every rank."""
 
+    grouping = "coalesced"
+
     def __init__(self) -> None:
         super().__init__()
         self.group: Any = None  # the default group
@@ -93,6 +95,34 @@ class TorchDistBackend(Backend):
     def all_reduce(self, tensor: torch.Tensor) -> Work:
         self.record("all_reduce")
         return dist.all_reduce(tensor, group=self.group, async_op=True)
+
+    # Grouping goes through torch's private coalescing manager: the calls inside it are fused into
+    # one operation (one wait object). Gloo needs device=None to coalesce; NCCL takes its device.
+    def coalescing_device(self) -> torch.device | None:
+        return None
+
+    def group_unavailable(self) -> str | None:
+        if not hasattr(dist, "_coalescing_manager"):
+            return f"torch {torch.__version__} has no torch.distributed._coalescing_manager"
+        return None
+
+    def _coalesced(self, fn: Any, pairs: list[tuple[Any, ...]], api: str) -> Work:
+        if (reason := self.group_unavailable()) is not None:
+            raise NotImplementedError(reason)
+        self.record(f"_coalescing_manager({api})")
+        with dist._coalescing_manager(self.group, self.coalescing_device(), async_ops=True) as cm:
+            for pair in pairs:
+                fn(*pair, group=self.group)
+        return cm
+
+    def all_gather_group(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
+        return self._coalesced(self._all_gather_fn, list(zip(outputs, inputs)), self.flat_all_gather)
+
+    def all_reduce_group(self, tensors: list[torch.Tensor]) -> Work:
+        return self._coalesced(dist.all_reduce, [(t,) for t in tensors], "all_reduce")
+
+    def reduce_scatter_group(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
+        return self._coalesced(self._reduce_scatter_fn, list(zip(outputs, inputs)), self.flat_reduce_scatter)
 
     def barrier(self) -> None:
         dist.barrier(group=self.group)

@@ -1,0 +1,101 @@
+"""The core ops on real Gloo groups: every variant checks out, S and the bus factor follow nccl-tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from commbench.harness import CollArgs, complete, measure
+from commbench.ops.all_gather import AllGather
+from commbench.ops.reduce_scatter_base import ReduceScatterBase
+from commbench.watchdog import Watchdog
+from tests.distributed import run_ranks
+
+
+def _run_case(backend, op_cls, variant, dtype, size):
+    op = op_cls()
+    args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
+    op.setup(args, size)
+    m = measure(op, args, op.phases[0], iters=2, warmup=1, window=1, check=True,
+                watchdog=Watchdog(60, backend.rank), label="test")  # fmt: skip
+    return m.wrong, op.size_bytes(args, op.phases[0]), args.count, m.apis, m.calls
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_variant_and_dtype_is_correct(world):
+    def cases():
+        for op_cls in (AllGather, ReduceScatterBase):
+            for variant in op_cls.variants:
+                for dtype in ("float32", "bfloat16", "float16", "float64", "int32"):
+                    for size in (8, 1000, 65536):
+                        yield op_cls, variant, dtype, size
+
+    results = run_ranks(_run_cases, world, list(cases()))
+    for per_case in results[0]:
+        wrong, s_bytes, count, apis, calls = per_case
+        assert wrong == 0
+        assert count % world == 0 and count >= world
+        assert calls == 1
+
+
+def _run_cases(backend, cases):
+    return [_run_case(backend, *c) for c in cases]
+
+
+def test_sizes_round_to_a_multiple_of_world_size_and_report_bytes_moved():
+    # 8 bytes of float32 on 3 ranks is 2 elements: rounded to 3 elements, 12 bytes reported.
+    (res,) = run_ranks(_run_cases, 3, [(AllGather, "flat", "float32", 8)])[:1]
+    wrong, s_bytes, count, apis, _ = res[0]
+    assert (count, s_bytes, wrong) == (3, 12, 0)
+    assert apis == "all_gather_single"
+
+
+class CorruptedAllGather(AllGather):
+    """Gathers correctly, then flips one element: the check must catch it."""
+
+    def issue(self, args, phase):
+        super().issue(args, phase)
+        complete(args)
+        args.output[-1] += 1
+
+
+def test_a_corrupted_op_is_caught_on_every_rank():
+    results = run_ranks(_run_cases, 2, [(CorruptedAllGather, "flat", "float32", 1024)])
+    wrong = results[0][0][0]
+    assert wrong == 2  # one element on each of the two ranks, summed over ranks
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_s_and_bus_factor(n):
+    class FakeBackend:
+        rank, world_size, device = 0, n, torch.device("cpu")
+
+    for op_cls in (AllGather, ReduceScatterBase):
+        op = op_cls()
+        args = CollArgs(backend=FakeBackend(), dtype=torch.float32, variant="flat")
+        op.setup(args, 1 << 20)
+        per_rank = round((1 << 20) / 4 / n)
+        assert args.count == per_rank * n
+        assert op.size_bytes(args, "comm") == per_rank * n * 4
+        assert op.bus_factor(n) == pytest.approx((n - 1) / n)
+
+
+def _grouped(backend):
+    r = backend.rank
+    ins = [torch.full((k,), float(r + 1)) for k in (1, 3)]
+    outs = [torch.zeros(k * backend.world_size) for k in (1, 3)]
+    backend.all_gather_group(outs, ins).wait()
+    sums = [torch.full((2,), float(r + 1)) for _ in range(2)]
+    backend.all_reduce_group(sums).wait()
+    rs_out = [torch.zeros(2)]
+    backend.reduce_scatter_group(rs_out, [torch.arange(4.0)]).wait()
+    return [o.tolist() for o in outs], [s.tolist() for s in sums], rs_out[0].tolist(), dict(backend.calls)
+
+
+def test_grouped_collectives_over_torchs_coalescing_manager():
+    res = run_ranks(_grouped, 2)
+    outs, sums, rs, calls = res[1]
+    assert outs == [[1.0, 2.0], [1.0, 1.0, 1.0, 2.0, 2.0, 2.0]]
+    assert sums == [[3.0, 3.0], [3.0, 3.0]]
+    assert rs == [4.0, 6.0]  # shard 1 of arange(4) summed over 2 ranks
+    assert sum(calls.values()) == 3  # one grouped operation each
