@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import click
 
 from commbench import __version__
@@ -10,7 +13,32 @@ from commbench.cli.list import list_
 from commbench.cli.sweep import sweep
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class CommbenchGroup(click.Group):
+    """Usage mistakes (an unknown option, a bad choice) end in one line, like every other user error."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except _NO_ARGS_IS_HELP as exc:  # bare `commbench`: show the help, not an error line
+            click.echo(exc.format_message())
+            sys.exit(0)
+        except click.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx else "commbench"
+            click.echo(f"commbench: error: {exc.format_message()} (see `{command} --help`)", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("commbench: aborted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=CommbenchGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="commbench")
 def main() -> None:
     """Collective-communication benchmarks for PyTorch (NCCL, Gloo) and Horovod.

@@ -1,0 +1,124 @@
+"""The CLI as users meet it: real runs through the spawner and torchrun, and one-line errors."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from commbench.cli import main
+from commbench.results import COLUMNS
+from tests.distributed import commbench, torchrun
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def _one_line_error(result, *fragments: str) -> None:
+    assert result.exit_code != 0, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--op", "all_gatherx"], ["unknown op 'all_gatherx'", "all_gather", "reduce_scatter_base"]),
+        (["--backend", "mpi"], ["unknown backend 'mpi'", "gloo"]),
+        (["--dtype", "float8"], ["unknown dtype 'float8'", "float32"]),
+        (["-b", "1M", "-e", "1K"], ["larger than"]),
+        (["--sizes", "0"], ["must be positive"]),
+        (["--sizes", "-4"], ["malformed size"]),
+        (["--sizes", "1K,lots"], ["malformed size 'lots'"]),
+        (["-e", "12Q"], ["malformed size"]),
+        (["--factor", "1"], ["--factor must be greater than 1"]),
+        (["--iters", "0"], ["--iters must be at least 1"]),
+        (["--warmup", "-1"], ["--warmup"]),
+        (["--nproc", "0"], ["--nproc must be at least 1"]),
+        (["--timeout", "0"], ["--timeout"]),
+    ],
+)
+def test_bad_input_is_one_line(args, fragments):
+    _one_line_error(_invoke("sweep", *args), *fragments)
+
+
+def test_nccl_without_a_gpu_says_what_to_do():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is usable here")
+    _one_line_error(_invoke("sweep", "--backend", "nccl"), "nccl", "--backend gloo")
+
+
+def test_unwritable_output(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    _one_line_error(_invoke("sweep", "-o", str(blocker / "out.csv")), "cannot create the output folder")
+
+
+def test_existing_output_is_not_overwritten(tmp_path):
+    out = tmp_path / "run.csv"
+    out.write_text("precious\n")
+    _one_line_error(_invoke("sweep", "-o", str(out)), "already exists", "--overwrite")
+    assert out.read_text() == "precious\n"
+
+
+def test_help_and_list_do_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys; from click.testing import CliRunner; from commbench.cli import main; " \
+           "r = CliRunner().invoke(main, ['list']); assert r.exit_code == 0, r.output; " \
+           "CliRunner().invoke(main, ['--help']); CliRunner().invoke(main, ['sweep', '--help']); " \
+           "assert 'torch' not in sys.modules, 'torch imported'; print(r.output)"  # fmt: skip
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "all_gather" in out.stdout and "S = " in out.stdout and "gloo" in out.stdout
+
+
+def test_sweep_through_the_spawner_writes_every_row(tmp_path):
+    out = tmp_path / "sub" / "run.csv"  # the missing folder is created
+    result = _invoke("sweep", "--sizes", "8,1K,64K", "-n", "3", "-w", "1", "-o", str(out), "--raw")
+    assert result.exit_code == 0, result.output
+    assert "all_gather" in result.output and "busbw" in result.output
+    df = pd.read_csv(out)
+    assert list(df.columns) == list(COLUMNS)
+    expected = {(op, v, s) for op in ("all_gather", "reduce_scatter_base") for v in ("flat", "list") for s in (8, 1024, 65536)}
+    got = set(zip(df.op, df.variant, df.size_bytes))
+    assert expected <= got
+    core = df[df.op.isin(["all_gather", "reduce_scatter_base"])]
+    assert (core.wrong == 0).all() and (core.world_size == 2).all() and (core.status == "ok").all()
+    assert set(core.api) == {"all_gather_single", "all_gather", "reduce_scatter_single", "reduce_scatter"}
+    assert (core.time_us_min <= core.time_us_p50).all() and (core.time_us_p50 <= core.time_us_max).all()
+    raw = pd.read_csv(out.with_name("run.raw.csv"))
+    assert len(raw[(raw.op == "all_gather") & (raw.variant == "flat") & (raw.size_bytes == 8)]) == 3 * 2  # iters x ranks
+
+
+def test_a_corrupted_op_fails_the_run(tmp_path):
+    out = tmp_path / "bad.csv"
+    proc = commbench("sweep", "--op", "tests.broken_ops:CorruptAllGather", "--sizes", "1K", "-n", "2", "-w", "1", "-o", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED" in proc.stdout and "Traceback" not in proc.stderr
+    df = pd.read_csv(out)
+    assert (df.wrong == 2).all() and (df.status == "wrong").all()  # one bad element per rank per variant
+
+
+@pytest.mark.parametrize("nproc", [2, 3, 4])
+def test_sweep_under_torchrun(tmp_path, nproc):
+    out = tmp_path / "tr.csv"
+    proc = torchrun(nproc, "sweep", "--sizes", "8,4K,1M", "-n", "2", "-w", "1", "-o", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    df = pd.read_csv(out)
+    core = df[df.op.isin(["all_gather", "reduce_scatter_base"])]
+    assert len(core) == 2 * 2 * 3
+    assert (core.world_size == nproc).all() and (core.wrong == 0).all()
+    # sizes round to a multiple of the world size, and the bytes moved are reported
+    assert (core["count"] % nproc == 0).all()
+    assert (core.size_bytes == core["count"] * 4).all()
