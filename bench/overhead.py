@@ -1,0 +1,102 @@
+"""Harness overhead: commbench's timed loop against a bare loop of the same collective.
+
+Both run in the same two Gloo processes, interleaved round by round (alternating which goes
+first), over sizes 8 B to 16 MB. Each sample is the max over ranks of one iteration, as the
+harness reports it; the ratio is harness p50 / bare p50. Target: <= 1.05 at every size.
+
+    python bench/overhead.py [--ranks 2] [--rounds 10] [--iters 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20]
+
+
+def bare_loop(backend, out: torch.Tensor, inp: torch.Tensor, iters: int) -> list[float]:
+    """barrier, clock, call, wait, clock: nothing else."""
+    fn = getattr(dist, backend.flat_all_gather)
+    times = []
+    for _ in range(iters):
+        dist.barrier()
+        start = time.perf_counter()
+        fn(out, inp, async_op=True).wait()
+        times.append((time.perf_counter() - start) * 1e6)
+    return times
+
+
+def rank_main(rank: int, world: int, port: int, rounds: int, iters: int, queue) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")  # fmt: skip
+    from commbench.backends.gloo import GlooBackend
+    from commbench.harness import CollArgs, measure
+    from commbench.ops.all_gather import AllGather
+    from commbench.watchdog import Watchdog
+
+    backend = GlooBackend()
+    backend.init(300)
+    watchdog = Watchdog(300, rank)
+    op = AllGather()
+    results = []
+    for size in SIZES:
+        args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
+        op.setup(args, size)
+        bare_in, bare_out = args.input.clone(), args.output.clone()
+        bare_loop(backend, bare_out, bare_in, 3)  # warm-up, as the harness does
+        harness_us: list[float] = []
+        bare_us: list[float] = []
+        for r in range(rounds):
+            order = ("harness", "bare") if r % 2 == 0 else ("bare", "harness")
+            for which in order:
+                if which == "harness":
+                    m = measure(op, args, "comm", iters=iters, warmup=3, window=1, check=True, watchdog=watchdog, label="overhead")
+                    assert m.wrong == 0
+                    harness_us += m.samples_us
+                else:
+                    local = bare_loop(backend, bare_out, bare_in, iters)
+                    everyone = backend.all_gather_object(local)
+                    bare_us += [max(col) for col in zip(*everyone)]
+        results.append((size, statistics.median(harness_us), statistics.median(bare_us)))
+    if rank == 0:
+        queue.put(results)
+    backend.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=20)
+    opts = parser.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=rank_main, args=(r, opts.ranks, port, opts.rounds, opts.iters, queue)) for r in range(opts.ranks)]
+    for p in procs:
+        p.start()
+    results = queue.get()
+    for p in procs:
+        p.join()
+    print(f"# all_gather (flat) on {opts.ranks} Gloo ranks, {opts.rounds} interleaved rounds x {opts.iters} iters")
+    print(f"{'size':>10} {'harness p50 (us)':>18} {'bare p50 (us)':>15} {'harness/bare':>13}")
+    worst = 0.0
+    for size, harness, bare in results:
+        ratio = harness / bare
+        worst = max(worst, ratio)
+        print(f"{size:>10} {harness:>18.1f} {bare:>15.1f} {ratio:>13.3f}")
+    print(f"# worst ratio {worst:.3f} (target <= 1.05)")
+
+
+if __name__ == "__main__":
+    main()
