@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO
+from typing import IO, Callable
 
 import click
 
@@ -40,8 +40,11 @@ def _relay(stream: IO[str], err: bool, lock: threading.Lock) -> None:
     stream.close()
 
 
-def spawn(cfg: SweepConfig, nproc: int, output_hint: str) -> int:
-    """Start nproc local ranks, relay their output, and end them all when one fails or on Ctrl-C."""
+def spawn(cfg: SweepConfig, nproc: int, output_hint: str, rank_env: Callable[[int], dict[str, str]] | None = None) -> int:
+    """Start nproc local ranks, relay their output, and end them all when one fails or on Ctrl-C.
+
+    rank_env(rank) adds a launcher's own variables (Horovod's slots) to a rank's environment.
+    """
     env = {
         **os.environ,
         CONFIG_ENV: cfg.to_json(),
@@ -58,7 +61,7 @@ def spawn(cfg: SweepConfig, nproc: int, output_hint: str) -> int:
     for rank in range(nproc):
         proc = subprocess.Popen(
             [sys.executable, "-m", "commbench.worker"],
-            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
         procs.append(proc)

@@ -99,3 +99,18 @@ def test_grouped_collectives_over_torchs_coalescing_manager():
     assert sums == [[3.0, 3.0], [3.0, 3.0]]
     assert rs == [4.0, 6.0]  # shard 1 of arange(4) summed over 2 ranks
     assert sum(calls.values()) == 3  # one grouped operation each
+
+
+def _nonblocking(backend):
+    op = AllGather()
+    args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
+    op.setup(args, 4096)
+    m = measure(op, args, "comm", iters=3, warmup=1, window=4, check=True, watchdog=Watchdog(60, backend.rank), label="nb")
+    unchecked = measure(op, args, "comm", iters=2, warmup=0, window=1, check=False, watchdog=Watchdog(60, backend.rank), label="nc")
+    return m.wrong, m.calls, len(m.samples_us), len(m.per_rank_us), unchecked.wrong
+
+
+def test_nonblocking_window_and_no_check():
+    wrong, calls, samples, ranks, unchecked = run_ranks(_nonblocking, 2)[0]
+    assert (wrong, calls, samples, ranks) == (0, 1.0, 3, 2)  # 4 ops per sample, still one call per op
+    assert unchecked == -1

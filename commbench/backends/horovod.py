@@ -1,0 +1,251 @@
+"""Horovod as a transport: horovod.torch's collectives behind the Backend contract.
+
+Horovod is optional. It is imported only when this backend initialises, and a missing or
+unsuitable build is a one-line error that says how to fix it (torchtitan's habit).
+
+Horovod's semantics differ from torch.distributed's in three ways that this module hides:
+- results are new tensors, not written into the caller's output, so each wait object copies the
+  result into the output the op handed in (the op then checks that output as usual);
+- allgather concatenates on dim 0 and reducescatter splits dim 0 (uneven splits give the low
+  ranks an extra row), so flat inputs are viewed as (n, shard) rows, which splits exactly;
+- every async call carries a name that must match across ranks (see _Names).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any, Callable
+
+import torch
+
+from commbench.backends.base import Backend, Work
+from commbench.errors import UserError
+from commbench.launch_horovod import launched_by_horovodrun
+
+INSTALL_HINT = "install it with `bash scripts/install-horovod.sh` (see README, Horovod)"
+
+
+def import_horovod() -> Any:
+    """horovod.torch, or a one-line UserError saying how to install a build that works."""
+    try:
+        import horovod.torch as hvd
+    except ImportError as exc:
+        raise UserError(f"the horovod backend needs Horovod with PyTorch support ({exc}); {INSTALL_HINT}") from None
+    missing = [api for api in REQUIRED_APIS if not hasattr(hvd, api)]
+    if missing:
+        version = getattr(__import__("horovod"), "__version__", "?")
+        raise UserError(f"horovod {version} lacks {', '.join(missing)} (commbench needs >= 0.28); {INSTALL_HINT}")
+    if not (hvd.gloo_built() or hvd.mpi_built()):
+        raise UserError(f"this Horovod was built without a controller (neither Gloo nor MPI); {INSTALL_HINT}")
+    return hvd
+
+
+REQUIRED_APIS = (
+    "allgather_async", "grouped_allgather_async", "reducescatter_async", "grouped_reducescatter_async",
+    "allreduce_async_", "grouped_allreduce_async_", "synchronize", "allgather_object", "barrier",
+)  # fmt: skip
+
+
+class _Names:
+    """Tensor names that match across ranks and repeat across iterations.
+
+    Horovod pairs async calls across ranks by name, and refuses two in-flight tensors with one
+    name. Its response cache is also keyed by name: a name seen before (same shape and dtype) skips
+    the full negotiation with the coordinator. A fresh name per call would defeat that cache and
+    measure negotiation instead of the collective, so each call takes the lowest free slot for its
+    API; every rank issues and completes in the same order, so every rank picks the same slot.
+    """
+
+    def __init__(self) -> None:
+        self._busy: dict[str, set[int]] = defaultdict(set)
+
+    def take(self, api: str) -> tuple[str, Callable[[], None]]:
+        busy = self._busy[api]
+        slot = next(i for i in range(len(busy) + 1) if i not in busy)
+        busy.add(slot)
+        return f"commbench.{api}.{slot}", lambda: busy.discard(slot)
+
+
+class HorovodWork:
+    """A Horovod handle as a wait object: synchronize, then hand the result to `finish`."""
+
+    def __init__(self, hvd: Any, handle: Any, release: Callable[[], None], finish: Callable[[Any], None]) -> None:
+        self._hvd, self._handle, self._release, self._finish = hvd, handle, release, finish
+        self._done = False
+
+    def wait(self) -> None:
+        if self._done:
+            return
+        try:
+            result = self._hvd.synchronize(self._handle)
+        finally:
+            self._done = True
+            self._release()
+        self._finish(result)
+
+
+def _copy_into(outputs: list[torch.Tensor]) -> Callable[[Any], None]:
+    """A finisher that copies Horovod's result tensor(s) into the caller's outputs, element for element."""
+
+    def finish(result: Any) -> None:
+        results = list(result) if isinstance(result, (list, tuple)) else [result]
+        for out, res in zip(outputs, results, strict=True):
+            if res.numel() != out.numel():  # a semantic mismatch, never a silent partial copy
+                raise RuntimeError(f"horovod returned {res.numel()} elements where {out.numel()} were expected")
+            out.view(-1).copy_(res.reshape(-1))
+
+    return finish
+
+
+def _split_into(outputs: list[torch.Tensor]) -> Callable[[Any], None]:
+    """A finisher that splits one gathered tensor into per-rank outputs."""
+
+    def finish(result: Any) -> None:
+        flat = result.reshape(-1)
+        if flat.numel() != sum(o.numel() for o in outputs):
+            raise RuntimeError(f"horovod gathered {flat.numel()} elements where {sum(o.numel() for o in outputs)} were expected")
+        for out, part in zip(outputs, flat.split([o.numel() for o in outputs])):
+            out.view(-1).copy_(part)
+
+    return finish
+
+
+def _nothing(result: Any) -> None:
+    """In-place collectives (allreduce_) need no copy."""
+
+
+class HorovodBackend(Backend):
+    """horovod.torch under horovodrun, or ranks spawned by `commbench sweep --backend horovod --nproc N`."""
+
+    name = "horovod"
+    grouping = "grouped"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hvd: Any = None
+        self._names = _Names()
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def init(self, timeout_s: float) -> None:
+        if not launched_by_horovodrun():
+            raise UserError(
+                "the horovod backend must be started by horovodrun or by commbench itself: run "
+                "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or "
+                "`commbench sweep --backend horovod --nproc N` (not torchrun)"
+            )
+        # Gloo's own timeout on connecting and on each operation; commbench's watchdog covers waits.
+        os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(max(1, int(timeout_s))))
+        self.hvd = hvd = import_horovod()
+        hvd.init()
+        self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        # Device tensors only when this Horovod can move them (NCCL ops); otherwise host memory.
+        if hvd.nccl_built() and torch.cuda.is_available():
+            self.device = torch.device("cuda", self.local_rank % torch.cuda.device_count())
+            torch.cuda.set_device(self.device)
+
+    def close(self) -> None:
+        if self.hvd is not None and self.hvd.is_initialized():
+            self.hvd.shutdown()
+
+    def version(self) -> str:
+        import horovod
+
+        controller = "gloo" if self.hvd.gloo_enabled() else "mpi"
+        return f"horovod {horovod.__version__} ({controller}, torch {torch.__version__})"
+
+    def dtype_unavailable(self, dtype: torch.dtype) -> str | None:
+        # Horovod 0.28's torch extension has no bfloat16 kernels on any path.
+        if dtype == torch.bfloat16:
+            return "horovod.torch does not support bfloat16 tensors"
+        return None
+
+    # -- collectives ---------------------------------------------------------------------------
+    def _issue(self, api: str, call: Callable[[str], Any], finish: Callable[[Any], None]) -> Work:
+        self.record(api)
+        name, release = self._names.take(api)
+        try:
+            handle = call(name)
+        except BaseException:
+            release()
+            raise
+        return HorovodWork(self.hvd, handle, release, finish)
+
+    def _rows(self, flat: torch.Tensor) -> torch.Tensor:
+        """A flat input as (n, shard): reducescatter then hands rank r exactly row r."""
+        return flat.reshape(self.world_size, -1)
+
+    def all_gather_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
+        return self._issue("allgather", lambda name: self.hvd.allgather_async(input, name=name), _copy_into([output]))
+
+    def all_gather_list(self, outputs: list[torch.Tensor], input: torch.Tensor) -> Work:
+        # Horovod has no list form: gather flat, then split (the split copy is part of the time).
+        return self._issue("allgather", lambda name: self.hvd.allgather_async(input, name=name), _split_into(outputs))
+
+    def reduce_scatter_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
+        hvd = self.hvd
+        return self._issue(
+            "reducescatter",
+            lambda name: hvd.reducescatter_async(self._rows(input), name=name, op=hvd.Sum),
+            _copy_into([output]),
+        )
+
+    def reduce_scatter_list(self, output: torch.Tensor, inputs: list[torch.Tensor]) -> Work:
+        # No list form either: stacking the n inputs is a copy, and part of the time.
+        hvd = self.hvd
+        return self._issue(
+            "reducescatter",
+            lambda name: hvd.reducescatter_async(torch.stack([i.reshape(-1) for i in inputs]), name=name, op=hvd.Sum),
+            _copy_into([output]),
+        )
+
+    def all_reduce(self, tensor: torch.Tensor) -> Work:
+        hvd = self.hvd
+        return self._issue("allreduce_", lambda name: hvd.allreduce_async_(tensor, name=name, op=hvd.Sum), _nothing)
+
+    # -- grouped collectives: one negotiation for the whole group -----------------------------
+    def group_unavailable(self) -> str | None:
+        return None
+
+    def all_gather_group(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
+        return self._issue(
+            "grouped_allgather",
+            lambda name: self.hvd.grouped_allgather_async(list(inputs), name=name),
+            _copy_into(list(outputs)),
+        )
+
+    def all_reduce_group(self, tensors: list[torch.Tensor]) -> Work:
+        hvd = self.hvd
+        return self._issue(
+            "grouped_allreduce_",
+            lambda name: hvd.grouped_allreduce_async_(list(tensors), name=name, op=hvd.Sum),
+            _nothing,
+        )
+
+    def reduce_scatter_group(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
+        hvd = self.hvd
+        return self._issue(
+            "grouped_reducescatter",
+            lambda name: hvd.grouped_reducescatter_async([self._rows(i) for i in inputs], name=name, op=hvd.Sum),
+            _copy_into(list(outputs)),
+        )
+
+    # -- control ------------------------------------------------------------------------------
+    def barrier(self) -> None:
+        self.hvd.barrier()
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        name, release = self._names.take("allgather_object")
+        try:
+            return self.hvd.allgather_object(obj, name=name)
+        finally:
+            release()
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def node_info(self) -> dict[str, Any]:
+        info = super().node_info()
+        info["node_rank"] = int(os.environ.get("HOROVOD_CROSS_RANK", info["node_rank"]))
+        return info

@@ -1,0 +1,88 @@
+"""How Horovod ranks start: detected under horovodrun, or spawned by commbench on loopback.
+
+`commbench sweep --backend horovod --nproc N` does what `horovodrun -np N --gloo` does on one
+host, without its per-line output prefixes: it serves Horovod's Gloo rendezvous (an HTTP key-value
+store) on 127.0.0.1, gives each rank the HOROVOD_* slot variables, and hands the ranks to
+commbench's own spawner, so failures, timeouts and Ctrl-C behave as for the other backends.
+
+Nothing here imports torch or horovod.torch; only the spawn path imports horovod's runner.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from commbench.errors import UserError
+
+if TYPE_CHECKING:
+    from commbench.config import SweepConfig
+
+# Set by horovodrun (Gloo) for each slot, and by mpirun under Horovod's MPI controller.
+HOROVODRUN_ENV = ("HOROVOD_RANK", "HOROVOD_SIZE")
+MPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+
+# Horovod knobs commbench sets for the ranks it spawns, unless the user has set them.
+# HOROVOD_CYCLE_TIME: Horovod's background thread sleeps up to this many ms between negotiation
+# cycles, so every synchronous collective pays a share of it; on CPU/Gloo that sleep, not the
+# transfer, dominates small and medium messages (README, Horovod). 0.1 ms keeps the loop
+# responsive without spinning a core.
+PERFORMANCE_DEFAULTS = {"HOROVOD_CYCLE_TIME": "0.1"}
+
+
+def launched_by_horovodrun() -> bool:
+    """True in a rank started by horovodrun, mpirun under Horovod, or commbench's Horovod spawner."""
+    return all(k in os.environ for k in HOROVODRUN_ENV) or (
+        "HOROVOD_CONTROLLER" in os.environ and any(k in os.environ for k in MPI_RANK_ENV)
+    )
+
+
+def check_not_torchrun(backend: str) -> None:
+    """--backend horovod in ranks of torchrun: they cannot form a Horovod job; say what works."""
+    if backend == "horovod" and not launched_by_horovodrun():
+        raise UserError(
+            "--backend horovod cannot run under torchrun: use "
+            "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or "
+            "`commbench sweep --backend horovod --nproc N`"
+        )
+
+
+def spawn_horovod(cfg: "SweepConfig", nproc: int, output_hint: str) -> int:
+    """Serve the Gloo rendezvous on loopback and spawn nproc Horovod ranks; returns the exit code."""
+    from commbench.launch import spawn
+
+    try:
+        from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+    except ImportError as exc:
+        raise UserError(f"the horovod backend needs Horovod ({exc}); install it with `bash scripts/install-horovod.sh`") from None
+    slots = get_host_assignments(parse_hosts(f"localhost:{nproc}"), nproc)
+    # Bound to 127.0.0.1 (horovodrun binds every interface): a local sweep opens nothing outside.
+    server = RendezvousHTTPServer(("127.0.0.1", 0), RendezvousHandler, 0)
+    server.init(slots)
+    thread = threading.Thread(target=server.serve_forever, name="horovod-rendezvous", daemon=True)
+    thread.start()
+    common = {
+        **{k: v for k, v in PERFORMANCE_DEFAULTS.items() if k not in os.environ},
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(server.server_address[1]),
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_GLOO_IFACE": "lo",
+        "NCCL_SOCKET_IFNAME": "lo",
+    }
+
+    def rank_env(rank: int) -> dict[str, str]:
+        s = slots[rank]
+        return {
+            **common, "HOROVOD_HOSTNAME": s.hostname, "HOROVOD_RANK": str(s.rank), "HOROVOD_SIZE": str(s.size),
+            "HOROVOD_LOCAL_RANK": str(s.local_rank), "HOROVOD_LOCAL_SIZE": str(s.local_size),
+            "HOROVOD_CROSS_RANK": str(s.cross_rank), "HOROVOD_CROSS_SIZE": str(s.cross_size),
+        }  # fmt: skip
+
+    try:
+        return spawn(cfg, nproc, output_hint, rank_env=rank_env)
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)

@@ -1,0 +1,124 @@
+"""Reading result CSVs back for charts, reports and comparisons.
+
+Every way a file can be unusable (missing, empty, another tool's CSV, another schema version, the
+--raw samples file given in place of the summary) is a one-line UserError naming what is wrong.
+pandas is imported here, so the CLI imports this module only inside the commands that need it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from commbench.errors import UserError
+from commbench.results import COLUMNS, KEY_COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, raw_path
+
+# What charts, reports and compare actually use. A CSV that has these reads even when the writer
+# later grows optional columns; every other column of COLUMNS is filled in as empty when absent.
+REQUIRED_COLUMNS = (
+    "schema_version", "run_id", *KEY_COLUMNS, "world_size", "backend",
+    "time_us_min", "time_us_p50", "time_us_p95", "time_us_max", "time_us_std", "busbw_gbps", "status",
+)  # fmt: skip
+TEXT_COLUMNS = ("run_id", "op", "variant", "phase", "dtype", "mode", "backend", "status", "note", "hosts",
+                "node_ranks", "api", "torch_version", "backend_version", "commbench_version", "command", "timestamp")
+# The key compare matches rows on: the CSV key plus the world size, so n=2 never meets n=8.
+MATCH_COLUMNS = (*KEY_COLUMNS, "world_size")
+
+
+def _read_csv(path: Path, what: str) -> pd.DataFrame:
+    """One CSV as text cells; only empty cells become missing (a variant named 'NA' stays 'NA')."""
+    if not path.exists():
+        raise UserError(f"{what} {path} does not exist")
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a folder; give the CSV file inside it")
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{what} {path} is empty (0 bytes): the run wrote nothing; re-run it") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{what} {path} is not a readable CSV: {first}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def read_one(path: Path) -> pd.DataFrame:
+    """One results CSV, validated and typed (numbers as floats, text as str)."""
+    path = Path(path)
+    frame = _read_csv(path, "results file")
+    columns = set(frame.columns)
+    if columns == set(RAW_COLUMNS):
+        raise UserError(f"{path} holds per-iteration samples (--raw); pass the summary CSV "
+                        f"{path.name.replace('.raw.csv', '.csv')} instead")  # fmt: skip
+    # The version is checked before the columns: another version may have renamed them.
+    if "schema_version" in columns:
+        versions = sorted({v for v in frame["schema_version"].dropna()})
+        if versions and versions != [str(SCHEMA_VERSION)]:
+            raise UserError(f"{path} has schema_version {', '.join(versions)}; this commbench reads "
+                            f"schema_version {SCHEMA_VERSION}: read it with the commbench that wrote it")  # fmt: skip
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        hint = " (not a commbench results CSV?)" if len(missing) > len(REQUIRED_COLUMNS) // 2 else ""
+        raise UserError(f"{path} lacks required column(s) {', '.join(missing)}{hint}")
+    if frame.empty:
+        raise UserError(f"{path} holds a header but no rows: the run measured nothing")
+    for column in COLUMNS:
+        if column not in columns:
+            frame[column] = pd.NA
+    for column in frame.columns:
+        if column in TEXT_COLUMNS:
+            frame[column] = frame[column].fillna("").astype(str)
+        elif column in COLUMNS:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    frame["source"] = str(path)
+    return frame
+
+
+def read_results(paths: Iterable[Path]) -> pd.DataFrame:
+    """Several results CSVs as one frame with a `run` column naming where each row came from.
+
+    `run` is the file's stem (with its folder when two files share a stem), and also the run_id
+    when one file holds several runs, so each (backend, variant, run) can be a line on a chart.
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise UserError("no results file given: pass one or more CSVs written by `commbench sweep`")
+    frames = [read_one(p) for p in paths]
+    stems = [p.stem for p in paths]
+    for path, frame in zip(paths, frames):
+        label = path.stem if stems.count(path.stem) == 1 else f"{path.parent.name}/{path.stem}"
+        run_ids = frame["run_id"].unique()
+        frame["run"] = label if len(run_ids) == 1 else label + ":" + frame["run_id"]
+    return pd.concat(frames, ignore_index=True)
+
+
+def read_samples(csv_path: Path) -> dict[tuple, list[float]] | None:
+    """Per-iteration samples (the max over ranks, as the summary's statistics use) by MATCH key.
+
+    None when the run was measured without --raw. The world size comes from the summary CSV,
+    since the raw file does not repeat it.
+    """
+    path = raw_path(Path(csv_path))
+    if not path.exists():
+        return None
+    raw = _read_csv(path, "raw samples file")
+    missing = [c for c in RAW_COLUMNS if c not in raw.columns]
+    if missing:
+        raise UserError(f"{path} lacks raw-sample column(s) {', '.join(missing)}")
+    summary = read_one(Path(csv_path))
+    world = summary.groupby("run_id")["world_size"].first().to_dict()
+    raw["size_bytes"] = pd.to_numeric(raw["size_bytes"], errors="coerce")
+    raw["time_us"] = pd.to_numeric(raw["time_us"], errors="coerce")
+    raw["world_size"] = raw["run_id"].map(world)
+    per_iteration = raw.groupby([*MATCH_COLUMNS, "iteration"], dropna=False)["time_us"].max()
+    samples: dict[tuple, list[float]] = {}
+    for key, value in per_iteration.items():
+        samples.setdefault(tuple(key[:-1]), []).append(float(value))
+    return samples
+
+
+def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows with a trustworthy measurement: neither unavailable nor with wrong results."""
+    return frame[(frame["status"] == "ok") & frame["time_us_p50"].notna()]
