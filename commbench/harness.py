@@ -6,6 +6,7 @@ The harness never names an op: everything op-specific goes through the Op contra
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -106,17 +107,21 @@ def measure(
         watchdog.arm(f"{label} (warm-up)")
         _step(op, args, phase, 1)
 
-    backend.calls.clear()
+    # Only the timed steps' calls count: before() may communicate too (sync_bn's untimed forward
+    # ahead of a timed backward), and those calls are not the phase's.
+    timed_calls: Counter[str] = Counter()
     local_us: list[float] = []
     for _ in range(iters):
         op.before(args, phase)
         watchdog.arm(label)
         backend.barrier()
+        backend.calls.clear()
         start = backend.clock()
         _step(op, args, phase, window)
         local_us.append((backend.clock() - start) * 1e6 / window)
-    calls = sum(backend.calls.values()) / (iters * window)
-    apis = "+".join(sorted(backend.calls))
+        timed_calls.update(backend.calls)
+    calls = sum(timed_calls.values()) / (iters * window)
+    apis = "+".join(sorted(timed_calls))
 
     wrong = -1
     if check:

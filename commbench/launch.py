@@ -1,7 +1,10 @@
 """How a sweep starts: in-process under a launcher (torchrun), or by spawning local ranks.
 
-Spawned ranks rendezvous on 127.0.0.1 with a free port and Gloo bound to the loopback interface,
-so a bare `commbench sweep` opens nothing beyond this machine.
+Spawned ranks rendezvous through a TCPStore that this process hosts on 127.0.0.1, with Gloo and
+NCCL bound to the loopback interface, so a bare `commbench sweep` opens nothing beyond this
+machine. The launcher also watches its ranks: after the first failure the others get --timeout
+plus a grace period to report before they are killed, Ctrl-C stops them all, and either way one
+line says where the rows measured so far are.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Callable
+from pathlib import Path
+from typing import IO, Any, Callable
 
 import click
 
 from commbench.config import SweepConfig
-from commbench.worker import CONFIG_ENV, INTERRUPTED_EXIT_CODE
+from commbench.errors import UserError
+from commbench.worker import (
+    COLLECTIVE_FAILURE_EXIT_CODE, CONFIG_ENV, INTERRUPTED_EXIT_CODE, LAUNCHER_PID_ENV, WRONG_RESULTS_EXIT_CODE,
+)  # fmt: skip
 
 GRACE_S = 5.0
 
@@ -27,10 +34,25 @@ def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and CONFIG_ENV not in os.environ
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def host_store(timeout_s: float) -> tuple[Any, int]:
+    """A TCPStore server on 127.0.0.1 for the ranks' rendezvous and progress records; (store, port).
+
+    When rank 0 hosts the store, torch binds it to every interface (0.0.0.0 / ::); handing torch a
+    socket already bound to loopback keeps a local sweep invisible from the network. Hosting it
+    here rather than in rank 0 also keeps it alive when a rank dies, so survivors can still read
+    which peer is gone (commbench/progress.py).
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    port = sock.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, None, True, timeout=datetime.timedelta(seconds=timeout_s),
+                          wait_for_workers=False, master_listen_fd=sock.detach())  # fmt: skip
+    return store, port
 
 
 def _relay(stream: IO[str], err: bool, lock: threading.Lock) -> None:
@@ -40,57 +62,86 @@ def _relay(stream: IO[str], err: bool, lock: threading.Lock) -> None:
     stream.close()
 
 
-def spawn(cfg: SweepConfig, nproc: int, output_hint: str, rank_env: Callable[[int], dict[str, str]] | None = None) -> int:
+def spawn(cfg: SweepConfig, nproc: int, output_hint: str,
+          rank_env: Callable[[int], dict[str, str]] | None = None) -> int:  # fmt: skip
     """Start nproc local ranks, relay their output, and end them all when one fails or on Ctrl-C.
 
-    rank_env(rank) adds a launcher's own variables (Horovod's slots) to a rank's environment.
+    rank_env(rank) adds a transport's own variables (Horovod's slots) to a rank's environment.
     """
-    env = {
-        **os.environ,
-        CONFIG_ENV: cfg.to_json(),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        "WORLD_SIZE": str(nproc),
-        "LOCAL_WORLD_SIZE": str(nproc),
-        "GLOO_SOCKET_IFNAME": "lo",
-        "PYTHONUNBUFFERED": "1",
-    }
-    lock = threading.Lock()
     procs: list[subprocess.Popen[str]] = []
     relays: list[threading.Thread] = []
-    for rank in range(nproc):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "commbench.worker"],
-            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        )  # fmt: skip
-        procs.append(proc)
-        for stream, err in ((proc.stdout, False), (proc.stderr, True)):
-            t = threading.Thread(target=_relay, args=(stream, err, lock), daemon=True)
-            t.start()
-            relays.append(t)
+    store = None
     try:
-        code = _supervise(procs, cfg.timeout)
+        store, port = host_store(cfg.timeout)
+        env = {
+            **os.environ,
+            CONFIG_ENV: cfg.to_json(),
+            LAUNCHER_PID_ENV: str(os.getpid()),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            # torchrun's convention: the agent (here, this launcher) hosts the store; ranks are clients.
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "GLOO_SOCKET_IFNAME": "lo",
+            "NCCL_SOCKET_IFNAME": os.environ.get("NCCL_SOCKET_IFNAME", "lo"),
+            "PYTHONUNBUFFERED": "1",
+            # As torchrun does: ranks sharing a host's cores must not each run one intra-op thread
+            # per core, or their thread pools spin against each other (sync_bn ran 100x slower).
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))),
+        }
+        lock = threading.Lock()
+        for rank in range(nproc):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "commbench.worker"],
+                env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            )  # fmt: skip
+            procs.append(proc)
+            for stream, err in ((proc.stdout, False), (proc.stderr, True)):
+                t = threading.Thread(target=_relay, args=(stream, err, lock), daemon=True)
+                t.start()
+                relays.append(t)
+        code = _supervise(procs, cfg.timeout, store)
     except KeyboardInterrupt:
+        # The ranks run in their own sessions, so a terminal's Ctrl-C reaches only this process.
         _stop(procs, signal.SIGINT)
         code = INTERRUPTED_EXIT_CODE
     for t in relays:
         t.join(timeout=2)
-    if code == INTERRUPTED_EXIT_CODE:
-        click.echo(f"commbench: interrupted; results measured so far are in {output_hint}", err=True)
+    _say_where(code, Path(output_hint))
     return code
 
 
-def _supervise(procs: list[subprocess.Popen[str]], timeout_s: float) -> int:
+def _say_where(code: int, path: Path) -> None:
+    """One line after a failed or interrupted sweep: where the rows measured so far are."""
+    # Success and wrong results end with rank 0's own line naming the file; a refusal measured nothing.
+    if code in (0, WRONG_RESULTS_EXIT_CODE, UserError.exit_code):
+        return
+    what = "interrupted" if code == INTERRUPTED_EXIT_CODE else "stopped early"
+    if path.exists():
+        click.echo(f"commbench: {what}; results measured so far are in {path}", err=True)
+    else:
+        click.echo(f"commbench: {what} before any result was written (nothing at {path})", err=True)
+
+
+def _supervise(procs: list[subprocess.Popen[str]], timeout_s: float, store: Any) -> int:
     """Wait for every rank; once one fails, give the rest timeout + grace to notice, then kill them."""
     failed: int | None = None
     deadline = float("inf")
+    reported: set[int] = set()
     while True:
         codes = [p.poll() for p in procs]
+        for rank, code in enumerate(codes):
+            if code is not None and code < 0 and rank not in reported:
+                reported.add(rank)
+                click.echo(f"commbench: rank {rank} (pid {procs[rank].pid}) was killed by {_signal_name(-code)}"
+                           f"{_last_step(store, rank)}", err=True)  # fmt: skip
         if failed is None:
             bad = [c for c in codes if c not in (None, 0)]
             if bad:
-                failed = bad[0]
+                # A rank killed by a signal is a lost rank: the sweep failed like a collective does.
+                failed = bad[0] if bad[0] > 0 else COLLECTIVE_FAILURE_EXIT_CODE
                 deadline = time.monotonic() + timeout_s + GRACE_S
         if all(c is not None for c in codes):
             return failed if failed is not None else 0
@@ -100,6 +151,26 @@ def _supervise(procs: list[subprocess.Popen[str]], timeout_s: float) -> int:
             _stop(procs, signal.SIGKILL)
             return failed
         time.sleep(0.05)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _last_step(store: Any, rank: int) -> str:
+    """' in <step>' from the rank's last progress record, or '' when it left none."""
+    import torch.distributed as dist
+
+    from commbench.progress import read_record, store_prefix
+
+    try:
+        record = read_record(dist.PrefixStore(store_prefix(0), store), rank)
+    except Exception:
+        return ""
+    return f" in {record.label}" if record is not None and record.label else ""
 
 
 def _stop(procs: list[subprocess.Popen[str]], sig: int) -> None:

@@ -23,13 +23,6 @@ if TYPE_CHECKING:
 HOROVODRUN_ENV = ("HOROVOD_RANK", "HOROVOD_SIZE")
 MPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
-# Horovod knobs commbench sets for the ranks it spawns, unless the user has set them.
-# HOROVOD_CYCLE_TIME: Horovod's background thread sleeps up to this many ms between negotiation
-# cycles, so every synchronous collective pays a share of it; on CPU/Gloo that sleep, not the
-# transfer, dominates small and medium messages (README, Horovod). 0.1 ms keeps the loop
-# responsive without spinning a core.
-PERFORMANCE_DEFAULTS = {"HOROVOD_CYCLE_TIME": "0.1"}
-
 
 def launched_by_horovodrun() -> bool:
     """True in a rank started by horovodrun, mpirun under Horovod, or commbench's Horovod spawner."""
@@ -38,14 +31,16 @@ def launched_by_horovodrun() -> bool:
     )
 
 
+LAUNCH_HINT = (
+    "--backend horovod needs ranks started by horovodrun or by commbench itself, not torchrun: use "
+    "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or `commbench sweep --backend horovod --nproc N`"
+)
+
+
 def check_not_torchrun(backend: str) -> None:
     """--backend horovod in ranks of torchrun: they cannot form a Horovod job; say what works."""
     if backend == "horovod" and not launched_by_horovodrun():
-        raise UserError(
-            "--backend horovod cannot run under torchrun: use "
-            "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or "
-            "`commbench sweep --backend horovod --nproc N`"
-        )
+        raise UserError(LAUNCH_HINT)
 
 
 def spawn_horovod(cfg: "SweepConfig", nproc: int, output_hint: str) -> int:
@@ -64,13 +59,14 @@ def spawn_horovod(cfg: "SweepConfig", nproc: int, output_hint: str) -> int:
     thread = threading.Thread(target=server.serve_forever, name="horovod-rendezvous", daemon=True)
     thread.start()
     common = {
-        **{k: v for k, v in PERFORMANCE_DEFAULTS.items() if k not in os.environ},
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
         "HOROVOD_GLOO_RENDEZVOUS_PORT": str(server.server_address[1]),
         "HOROVOD_CONTROLLER": "gloo",
         "HOROVOD_CPU_OPERATIONS": "gloo",
         "HOROVOD_GLOO_IFACE": "lo",
-        "NCCL_SOCKET_IFNAME": "lo",
+        # One intra-op thread unless the user chose: spinning OpenMP workers starve Horovod's
+        # background thread (README, Horovod); the backend applies the same rule under horovodrun.
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
 
     def rank_env(rank: int) -> dict[str, str]:

@@ -62,11 +62,15 @@ def check_writable(path: Path, overwrite: bool) -> None:
 class CsvAppender:
     """A CSV file that gains one complete, durable line per write()."""
 
-    def __init__(self, path: Path, columns: Iterable[str]) -> None:
+    def __init__(self, path: Path, columns: Iterable[str], overwrite: bool = True) -> None:
         self.path = Path(path)
         self.columns = tuple(columns)
         try:
-            self._file = open(self.path, "w", newline="", encoding="utf-8")
+            # "x" creates or fails: a file that appeared after check_writable (another run picked the
+            # same name) is refused here rather than truncated.
+            self._file = open(self.path, "w" if overwrite else "x", newline="", encoding="utf-8")
+        except FileExistsError:
+            raise UserError(f"{self.path} already exists; choose another --output or pass --overwrite") from None
         except OSError as exc:
             raise UserError(f"cannot write {self.path}: {exc.strerror}; choose another --output") from None
         self._emit([self.columns])

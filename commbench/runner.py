@@ -6,6 +6,7 @@ Used in-process under torchrun and by every rank that `commbench sweep` spawns i
 from __future__ import annotations
 
 import datetime
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,15 @@ from commbench.errors import UserError
 from commbench.harness import CollArgs, Measurement, measure
 from commbench.ops import load_op
 from commbench.ops.base import Op
+from commbench.progress import ProgressBoard
+from commbench.resources import memory_error
 from commbench.results import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, check_writable, default_output, raw_path
 from commbench.stats import Stats, bandwidth_gbps
 from commbench import table
-from commbench.watchdog import Watchdog
+from commbench.watchdog import Watchdog, bounded
+
+
+TRANSPORT_TIMEOUT_SLACK_S = 10.0
 
 
 class WrongResults(Exception):
@@ -42,12 +48,10 @@ def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> dict[str, An
     """
     mine = {"fingerprint": cfg.fingerprint(), "error": error, "node": backend.node_info(), "run_id": uuid.uuid4().hex[:12]}
     everyone = backend.all_gather_object(mine)
-    for other in everyone[1:]:
-        differs = [k for k, v in everyone[0]["fingerprint"].items() if other["fingerprint"].get(k) != v]
-        if differs:
-            message = (f"ranks were launched with different options: {', '.join(differs)} differ between rank 0 "
-                       f"and rank {other['node']['rank']}; launch every rank with the same command")
+    if (message := _inconsistent(everyone)) is not None:
+        if backend.rank == 0:  # one report, not one per rank
             raise UserError(message)
+        raise PeerError(message)
     errors = [(e["node"]["rank"], e["error"]) for e in everyone if e["error"]]
     if errors:
         rank, message = errors[0]
@@ -62,11 +66,28 @@ def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> dict[str, An
     }
 
 
+def _inconsistent(everyone: list[dict[str, Any]]) -> str | None:
+    """Which options differ from rank 0's, and on which ranks; None when every rank agrees."""
+    reference = everyone[0]["fingerprint"]
+    odd: dict[str, list[int]] = {}
+    for other in everyone[1:]:
+        for option, digest in reference.items():
+            if other["fingerprint"].get(option) != digest:
+                odd.setdefault(option, []).append(other["node"]["rank"])
+    if not odd:
+        return None
+    differs = "; ".join(f"{option} differs between rank 0 and rank{'s' if len(ranks) > 1 else ''} "
+                        f"{', '.join(map(str, ranks[:8]))}{' ...' if len(ranks) > 8 else ''}"
+                        for option, ranks in odd.items())  # fmt: skip
+    return f"ranks were launched with different options: {differs}; launch every rank with the same command"
+
+
 def resolve_output(cfg: SweepConfig, backend: Backend) -> Path:
     path = Path(cfg.output) if cfg.output else default_output(cfg.backend, backend.world_size)
     check_writable(path, cfg.overwrite)
     if cfg.raw:
         check_writable(raw_path(path), cfg.overwrite)
+    cfg.output = str(path)  # under torchrun, rank 0's caller charts this file once the sweep ends
     return path
 
 
@@ -74,7 +95,9 @@ def run_rank(cfg: SweepConfig) -> int:
     """Run the sweep on this rank; returns the exit code (0 ok, 1 wrong results)."""
     ops: list[Op] = [load_op(name)(cfg.op_options) for name in cfg.ops]
     backend = load_backend(cfg.backend)()
-    backend.init(cfg.timeout)
+    # The transport's own timeout is only a backstop: the watchdog fires first with the step's label and
+    # a diagnosis, where NCCL's would abort the process with neither.
+    backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S)
     try:
         return _sweep(cfg, backend, ops)
     finally:
@@ -84,9 +107,15 @@ def run_rank(cfg: SweepConfig) -> int:
 def _sweep(cfg: SweepConfig, backend: Backend, ops: list[Op]) -> int:
     lead = backend.rank == 0
     watchdog = Watchdog(cfg.timeout, backend.rank)
+    board = ProgressBoard(backend.control_store(min(cfg.timeout, 30.0)), backend.rank, backend.world_size,
+                          watchdog.poll_s, local=lambda: (backend.issued, watchdog.label))  # fmt: skip
+    watchdog.diagnose = lambda: _timed_out(board, watchdog)
+    board.start()
     watchdog.arm("agreeing on the configuration across ranks")
-    path, error = None, None
-    if lead:
+    path = None
+    # Every rank checks its own host or device; rank 0 alone owns the output file.
+    error = memory_error(ops, cfg.sizes, backend.world_size, backend.device)
+    if lead and error is None:
         try:
             path = resolve_output(cfg, backend)
         except UserError as exc:
@@ -100,8 +129,18 @@ def _sweep(cfg: SweepConfig, backend: Backend, ops: list[Op]) -> int:
             if sink:
                 sink.section(op)
             for dtype in cfg.dtypes:
-                wrong_total += _sweep_op(cfg, backend, op, dtype, watchdog, sink)
+                wrong_total += _sweep_op(cfg, backend, op, dtype, watchdog, sink, board)
+    except CollectiveFailure as exc:
+        watchdog.disarm()  # this path diagnoses; the watchdog must not race it with a second report
+        detail = bounded(board.diagnose, 4 * watchdog.poll_s + 5)
+        board.finish(f"failed in {watchdog.label}")
+        watchdog.arm(f"leaving the process group after {watchdog.label} failed")
+        raise CollectiveFailure(f"{exc}; {detail}") from exc
+    except BaseException:
+        board.finish(f"stopped in {watchdog.label}")
+        raise
     finally:
+        board.finish("finished")  # a no-op after either failure above: the first state stays
         if sink:
             sink.close()
     if sink:
@@ -109,15 +148,20 @@ def _sweep(cfg: SweepConfig, backend: Backend, ops: list[Op]) -> int:
     return 1 if wrong_total else 0
 
 
-def _sweep_op(cfg: SweepConfig, backend: Backend, op: Op, dtype: str, watchdog: Watchdog, sink: "Sink | None") -> int:
+def _sweep_op(cfg: SweepConfig, backend: Backend, op: Op, dtype: str, watchdog: Watchdog, sink: "Sink | None",
+              board: ProgressBoard | None = None) -> int:  # fmt: skip
     """Every size x variant x phase of one op in one dtype; variants interleave per size for fairness."""
     window = cfg.window if cfg.mode == "nonblocking" else 1
     seen: set[tuple[str, str, int]] = set()
     wrong_total = 0
+
+    def unavailable(variant: str) -> str | None:
+        return backend.dtype_unavailable(getattr(torch, dtype)) or op.unavailable(variant, backend)
+
     for variant in op.variants:
-        if (reason := op.unavailable(variant, backend)) is not None and sink:
+        if (reason := unavailable(variant)) is not None and sink:
             sink.unavailable(op, variant, dtype, reason)
-    variants = [v for v in op.variants if op.unavailable(v, backend) is None]
+    variants = [v for v in op.variants if unavailable(v) is None]
     for size in op.sizes(cfg.sizes):
         for variant in variants:
             args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
@@ -127,14 +171,16 @@ def _sweep_op(cfg: SweepConfig, backend: Backend, op: Op, dtype: str, watchdog: 
                 if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
                     continue
                 seen.add((variant, phase, s_bytes))
-                label = f"{op.name}/{variant}/{phase} {dtype} at {s_bytes} bytes (rank {backend.rank})"
+                label = f"{op.name}/{variant}/{phase} {dtype} at {s_bytes} bytes"
                 if sink:
                     sink.progress(label)
+                if board is not None:
+                    board.step(label)
                 try:
                     m = measure(op, args, phase, iters=cfg.iters, warmup=cfg.warmup, window=window,
                                 check=cfg.check, watchdog=watchdog, label=label)  # fmt: skip
                 except RuntimeError as exc:
-                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    first = _first_sentence(exc)
                     raise CollectiveFailure(f"rank {backend.rank}: {label} failed: {first}") from exc
                 if sink:
                     sink.measured(op, args, phase, dtype, s_bytes, m)
@@ -148,8 +194,8 @@ class Sink:
     def __init__(self, cfg: SweepConfig, backend: Backend, facts: dict[str, Any], path: Path) -> None:
         self.path = path
         self.world_size = backend.world_size
-        self.writer = CsvAppender(path, COLUMNS)
-        self.raw = CsvAppender(raw_path(path), RAW_COLUMNS) if cfg.raw else None
+        self.writer = CsvAppender(path, COLUMNS, overwrite=cfg.overwrite)
+        self.raw = CsvAppender(raw_path(path), RAW_COLUMNS, overwrite=cfg.overwrite) if cfg.raw else None
         self.done = 0
         self.base = {
             "schema_version": SCHEMA_VERSION, "run_id": facts["run_id"], "mode": cfg.mode,
@@ -202,6 +248,20 @@ class Sink:
 
 class CollectiveFailure(Exception):
     """A collective raised (a peer died, a transport error): exit with the op, size and rank."""
+
+
+def _first_sentence(exc: BaseException) -> str:
+    """The gist of a transport error: gloo prefixes a source location and appends advice."""
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text)
+    return text.split(". ")[0]
+
+
+def _timed_out(board: ProgressBoard, watchdog: Watchdog) -> str:
+    """The watchdog's diagnosis: name the peers at fault, then tell them this rank is leaving."""
+    detail = board.diagnose()
+    board.finish(f"timed out in {watchdog.label}")
+    return detail
 
 
 def _row(base: dict[str, Any], op: Op, args: CollArgs, phase: str, dtype: str, s_bytes: int, m: Measurement) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 torch's own timeouts do not fire on every wait path (async handles, coalesced and grouped calls),
 so the harness arms this around every step and the thread ends the process when a step overruns.
+Arming is two attribute writes: nothing on the hot path talks to another process.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Watchdog:
         self.diagnose = diagnose
         self.label = ""
         self.deadline = math.inf
+        self.poll_s = min(1.0, max(0.05, timeout_s / 10))
         self._thread = threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True)
         self._thread.start()
 
@@ -36,22 +38,35 @@ class Watchdog:
         self.deadline = math.inf
 
     def _watch(self) -> None:
-        poll = min(1.0, max(0.05, self.timeout_s / 10))
         while True:
-            time.sleep(poll)
+            time.sleep(self.poll_s)
             if time.monotonic() > self.deadline:
                 self._fire()
 
     def _fire(self) -> None:
-        detail = ""
-        if self.diagnose is not None:
-            try:
-                detail = self.diagnose()
-            except Exception as exc:  # the diagnosis is best effort; the exit is not
-                detail = f"(no diagnosis: {exc})"
+        detail = bounded(self.diagnose, 4 * self.poll_s + 5) if self.diagnose is not None else ""
         sys.stderr.write(
             f"commbench: rank {self.rank}: timed out after {self.timeout_s:g}s in {self.label}"
             f"{'; ' + detail if detail else ''}\n"
         )
         sys.stderr.flush()
         os._exit(TIMEOUT_EXIT_CODE)
+
+
+def bounded(fn: Callable[[], str], seconds: float) -> str:
+    """fn() on a helper thread, abandoned after `seconds`: the diagnosis is best effort, the exit is not.
+
+    A diagnosis reads other processes' state (the progress store), which may itself be gone.
+    """
+    result = [f"(no diagnosis: the progress store did not answer within {seconds:.0f}s)"]
+
+    def run() -> None:
+        try:
+            result[0] = fn()
+        except Exception as exc:
+            result[0] = f"(no diagnosis: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+
+    thread = threading.Thread(target=run, name="commbench-diagnosis", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return result[0]

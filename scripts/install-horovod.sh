@@ -17,10 +17,18 @@ command -v "$PY" >/dev/null || die "no '$PY' on PATH; activate the environment c
 CXX_REAL="${CXX_REAL:-$(command -v g++ || command -v c++ || true)}"
 [ -n "$CXX_REAL" ] || die "no C++ compiler found (g++); install one (apt-get install g++)"
 command -v gcc >/dev/null || die "no C compiler found (gcc); install one (apt-get install gcc)"
+include="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+[ -f "$include/Python.h" ] || die "no Python headers in $include; install them (apt-get install python3-dev, or a full Python build)"
 
-if "$PY" -c "import horovod.torch" 2>/dev/null; then
-  say "horovod.torch already importable: $("$PY" -c 'import horovod; print(horovod.__version__)'); nothing to do"
+reinstall=()
+if "$PY" -c "import horovod.torch as hvd, sys; sys.exit(0 if hvd.gloo_built() else 1)" 2>/dev/null; then
+  say "horovod.torch already importable with Gloo: $("$PY" -c 'import horovod; print(horovod.__version__)'); nothing to do"
   exit 0
+elif "$PY" -c "import horovod" 2>/dev/null; then
+  # Installed, but its extension does not load (built against another torch) or lacks Gloo:
+  # rebuild from source against this torch rather than reuse a cached, mismatched wheel.
+  say "horovod is installed but horovod.torch does not import with Gloo here; rebuilding it against torch $("$PY" -c 'import torch; print(torch.__version__)')"
+  reinstall=(--force-reinstall --no-deps --no-cache-dir)
 fi
 
 say "installing build prerequisites (cmake<4, packaging, wheel)"
@@ -43,7 +51,9 @@ export CXX="$work/cxx17" CC="${CC:-gcc}"
 export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
 export HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
 export CMAKE_POLICY_VERSION_MINIMUM=3.5
-if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && command -v nvcc >/dev/null; then
+if [ -n "${HOROVOD_GPU_OPERATIONS:-}${HOROVOD_CPU_OPERATIONS:-}" ]; then
+  say "using your HOROVOD_GPU_OPERATIONS='${HOROVOD_GPU_OPERATIONS:-}' HOROVOD_CPU_OPERATIONS='${HOROVOD_CPU_OPERATIONS:-}'"
+elif "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && command -v nvcc >/dev/null; then
   say "CUDA found: building with NCCL ops (HOROVOD_GPU_OPERATIONS=NCCL)"
   export HOROVOD_GPU_OPERATIONS=NCCL
 else
@@ -52,7 +62,7 @@ else
 fi
 
 say "building horovod==$HOROVOD_VERSION (about 7 minutes on 2 cores the first time; pip caches the wheel)"
-MAKEFLAGS="-j$(nproc)" "$PY" -m pip install --no-build-isolation "horovod==$HOROVOD_VERSION" \
+MAKEFLAGS="-j$(nproc)" "$PY" -m pip install --no-build-isolation ${reinstall[@]+"${reinstall[@]}"} "horovod==$HOROVOD_VERSION" \
   || die "the build failed; see pip's output above"
 
 "$PY" - <<'CHECK' || die "horovod installed but horovod.torch does not import or lacks Gloo"

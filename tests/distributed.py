@@ -36,12 +36,20 @@ def _entry(fn: Callable[..., Any], backend_name: str, rank: int, world: int, por
         backend.close()
 
 
+def _context() -> mp.context.BaseContext:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "commbench.harness", "commbench.backends.gloo"])
+    return ctx
+
+
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "gloo", timeout: float = 120) -> list[Any]:
     """fn(backend, *args) on every rank of a real process group; returns the results by rank.
 
-    fn must be a module-level function (it is pickled into forked processes).
+    fn must be a module-level function (it is pickled into the ranks). Ranks fork from a
+    forkserver that has imported torch but never computed with it: forking the pytest process
+    itself could inherit a busy OpenMP pool from an earlier test and hang.
     """
-    ctx = mp.get_context("fork")
+    ctx = _context()
     out = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_entry, args=(fn, backend, r, world_size, port, out, args)) for r in range(world_size)]

@@ -85,7 +85,7 @@ def test_help_and_list_do_not_import_torch():
 
 def test_sweep_through_the_spawner_writes_every_row(tmp_path):
     out = tmp_path / "sub" / "run.csv"  # the missing folder is created
-    result = _invoke("sweep", "--sizes", "8,1K,64K", "-n", "3", "-w", "1", "-o", str(out), "--raw")
+    result = _invoke("sweep", "--sizes", "8,1K,64K", "-n", "3", "-w", "1", "-o", str(out), "--raw", "--no-plot")
     assert result.exit_code == 0, result.output
     assert "all_gather" in result.output and "busbw" in result.output
     df = pd.read_csv(out)
@@ -103,7 +103,7 @@ def test_sweep_through_the_spawner_writes_every_row(tmp_path):
 
 def test_a_corrupted_op_fails_the_run(tmp_path):
     out = tmp_path / "bad.csv"
-    proc = commbench("sweep", "--op", "tests.broken_ops:CorruptAllGather", "--sizes", "1K", "-n", "2", "-w", "1", "-o", str(out))
+    proc = commbench("sweep", "--op", "tests.broken_ops:CorruptAllGather", "--sizes", "1K", "-n", "2", "-w", "1", "-o", str(out), "--no-plot")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAILED" in proc.stdout and "Traceback" not in proc.stderr
     df = pd.read_csv(out)
@@ -113,7 +113,7 @@ def test_a_corrupted_op_fails_the_run(tmp_path):
 @pytest.mark.parametrize("nproc", [2, 3, 4])
 def test_sweep_under_torchrun(tmp_path, nproc):
     out = tmp_path / "tr.csv"
-    proc = torchrun(nproc, "sweep", "--sizes", "8,4K,1M", "-n", "2", "-w", "1", "-o", str(out))
+    proc = torchrun(nproc, "sweep", "--sizes", "8,4K,1M", "-n", "2", "-w", "1", "-o", str(out), "--no-plot")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     df = pd.read_csv(out)
     core = df[df.op.isin(["all_gather", "reduce_scatter_base"])]

@@ -44,6 +44,19 @@ def cuda_missing() -> str | None:
     return None
 
 
+def horovod_missing() -> str | None:
+    """Why Horovod cannot be used: not installed, or installed without its compiled torch extension."""
+    if (reason := torch_missing()) is not None:
+        return reason
+    package = _package_dir("horovod")
+    if package is None:
+        return "Horovod is not installed (bash scripts/install-horovod.sh)"
+    # A pure-Python install (the build skipped PyTorch) has no extension module: name it now, not at init.
+    if not any((package / "torch").glob("mpi_lib_v2*.so")):
+        return "this Horovod was built without PyTorch support (rebuild: bash scripts/install-horovod.sh)"
+    return None
+
+
 @dataclass(frozen=True)
 class BackendInfo:
     """A transport: where its code lives and how to tell, cheaply, whether it can run here."""
@@ -59,6 +72,7 @@ BACKENDS: dict[str, BackendInfo] = {
     for info in (
         BackendInfo("gloo", "commbench.backends.gloo:GlooBackend", "torch.distributed over Gloo (CPU tensors)", torch_missing),
         BackendInfo("nccl", "commbench.backends.nccl:NcclBackend", "torch.distributed over NCCL (one GPU per rank)", cuda_missing),
+        BackendInfo("horovod", "commbench.backends.horovod:HorovodBackend", "Horovod (horovod.torch; Gloo on CPU, NCCL when built with it)", horovod_missing),
     )
 }
 

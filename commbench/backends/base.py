@@ -38,6 +38,9 @@ class Backend(ABC):
         self.local_rank = 0
         self.device = torch.device("cpu")
         self.calls: Counter[str] = Counter()
+        # Collective calls since init, never cleared: published by the heartbeat so a timeout can
+        # name the rank that never issued the call its peers wait in (commbench/progress.py).
+        self.issued = 0
 
     # -- life cycle ---------------------------------------------------------------------------
     @abstractmethod
@@ -72,6 +75,10 @@ class Backend(ABC):
     @abstractmethod
     def all_reduce(self, tensor: torch.Tensor) -> Work:
         """Sum in place over ranks."""
+
+    def dtype_unavailable(self, dtype: torch.dtype) -> str | None:
+        """Why this transport cannot move tensors of dtype, or None when it can."""
+        return None
 
     # -- grouped collectives: K tensors in one operation ---------------------------------------
     def group_unavailable(self) -> str | None:
@@ -110,6 +117,14 @@ class Backend(ABC):
     # -- bookkeeping --------------------------------------------------------------------------
     def record(self, api: str) -> None:
         self.calls[api] += 1
+        self.issued += 1
+
+    def control_store(self, timeout_s: float) -> Any:
+        """A key-value store shared by every rank (torch.distributed.Store API), or None.
+
+        Used only outside the timed loop, for progress records that make failures diagnosable.
+        """
+        return None
 
     def node_info(self) -> dict[str, Any]:
         """Where this rank runs, for provenance and diagnosis."""

@@ -21,7 +21,7 @@ import torch
 
 from commbench.backends.base import Backend, Work
 from commbench.errors import UserError
-from commbench.launch_horovod import launched_by_horovodrun
+from commbench.launch_horovod import LAUNCH_HINT, launched_by_horovodrun
 
 INSTALL_HINT = "install it with `bash scripts/install-horovod.sh` (see README, Horovod)"
 
@@ -38,6 +38,8 @@ def import_horovod() -> Any:
         raise UserError(f"horovod {version} lacks {', '.join(missing)} (commbench needs >= 0.28); {INSTALL_HINT}")
     if not (hvd.gloo_built() or hvd.mpi_built()):
         raise UserError(f"this Horovod was built without a controller (neither Gloo nor MPI); {INSTALL_HINT}")
+    if os.environ.get("HOROVOD_CONTROLLER") == "gloo" and not hvd.gloo_built():
+        raise UserError(f"this Horovod was built without Gloo, which horovodrun --gloo and --nproc need (use mpirun, or {INSTALL_HINT})")
     return hvd
 
 
@@ -129,14 +131,15 @@ class HorovodBackend(Backend):
     # -- life cycle ---------------------------------------------------------------------------
     def init(self, timeout_s: float) -> None:
         if not launched_by_horovodrun():
-            raise UserError(
-                "the horovod backend must be started by horovodrun or by commbench itself: run "
-                "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or "
-                "`commbench sweep --backend horovod --nproc N` (not torchrun)"
-            )
+            raise UserError(LAUNCH_HINT)
         # Gloo's own timeout on connecting and on each operation; commbench's watchdog covers waits.
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(max(1, int(timeout_s))))
         self.hvd = hvd = import_horovod()
+        if "OMP_NUM_THREADS" not in os.environ:
+            # As torchrun does (commbench's Horovod spawner sets the same). Idle OpenMP workers
+            # spin after every parallel copy and, with synchronize() spinning too, starve Horovod's
+            # background thread, which does the communication: 1 MB allgathers took 5-12x longer.
+            torch.set_num_threads(1)
         hvd.init()
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
         # Device tensors only when this Horovod can move them (NCCL ops); otherwise host memory.
@@ -244,6 +247,16 @@ class HorovodBackend(Backend):
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def control_store(self, timeout_s: float) -> Any:
+        """commbench's spawner hosts a store for progress records (torch's TCPStore); horovodrun has none."""
+        from commbench.worker import LAUNCHER_PID_ENV
+
+        if LAUNCHER_PID_ENV not in os.environ:
+            return None
+        from commbench.backends.torch_dist import TorchDistBackend
+
+        return TorchDistBackend.control_store(self, timeout_s)  # the same client, not a copy of it
 
     def node_info(self) -> dict[str, Any]:
         info = super().node_info()

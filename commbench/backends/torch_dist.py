@@ -76,6 +76,18 @@ class TorchDistBackend(Backend):
         if dist.is_initialized():
             dist.destroy_process_group()
 
+    def control_store(self, timeout_s: float) -> Any:
+        """A second client of the rendezvous store (torchrun's agent, or commbench's launcher).
+
+        Its own connection, so a heartbeat never queues behind the process group's store traffic;
+        keys are namespaced per torchrun restart attempt, as the agent keeps one store across them.
+        """
+        from commbench.progress import store_prefix
+
+        client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False,
+                               timeout=datetime.timedelta(seconds=timeout_s))  # fmt: skip
+        return dist.PrefixStore(store_prefix(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), client)
+
     def all_gather_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
         self.record(self.flat_all_gather)
         return self._all_gather_fn(output, input, group=self.group, async_op=True)

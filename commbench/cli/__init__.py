@@ -8,9 +8,13 @@ from typing import Any
 import click
 
 from commbench import __version__
+from commbench.cli.compare import compare
 from commbench.cli.env import env
 from commbench.cli.list import list_
+from commbench.cli.plot import plot
+from commbench.cli.report import report
 from commbench.cli.sweep import sweep
+from commbench.cli.syncbn import syncbn
 
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -52,3 +56,7 @@ def main() -> None:
 main.add_command(sweep)
 main.add_command(list_)
 main.add_command(env)
+main.add_command(plot)
+main.add_command(report)
+main.add_command(compare)
+main.add_command(syncbn)

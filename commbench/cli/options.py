@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -28,8 +30,8 @@ def _split_csv(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
 
 
 launch_options = _compose(
-    click.option("--backend", default=None, help="gloo, nccl (default: nccl when a GPU is usable, else gloo)."),
-    click.option("--nproc", type=int, default=None, help="Ranks to spawn when not under torchrun (default: 2 on CPU, every GPU with nccl)."),
+    click.option("--backend", default=None, help="gloo, nccl, horovod (default: nccl when a GPU is usable, else gloo)."),
+    click.option("--nproc", type=int, default=None, help="Ranks to spawn when not under torchrun or horovodrun (default: 2 on CPU, every GPU with nccl)."),
     click.option("--output", "-o", default="", help="CSV path (default: results/<timestamp>-<backend>-n<world>.csv)."),
     click.option("--overwrite", is_flag=True, help="Replace an existing --output file instead of refusing."),
     click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds a collective may take before the rank ends with a diagnosis."),
@@ -52,11 +54,13 @@ def build_config(*, ops: tuple[str, ...], sizes: list[int], backend: str | None,
     """Validate what the user typed into a SweepConfig; every mistake is a one-line UserError."""
     from commbench.backends import check_backend, default_backend
     from commbench.ops import OPS, resolve_target
+    from commbench.ops.options import validate_op_options
 
     backend = backend or default_backend()
     check_backend(backend)
     for name in ops:
         resolve_target(name)
+    validate_op_options(ops or tuple(OPS), op_options or {})  # bad op options fail here, before ranks spawn
     kwargs.pop("nproc", None)
     return SweepConfig(
         backend=backend, ops=ops or tuple(OPS), sizes=tuple(sizes), dtypes=dtypes or ("float32",),
@@ -73,14 +77,20 @@ def default_nproc(backend: str) -> int:
 
 
 def start(cfg: SweepConfig, nproc: int | None) -> int:
-    """Run in this process under torchrun, else spawn local ranks; returns the exit code."""
+    """Run in this process under torchrun or horovodrun, else spawn local ranks; returns the exit code."""
     from pathlib import Path
 
     from commbench.launch import launched_by_torchrun, spawn
+    from commbench.launch_horovod import check_not_torchrun, launched_by_horovodrun, spawn_horovod
     from commbench.results import check_writable, default_output
     from commbench.worker import run_worker
 
+    if launched_by_horovodrun():
+        if nproc is not None:
+            raise UserError("--nproc is for spawning local ranks; under horovodrun use -np instead")
+        return run_worker(cfg)
     if launched_by_torchrun():
+        check_not_torchrun(cfg.backend)
         if nproc is not None:
             raise UserError("--nproc is for spawning local ranks; under torchrun use --nproc_per_node instead")
         return run_worker(cfg)
@@ -90,4 +100,39 @@ def start(cfg: SweepConfig, nproc: int | None) -> int:
     path = Path(cfg.output) if cfg.output else default_output(cfg.backend, nproc)
     check_writable(path, cfg.overwrite)
     cfg.output = str(path.resolve())
-    return spawn(cfg, nproc, cfg.output)
+    return (spawn_horovod if cfg.backend == "horovod" else spawn)(cfg, nproc, cfg.output)
+
+
+# Reading results back (plot, report) and charting after a run (sweep, syncbn).
+results_arguments = click.argument("csvs", nargs=-1, required=True, type=click.Path(path_type=Path))
+chart_format_option = click.option("--format", "fmt", type=click.Choice(("png", "svg")), default="png",
+                                   show_default=True, help="Chart file format.")
+# Where a launcher (torchrun, horovodrun, mpirun) puts a rank's number: only rank 0 charts.
+LAUNCHER_RANK_ENV = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+plot_option = click.option("--plot/--no-plot", default=True, show_default=True,
+                           help="Write charts into <output stem>-charts/ beside the CSV when the run ends.")
+
+
+def is_first_process() -> bool:
+    """The launching process, or rank 0 under a launcher: the one process that charts a run."""
+    return next((os.environ[v] for v in LAUNCHER_RANK_ENV if v in os.environ), "0") == "0"
+
+
+def plot_after_run(cfg: SweepConfig, code: int, plot: bool) -> None:
+    """Chart a finished run beside its CSV, from the launching process or rank 0 of a launcher only.
+
+    Charts are a convenience on top of the CSV: a failure to draw them is a warning, and never
+    changes the run's exit code. An interrupted or failed run (code > 1) is not charted.
+    """
+    # Spawned ranks never get here (the launcher does); under torchrun or horovodrun every rank
+    # does, and only the first may write.
+    if not plot or code not in (0, 1) or not is_first_process() or not cfg.output or not Path(cfg.output).exists():
+        return
+    from commbench.plotting import plot_beside
+
+    try:
+        paths = plot_beside(Path(cfg.output))
+    except UserError as exc:
+        click.echo(f"commbench: warning: no charts: {exc.format_message()}", err=True)
+        return
+    click.echo(f"# charts: {paths[0].parent}/ ({len(paths)} files)")

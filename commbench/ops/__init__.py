@@ -44,6 +44,48 @@ OPS: dict[str, OpInfo] = {
             "S = full input bytes per rank = shard count x element size x n",
             "(n-1)/n",
         ),
+        OpInfo(
+            "grouped_all_gather",
+            "commbench.ops.grouped_all_gather:GroupedAllGather",
+            "K small tensors gathered together, default SyncBN's (1, C, C) with C = S / (2 x element size x n) "
+            "up to 4096, or --tensors (variants: separate, concat, coalesced, grouped)",
+            "S = total gathered bytes over the K tensors = sum of per-rank elements x element size x n",
+            "(n-1)/n",
+        ),
+        OpInfo(
+            "bucketed_reduce_scatter",
+            "commbench.ops.bucketed_reduce_scatter:BucketedReduceScatter",
+            "FSDP gradient reduce-scatter of a workload of many tensors (--tensors, default a small transformer), "
+            "one step per iteration (variants: per_tensor, bucketed_<cap>MB per --bucket-cap-mb, flat)",
+            "S = the whole workload's bytes per rank, each tensor padded to a multiple of n (one step)",
+            "(n-1)/n",
+        ),
+        OpInfo(
+            "all_reduce",
+            "commbench.ops.all_reduce:AllReduce",
+            "sum in place over ranks (variant: flat)",
+            "S = count x element size",
+            "2(n-1)/n",
+        ),
+        OpInfo(
+            "bucketed_all_reduce",
+            "commbench.ops.bucketed_all_reduce:BucketedAllReduce",
+            "DDP / apex gradient averaging of the --tensors workload, one step per iteration "
+            "(variants: per_tensor, bucketed_<M> per --message-size in elements)",
+            "S = the whole workload's bytes (one step)",
+            "2(n-1)/n",
+        ),
+        OpInfo(
+            "sync_bn",
+            "commbench.ops.sync_bn:SyncBN",
+            "one SyncBatchNorm layer on (N per rank, C, H, W) input, swept over C (--channels, --batch, --spatial); "
+            "phases forward, backward, forward_backward; the count column is C (variants: torch, torch_legacy, apex, "
+            "horovod, horovod_grouped, allreduce; native_torch and native_horovod on CUDA)",
+            "S = bytes the phase communicates, each call counted as nccl-tests does (all-gather: gathered output; "
+            "all-reduce: buffer), statistics 4 bytes each (8 for float64): forward (2C+1) x 4 x n for the gathering "
+            "strategies, (2C+1) x 4 for allreduce; backward 2C x 4; forward_backward the sum",
+            "1 (busbw = algbw: a phase mixes gathers and reduces)",
+        ),
     )
 }
 

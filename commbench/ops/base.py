@@ -22,13 +22,17 @@ if TYPE_CHECKING:
 _RTOL = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}
 
 
-def count_wrong(actual: torch.Tensor, expected: torch.Tensor) -> int:
-    """Number of elements of actual that differ from expected (nccl-tests' #wrong)."""
+def count_wrong(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float, float] | None = None) -> int:
+    """Number of elements of actual that differ from expected (nccl-tests' #wrong).
+
+    tolerance=(rtol, atol) is for results that are computed, not moved (e.g. sync_bn's normalised
+    output against a float64 reference); by default the per-dtype rule above applies.
+    """
     if actual.shape != expected.shape:
         return max(actual.numel(), expected.numel())
     a, e = actual.double(), expected.double()
-    rtol = _RTOL.get(expected.dtype, 0.0)
-    ok = torch.isclose(a, e, rtol=rtol, atol=0.0) if rtol else a == e
+    rtol, atol = tolerance or (_RTOL.get(expected.dtype, 0.0), 0.0)
+    ok = torch.isclose(a, e, rtol=rtol, atol=atol) if rtol or atol else a == e
     return int((~ok).sum().item())
 
 
@@ -44,6 +48,9 @@ class Op(ABC):
     name: ClassVar[str]
     variants: ClassVar[tuple[str, ...]]
     phases: ClassVar[tuple[str, ...]] = ("comm",)
+    # Peak bytes this op holds per rank, in units of S: input, output and the expected result, plus
+    # the temporaries fill() builds. Ops with another footprint set their own or override memory_bytes.
+    memory_factor: ClassVar[float] = 4.0
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options = dict(options or {})
@@ -55,6 +62,10 @@ class Op(ABC):
     def sizes(self, requested: Sequence[int]) -> Sequence[int]:
         """The sizes to measure; ops with a fixed workload return their own."""
         return requested
+
+    def memory_bytes(self, size_bytes: int, world_size: int) -> int:
+        """Estimated peak bytes per rank for a requested size, checked before anything is allocated."""
+        return int(self.memory_factor * size_bytes)
 
     @abstractmethod
     def setup(self, args: "CollArgs", size_bytes: int) -> None:

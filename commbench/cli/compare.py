@@ -1,0 +1,36 @@
+"""`commbench compare`: a candidate run against a baseline, with an exit code that can gate CI."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("baseline", type=click.Path(path_type=Path))
+@click.argument("candidate", type=click.Path(path_type=Path))
+@click.option("--threshold", default="5%", show_default=True,
+              help="Smallest change that counts: a percentage (5%) or an absolute amount in the metric's units (20).")
+@click.option("--metric", default="time_us_p50", show_default=True,
+              help="Column to compare: time_us_min/p50/mean/p95/max (lower is better) or algbw_gbps/busbw_gbps (higher is better).")
+@click.option("--alpha", type=float, default=0.05, show_default=True,
+              help="Significance level of the noise test: a change counts only when p < alpha.")
+def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha: float) -> None:
+    """Compare CANDIDATE.csv against BASELINE.csv row by row; exit 1 when anything regressed.
+
+    Rows match on (op, variant, phase, dtype, mode, size_bytes, world_size). A row is a regression or
+    an improvement only when its change exceeds --threshold AND the noise test finds the runs differ:
+    a Mann-Whitney U test on the per-iteration samples when both runs were swept with --raw, else a
+    test on each run's own spread (p50 and std). Rows found in one run only are listed, not compared.
+    Wrong results in the candidate also fail the comparison.
+
+    \b
+    Exit codes: 0 no regression, 1 regression or wrong results, 2 unusable input.
+    """
+    from commbench.compare import Threshold, compare_runs, format_comparison
+
+    result = compare_runs(baseline, candidate, metric, Threshold.parse(threshold), alpha)
+    click.echo(format_comparison(result))
+    sys.exit(1 if result.failed else 0)

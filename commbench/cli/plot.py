@@ -1,0 +1,26 @@
+"""`commbench plot`: charts of one or more result CSVs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from commbench.cli.options import chart_format_option, results_arguments
+
+
+@click.command()
+@results_arguments
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+              help="Folder for the charts (default: <first CSV's stem>-charts/ beside it).")
+@chart_format_option
+def plot(csvs: tuple[Path, ...], output: Path | None, fmt: str) -> None:
+    """Chart result CSVs: latency and busbw against size per op and phase, speedups per variant family.
+
+    One line per (backend, variant, run): give several CSVs to see runs side by side. Latency shows
+    the p50 time with a band from the fastest iteration to p95; busbw is computed from the p50 time.
+    """
+    from commbench.plotting import charts_folder, plot_results
+
+    for path in plot_results(list(csvs), output or charts_folder(csvs[0]), fmt):
+        click.echo(str(path))

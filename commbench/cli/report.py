@@ -1,0 +1,24 @@
+"""`commbench report`: one self-contained HTML file of result CSVs, to attach to a review."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from commbench.cli.options import chart_format_option, results_arguments
+
+
+@click.command()
+@results_arguments
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+              help="HTML file to write (default: <first CSV's stem>.html beside it).")
+@chart_format_option
+def report(csvs: tuple[Path, ...], output: Path | None, fmt: str) -> None:
+    """Write one HTML file with provenance (versions, hosts, world size, command), every chart and the tables.
+
+    Charts are embedded, so the file stands alone: attach it to a review or a ticket.
+    """
+    from commbench.report import write_report
+
+    click.echo(str(write_report(list(csvs), output or csvs[0].with_suffix(".html"), fmt)))

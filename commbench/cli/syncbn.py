@@ -1,0 +1,73 @@
+"""`commbench syncbn`: every SyncBatchNorm strategy on the current backend, compared in one command."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from commbench.cli.options import (LAUNCHER_RANK_ENV, build_config, launch_options, measure_options, plot_after_run,
+                                   plot_option, start)  # fmt: skip
+from commbench.errors import UserError
+from commbench.ops.options import BATCH, CHANNELS, SPATIAL, VARIANT
+from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
+
+
+@click.command()
+@click.option("--channels", default="32,64,128,256,512,1024,2048", show_default=True, help="Channel counts C to sweep, comma-separated.")
+@click.option("--batch", default="8", show_default=True, help="Samples per rank N of the (N, C, H, W) input.")
+@click.option("--spatial", default="8", show_default=True, help="Height = width of the input.")
+@click.option("--strategy", "strategies", multiple=True,
+              help="Only these strategies, repeatable or comma-separated (default: all; the native CUDA layers where they run).")
+@launch_options
+@measure_options
+@plot_option
+def syncbn(channels: str, batch: str, spatial: str, strategies: tuple[str, ...], nproc: int | None, plot: bool,
+           **options: object) -> None:  # fmt: skip
+    """Compare SyncBatchNorm's communication strategies: time per phase and speedup over horovod.
+
+    \b
+    Strategies (REFERENCE section 6; `commbench list` defines S for sync_bn):
+      torch            PyTorch >= 1.6: 1 all_gather of [mean, invstd, count]; 1 all_reduce
+      torch_legacy     PyTorch ~1.5: 3 async all_gathers; 2 async all_reduces
+      apex             1 all_gather of [mean, biased var, count], Welford merge; 1 all_reduce
+      horovod          3 async allgathers (count, mean, invstd); 2 async allreduces
+      horovod_grouped  1 grouped allgather; 1 grouped allreduce
+      allreduce        all_reduce of the count, all_reduce of weighted [mean, E[x^2]]; 1 all_reduce
+    On CUDA also native_torch (torch.nn.SyncBatchNorm) and, with --backend horovod, native_horovod.
+
+    Runs the sync_bn op over C for the forward, backward and forward_backward phases, writes the CSV,
+    prints p50 times with each strategy's speedup over horovod, and charts the run beside the CSV in
+    <output stem>-charts/: sync_bn-<phase>-speedup.png (speedup over horovod against C) and
+    sync_bn-<phase>.png (latency and busbw against S).
+    """
+    op_options = {CHANNELS: channels, BATCH: batch, SPATIAL: spatial}
+    if chosen := [s.strip() for text in strategies for s in text.split(",") if s.strip()]:
+        valid = (*STRATEGY_NAMES, *NATIVE_VARIANTS)
+        if unknown := [s for s in chosen if s not in valid]:
+            raise UserError(f"unknown strategy {unknown[0]!r}; valid strategies: {', '.join(valid)}")
+        op_options[VARIANT] = ",".join(chosen)
+    cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, **options)
+    code = start(cfg, nproc)
+    if code in (0, 1) and cfg.output and Path(cfg.output).exists() and _first_rank():
+        _print_comparison(Path(cfg.output))
+    plot_after_run(cfg, code, plot)
+    sys.exit(code)
+
+
+def _first_rank() -> bool:
+    """The launching process, or rank 0 under torchrun/horovodrun: the one that may print and chart."""
+    return next((os.environ[v] for v in LAUNCHER_RANK_ENV if v in os.environ), "0") == "0"
+
+
+def _print_comparison(csv_path: Path) -> None:
+    """The speedup table from the CSV; a failure to read it is a warning, never the run's failure."""
+    from commbench.reader import read_results
+    from commbench.syncbn.report import format_table
+
+    try:
+        click.echo(format_table(read_results([csv_path])) or "# sync_bn: no measured row to compare")
+    except UserError as exc:
+        click.echo(f"commbench: warning: no sync_bn comparison: {exc.format_message()}", err=True)

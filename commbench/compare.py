@@ -1,0 +1,252 @@
+"""Run-to-run comparison: match rows, measure deltas, and call a change only when it is real.
+
+A row is a regression (or an improvement) only when its change exceeds the threshold *and* the
+noise test says the two runs differ (p < alpha): a Mann-Whitney U test on per-iteration samples when
+both runs were measured with --raw, else a test on the runs' own spread (p50 and std over iters).
+The threshold alone would cry wolf on a noisy machine; the noise test alone would flag 0.5% changes
+on a quiet one. pytest-benchmark's habit: thresholds are small objects parsed from "5%".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from commbench.errors import UserError
+from commbench.reader import MATCH_COLUMNS, read_one, read_samples
+from commbench.sizes import format_size
+
+# Metrics compare can gate on, and whether a larger value is better.
+METRICS: dict[str, bool] = {
+    "time_us_min": False, "time_us_p50": False, "time_us_mean": False, "time_us_p95": False,
+    "time_us_max": False, "algbw_gbps": True, "busbw_gbps": True,
+}  # fmt: skip
+
+U_TEST = "Mann-Whitney U on per-iteration samples (both runs kept --raw)"
+SPREAD_TEST = "the runs' own spread (p50 and std over iters; run sweep with --raw for the U test)"
+# Standard error of a median relative to that of a mean, for roughly normal samples: sqrt(pi/2).
+_MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The smallest change that counts: relative ("5%") or absolute in the metric's units ("20")."""
+
+    value: float
+    relative: bool
+
+    @classmethod
+    def parse(cls, text: str) -> "Threshold":
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*", str(text))
+        if not m:
+            raise UserError(f"malformed threshold {text!r}: use a percentage such as 5% or an absolute "
+                            f"amount in the metric's units such as 20")  # fmt: skip
+        value = float(m.group(1))
+        return cls(value / 100 if m.group(2) else value, bool(m.group(2)))
+
+    def exceeded(self, baseline: float, candidate: float) -> bool:
+        diff = abs(candidate - baseline)
+        return diff > self.value * abs(baseline) if self.relative else diff > self.value
+
+    def __str__(self) -> str:
+        return f"{self.value * 100:g}%" if self.relative else f"{self.value:g}"
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie and continuity corrected).
+
+    Implemented here rather than taken from scipy so that compare needs no extra dependency; with the
+    tens of iterations a sweep keeps, the normal approximation matches scipy's asymptotic method.
+    """
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    values = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
+    rank_sum_a, ties, i, n = 0.0, 0.0, 0, n1 + n2
+    while i < n:
+        j = i
+        while j + 1 < n and values[j + 1][0] == values[i][0]:
+            j += 1
+        average_rank = (i + j) / 2 + 1
+        rank_sum_a += average_rank * sum(1 for k in range(i, j + 1) if values[k][1] == 0)
+        t = j - i + 1
+        ties += t**3 - t
+        i = j + 1
+    u1 = rank_sum_a - n1 * (n1 + 1) / 2
+    u = max(u1, n1 * n2 - u1)
+    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
+    if variance <= 0:
+        return 1.0
+    z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(variance)
+    return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
+
+
+def spread_p(baseline: pd.Series, candidate: pd.Series) -> float:
+    """Two-sided p-value that the p50 times differ, from each run's std over its iterations."""
+    se2 = sum((_MEDIAN_SE_FACTOR * row["time_us_std"]) ** 2 / max(row["iters"], 1) for row in (baseline, candidate))
+    diff = abs(candidate["time_us_p50"] - baseline["time_us_p50"])
+    if not se2 > 0:  # a single iteration, or an std of 0: no spread to judge by
+        return 0.0 if diff > 0 else 1.0
+    return math.erfc(diff / math.sqrt(se2) / math.sqrt(2))
+
+
+@dataclass
+class Delta:
+    """One matched row: the metric in both runs, the change, the noise test's p and the verdict."""
+
+    key: tuple
+    baseline: float
+    candidate: float
+    p_value: float
+    method: str
+    verdict: str
+
+    @property
+    def change(self) -> float:
+        """Relative change of the metric, candidate against baseline."""
+        return (self.candidate - self.baseline) / self.baseline if self.baseline else math.nan
+
+
+@dataclass
+class Comparison:
+    """Everything `commbench compare` reports; `failed` decides its exit code."""
+
+    metric: str
+    threshold: Threshold
+    alpha: float
+    baseline_label: str
+    candidate_label: str
+    deltas: list[Delta] = field(default_factory=list)
+    only_baseline: list[tuple] = field(default_factory=list)
+    only_candidate: list[tuple] = field(default_factory=list)
+    not_compared: list[str] = field(default_factory=list)  # wrong or unavailable, with the reason
+
+    def count(self, verdict: str) -> int:
+        return sum(1 for d in self.deltas if d.verdict == verdict)
+
+    @property
+    def failed(self) -> bool:
+        """A regression, or wrong results in the candidate: either should stop a CI pipeline."""
+        return self.count("regression") > 0 or self.count("wrong results") > 0
+
+    @property
+    def methods(self) -> list[str]:
+        return sorted({d.method for d in self.deltas if d.method})
+
+
+def _keyed(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Measured rows indexed by the match key; a key seen twice means the file holds two runs."""
+    measured = frame[frame["status"] != "unavailable"].copy()
+    measured["size_bytes"] = measured["size_bytes"].astype("int64")
+    measured["world_size"] = measured["world_size"].astype("int64")
+    dup = measured.duplicated(list(MATCH_COLUMNS), keep=False)
+    if dup.any():
+        raise UserError(f"{path} holds {int(dup.sum())} rows that share a key with another (first: "
+                        f"{describe(tuple(measured[dup].iloc[0][list(MATCH_COLUMNS)]))}): compare one run "
+                        f"against one run")  # fmt: skip
+    return measured.set_index(list(MATCH_COLUMNS))
+
+
+def describe(key: tuple) -> str:
+    """op/variant/phase dtype mode size n=world: how a row is named in compare's output."""
+    parts = dict(zip(MATCH_COLUMNS, key))
+    return (f"{parts['op']}/{parts['variant']}/{parts['phase']} {parts['dtype']} {parts['mode']} "
+            f"{format_size(int(parts['size_bytes']))} n={int(parts['world_size'])}")  # fmt: skip
+
+
+def _nothing_in_common(base: pd.DataFrame, cand: pd.DataFrame, baseline: Path, candidate: Path) -> UserError:
+    """Say which key columns keep the runs apart, so the user sees what to align."""
+    apart = []
+    for column in MATCH_COLUMNS:
+        b, c = set(base.index.get_level_values(column)), set(cand.index.get_level_values(column))
+        if not b & c:
+            shown = lambda vs: ",".join(sorted(map(str, vs))[:4])  # noqa: E731
+            apart.append(f"{column} {shown(b)} vs {shown(c)}")
+    why = "; ".join(apart) if apart else "no (op, variant, phase, dtype, mode, size, world size) is in both"
+    return UserError(f"{baseline} and {candidate} have no measured row in common ({why}): compare runs of the "
+                     f"same ops and sizes")  # fmt: skip
+
+
+def compare_runs(baseline: Path, candidate: Path, metric: str = "time_us_p50",
+                 threshold: Threshold | None = None, alpha: float = 0.05) -> Comparison:  # fmt: skip
+    """Match the two runs' rows and classify every change; rows in one run only are kept in lists."""
+    if metric not in METRICS:
+        raise UserError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
+    if not 0 < alpha < 1:
+        raise UserError(f"--alpha must lie between 0 and 1 (got {alpha:g})")
+    threshold = threshold or Threshold(0.05, True)
+    frames = {p: read_one(p) for p in (baseline, candidate)}
+    base, cand = _keyed(frames[baseline], baseline), _keyed(frames[candidate], candidate)
+    common = base.index.intersection(cand.index)
+    if common.empty:
+        raise _nothing_in_common(base, cand, baseline, candidate)
+    samples = (read_samples(baseline), read_samples(candidate))
+    result = Comparison(metric, threshold, alpha, str(baseline), str(candidate))
+    result.only_baseline = sorted(base.index.difference(cand.index))
+    result.only_candidate = sorted(cand.index.difference(base.index))
+    result.not_compared = _unavailable(frames[baseline], frames[candidate])
+    for key in sorted(common):
+        result.deltas.append(_classify(key, base.loc[key], cand.loc[key], samples, result))
+    return result
+
+
+def _unavailable(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[str]:
+    """Variants that could not run, named once with the run(s) they were missing from."""
+    reasons: dict[tuple[str, str], tuple[str, list[str]]] = {}
+    for side, frame in (("baseline", baseline), ("candidate", candidate)):
+        for _, row in frame[frame["status"] == "unavailable"].iterrows():
+            reasons.setdefault((row["op"], row["variant"]), (row["note"], []))[1].append(side)
+    return [f"{op}/{variant} unavailable in {'both runs' if len(sides) == 2 else 'the ' + sides[0]}: {note}"
+            for (op, variant), (note, sides) in sorted(reasons.items())]  # fmt: skip
+
+
+def _classify(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Comparison) -> Delta:
+    delta = Delta(key, float(b[spec.metric]), float(c[spec.metric]), math.nan, "", "unchanged")
+    if b["status"] != "ok" or c["status"] != "ok":
+        delta.verdict = "wrong results" if c["status"] == "wrong" else "wrong in baseline"
+        return delta
+    if all(s is not None and key in s for s in samples):
+        delta.p_value, delta.method = mann_whitney_p(samples[0][key], samples[1][key]), "U"
+    else:
+        delta.p_value, delta.method = spread_p(b, c), "spread"
+    if not spec.threshold.exceeded(delta.baseline, delta.candidate):
+        return delta
+    if delta.p_value >= spec.alpha:
+        delta.verdict = "within noise"
+        return delta
+    better = (delta.candidate > delta.baseline) == METRICS[spec.metric]
+    delta.verdict = "improvement" if better else "regression"
+    return delta
+
+
+def format_comparison(result: Comparison) -> str:
+    """The delta table and the lists of rows not compared, as compare prints them."""
+    unit = "GB/s" if result.metric.endswith("gbps") else "us"
+    methods = {"U": U_TEST, "spread": SPREAD_TEST}
+    lines = [
+        f"# compare {result.metric} ({unit}): baseline {result.baseline_label} -> candidate {result.candidate_label}",
+        f"# a row changes only when |change| > {result.threshold} and the noise test gives p < {result.alpha:g}",
+        *(f"# noise test {m}: {methods[m]}" for m in result.methods),
+        f"# {'op/variant/phase dtype mode size n':<58} {'baseline':>10} {'candidate':>10} {'change':>8} "
+        f"{'p':>7} {'test':>6}  verdict",
+    ]  # fmt: skip
+    for d in result.deltas:
+        p = "" if math.isnan(d.p_value) else f"{d.p_value:.3g}"
+        lines.append(f"  {describe(d.key):<58} {d.baseline:>10.4g} {d.candidate:>10.4g} {d.change:>+8.1%} "
+                     f"{p:>7} {d.method:>6}  {d.verdict}")  # fmt: skip
+    for title, keys in (("only in the baseline", result.only_baseline), ("only in the candidate", result.only_candidate)):
+        if keys:
+            lines.append(f"# {title} ({len(keys)} rows, not compared):")
+            lines.extend(f"  {describe(k)}" for k in keys)
+    lines.extend(f"# not compared: {note}" for note in result.not_compared)
+    plural = {"regression": "regressions", "improvement": "improvements"}
+    counts = ", ".join(f"{result.count(v)} {plural.get(v, v) if result.count(v) > 1 else v}" for v in
+                       ("regression", "improvement", "within noise", "unchanged", "wrong results", "wrong in baseline")
+                       if result.count(v))  # fmt: skip
+    lines.append(f"# {counts}; {'FAILED' if result.failed else 'passed'}")
+    return "\n".join(lines)

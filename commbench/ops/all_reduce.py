@@ -1,0 +1,42 @@
+"""all_reduce: every rank ends with the sum over ranks of every rank's tensor (in place)."""
+
+from __future__ import annotations
+
+import torch
+
+from commbench.harness import CollArgs
+from commbench.ops.all_gather import contribution
+from commbench.ops.base import Op, count_wrong, elements_for
+
+
+class AllReduce(Op):
+    """One in-place sum of `count` elements (nccl-tests' all_reduce_perf, in place)."""
+
+    name = "all_reduce"
+    variants = ("flat",)
+
+    def setup(self, args: CollArgs, size_bytes: int) -> None:
+        args.count = elements_for(size_bytes, args.element_size, 1)
+        args.input = torch.empty(args.count, dtype=args.dtype, device=args.device)
+        args.state = contribution(args.rank, args.count, args.dtype, args.device)  # refilled before each sample
+        args.expected = sum(contribution(r, args.count, args.dtype, args.device) for r in range(args.world_size))
+
+    def fill(self, args: CollArgs) -> None:
+        args.input.copy_(args.state)
+
+    def before(self, args: CollArgs, phase: str) -> None:
+        # In place, every iteration multiplies the values by about n: refill (untimed) so half types
+        # never reach inf and every sample moves the same numbers.
+        self.fill(args)
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        args.issue(args.backend.all_reduce(args.input))
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        return count_wrong(args.input, args.expected)
+
+    def size_bytes(self, args: CollArgs, phase: str) -> int:
+        return args.count * args.element_size
+
+    def bus_factor(self, world_size: int) -> float:
+        return 2 * (world_size - 1) / world_size

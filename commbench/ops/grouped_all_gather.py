@@ -1,0 +1,99 @@
+"""grouped_all_gather: K small tensors gathered together, four ways (REFERENCE.md section 4).
+
+The default K tensors are SyncBatchNorm's statistics (count, mean, invstd): shapes (1, C, C), with
+C derived from the requested size. Every variant ends with, for each tensor k, an (n, numel_k)
+result whose row r is rank r's tensor k.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import torch
+
+from commbench.backends.base import Backend
+from commbench.harness import CollArgs
+from commbench.ops.base import Op, count_wrong
+from commbench.ops.options import choose_variants, tensors_option
+
+MAX_CHANNELS = 4096  # the widest SyncBatchNorm layers in common models; keeps the default sweep short
+
+
+def channels_for(size_bytes: int, element_size: int, world_size: int) -> int:
+    """C such that the gathered mean and invstd (2C elements per rank) fill about size_bytes, in [1, 4096]."""
+    return min(MAX_CHANNELS, max(1, size_bytes // (2 * element_size * world_size)))
+
+
+def stat_values(rank: int, tensor: int, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Rank r's tensor k: small integers, exact in every dtype, distinct across ranks and tensors."""
+    return ((torch.arange(count, device=device) + 3 * rank + 5 * tensor) % 13 + 1).to(dtype)
+
+
+class GroupedAllGather(Op):
+    """separate (K async all_gathers), concat (one all_gather of the packed tensors), coalesced
+    (torch's coalescing manager) and grouped (Horovod's grouped_allgather)."""
+
+    name = "grouped_all_gather"
+    variants = ("separate", "concat", "coalesced", "grouped")
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        super().__init__(options)
+        self.numels = tensors_option(self.options, None)  # None: the SyncBN shapes, C swept
+        self.variants = choose_variants(type(self).variants, self.options)
+
+    def unavailable(self, variant: str, backend: Backend) -> str | None:
+        if variant not in ("coalesced", "grouped"):
+            return None
+        if backend.grouping != variant:
+            how = {"coalesced": "torch's coalescing manager (gloo, nccl)", "grouped": "Horovod's grouped_allgather (--backend horovod)"}
+            return f"needs {how[variant]}; the {backend.name} backend groups collectives as {backend.grouping or 'nothing'}"
+        return backend.group_unavailable()
+
+    def sizes(self, requested: Sequence[int]) -> Sequence[int]:
+        return list(requested[:1]) if self.numels else list(requested)  # a fixed --tensors workload: one size
+
+    def memory_bytes(self, size_bytes: int, world_size: int) -> int:
+        # Inputs, outputs (n x), expected (n x) and concat's buffers, at 8 bytes per element (the widest dtype).
+        per_rank = sum(self.numels) if self.numels else min(size_bytes // 8 // world_size, 1 + 2 * MAX_CHANNELS)
+        return 4 * per_rank * world_size * 8
+
+    def setup(self, args: CollArgs, size_bytes: int) -> None:
+        n, dtype, device = args.world_size, args.dtype, args.device
+        if self.numels:
+            numels = list(self.numels)
+        else:
+            c = channels_for(size_bytes, args.element_size, n)
+            numels = [1, c, c]
+        args.input = [torch.empty(k, dtype=dtype, device=device) for k in numels]
+        if args.variant == "concat":  # one gathered buffer, split back into views (PyTorch's SyncBN)
+            args.state = torch.empty(n, sum(numels), dtype=dtype, device=device)
+            args.output = list(args.state.split(numels, dim=1))
+        else:
+            args.output = [torch.empty(n, k, dtype=dtype, device=device) for k in numels]
+        args.expected = [torch.stack([stat_values(r, i, k, dtype, device) for r in range(n)]) for i, k in enumerate(numels)]
+        args.count = n * sum(numels)
+
+    def fill(self, args: CollArgs) -> None:
+        for i, t in enumerate(args.input):
+            t.copy_(stat_values(args.rank, i, t.numel(), args.dtype, args.device))
+        for out in [args.state] if args.variant == "concat" else args.output:
+            out.zero_()
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        backend = args.backend
+        if args.variant == "separate":
+            for out, t in zip(args.output, args.input):
+                args.issue(backend.all_gather_flat(out.view(-1), t))
+        elif args.variant == "concat":
+            args.issue(backend.all_gather_flat(args.state.view(-1), torch.cat(args.input)))
+        else:  # coalesced or grouped: the backend's one grouped operation
+            args.issue(backend.all_gather_group([out.view(-1) for out in args.output], args.input))
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        return sum(count_wrong(out, exp) for out, exp in zip(args.output, args.expected))
+
+    def size_bytes(self, args: CollArgs, phase: str) -> int:
+        return args.count * args.element_size
+
+    def bus_factor(self, world_size: int) -> float:
+        return (world_size - 1) / world_size

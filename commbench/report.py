@@ -1,0 +1,112 @@
+"""One self-contained HTML report of result CSVs: provenance, every chart embedded, the tables.
+
+Charts are embedded as base64 data URIs and the style sheet is inline, so the single file can be
+attached to a review or a ticket and opens anywhere without the CSVs beside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import html
+from pathlib import Path
+
+import pandas as pd
+
+import commbench
+from commbench.errors import UserError
+from commbench.plotting import FORMATS, build_charts, ensure_folder, render
+from commbench.reader import read_results
+from commbench.sizes import format_size
+
+_MIME = {"png": "image/png", "svg": "image/svg+xml"}
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f3f3f3; } td.text { text-align: left; }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; }
+figcaption { font-size: 13px; color: #555; } code { font-size: 12px; }
+"""
+# Provenance: what a reviewer needs to judge where numbers came from, one row per run.
+PROVENANCE_COLUMNS = ("run", "source", "run_id", "backend", "world_size", "mode", "iters", "warmup", "hosts",
+                      "torch_version", "backend_version", "commbench_version", "command")
+# The per-(op, phase) result tables.
+RESULT_COLUMNS = ("size_bytes", "variant", "backend", "run", "world_size", "dtype", "mode", "time_us_min",
+                  "time_us_p50", "time_us_p95", "time_us_max", "busbw_gbps", "wrong", "status")
+
+
+def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbench report") -> str:
+    """The report as an HTML string."""
+    if fmt not in FORMATS:
+        raise UserError(f"unknown chart format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    frame = read_results(csv_paths)
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>Made by commbench {commbench.__version__} at {stamp} from {len(csv_paths)} file(s). "
+        "busbw follows nccl-tests' definition (algbw x bus factor; see <code>commbench list</code> for S per op); "
+        "latency bands span min..p95 of the iterations.</p>",
+        "<h2>Provenance</h2>",
+        _table(_provenance(frame)),
+        "<h2>Charts</h2>",
+    ]
+    for chart in build_charts(frame):
+        data = base64.b64encode(render(chart, fmt)).decode("ascii")
+        parts.append(f"<figure><img alt='{html.escape(chart.name)}' src='data:{_MIME[fmt]};base64,{data}'>"
+                     f"<figcaption>{html.escape(chart.caption)}</figcaption></figure>")  # fmt: skip
+    parts.append("<h2>Results</h2>")
+    measured = frame[frame["status"] != "unavailable"]
+    for (op, phase), rows in measured.groupby(["op", "phase"], sort=True):
+        parts.append(f"<h3>{html.escape(op)} · {html.escape(phase)}</h3>")
+        parts.append(_table(rows.sort_values(["size_bytes", "variant", "run"])[list(RESULT_COLUMNS)]))
+    unavailable = frame[frame["status"] == "unavailable"]
+    if not unavailable.empty:
+        parts.append("<h3>Not measured</h3>")
+        parts.append(_table(unavailable[["op", "variant", "backend", "run", "note"]]))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(csv_paths: list[Path], out: Path, fmt: str = "png") -> Path:
+    """Build the report and write it to out, with one-line errors for an unusable destination."""
+    if out.is_dir():
+        raise UserError(f"--output {out} is a folder; give a file name such as {out / 'report.html'}")
+    ensure_folder(out.parent)  # before the charts are drawn: fail in a second, not after a minute
+    document = build_report(csv_paths, fmt)
+    try:
+        out.write_text(document, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror}") from None
+    return out
+
+
+def _provenance(frame: pd.DataFrame) -> pd.DataFrame:
+    first = frame.groupby("run", sort=False).first().reset_index()
+    return first[list(PROVENANCE_COLUMNS)]
+
+
+def _table(frame: pd.DataFrame) -> str:
+    """An HTML table with sizes in human units and numbers rounded for reading."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
+    rows = []
+    for _, row in frame.iterrows():
+        cells = []
+        for column, value in row.items():
+            text, numeric = _cell(column, value)
+            cells.append(f"<td{'' if numeric else ' class=text'}>{html.escape(text)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _cell(column: str, value: object) -> tuple[str, bool]:
+    if value is None or (isinstance(value, float) and value != value) or value is pd.NA:
+        return "", True
+    if column == "size_bytes":
+        return format_size(int(value)), True
+    if isinstance(value, float):
+        return (f"{int(value)}" if value.is_integer() and column in ("world_size", "iters", "warmup", "wrong")
+                else f"{value:.4g}"), True  # fmt: skip
+    return str(value), isinstance(value, int)

@@ -1,0 +1,34 @@
+"""Measure op cases on every rank of a real group (for run_ranks): one checked result per case."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from commbench.harness import CollArgs, measure
+from commbench.ops.base import Op
+from commbench.watchdog import Watchdog
+
+
+def run_case(backend: Any, op_cls: type[Op], options: Mapping[str, str], variant: str, dtype: str, size: int) -> dict[str, Any]:
+    """Two timed iterations and one checked one of (op, variant, dtype, size) with these op options."""
+    op = op_cls(options)
+    if (reason := op.unavailable(variant, backend)) is not None:
+        return {"variant": variant, "dtype": dtype, "unavailable": reason}
+    args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
+    op.setup(args, size)
+    m = measure(op, args, op.phases[0], iters=2, warmup=1, window=1, check=True,
+                watchdog=Watchdog(60, backend.rank), label=f"{op.name}/{variant}")  # fmt: skip
+    return {"variant": variant, "dtype": dtype, "wrong": m.wrong, "count": args.count, "calls": m.calls,
+            "apis": m.apis, "s_bytes": op.size_bytes(args, op.phases[0])}  # fmt: skip
+
+
+def run_cases(backend: Any, cases: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    return [run_case(backend, *case) for case in cases]
+
+
+def every_variant(op_cls: type[Op], options: Mapping[str, str], dtypes: tuple[str, ...], sizes: tuple[int, ...]) -> list[tuple[Any, ...]]:
+    """Cases for every variant of the op x dtypes x the sizes the op measures of these."""
+    op = op_cls(options)
+    return [(op_cls, dict(options), v, d, s) for v in op.variants for d in dtypes for s in op.sizes(list(sizes))]

@@ -1,0 +1,141 @@
+"""compare: planted changes are found, same-distribution runs stay quiet, and the exit code gates CI."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from commbench.cli import main
+from commbench.compare import Threshold, compare_runs, mann_whitney_p
+from commbench.errors import UserError
+from tests.synth_results import Case, synth_run
+from tests.test_cli import _one_line_error
+
+CASES = [Case("all_gather", "flat"), Case("all_gather", "list"), Case("reduce_scatter_base", "flat")]
+SLOW = 1 << 20  # the size a planted change hits
+
+
+def _planted(factor: float) -> list[Case]:
+    return [Case("all_gather", "flat", factors_by_size={SLOW: factor}), *CASES[1:]]
+
+
+def _compare(*args: str):
+    return CliRunner().invoke(main, ["compare", *args])
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["u-test", "spread"])
+def test_planted_20_percent_regression_is_flagged_and_fails(tmp_path: Path, raw: bool) -> None:
+    base = synth_run(tmp_path / "base.csv", CASES, seed=1, raw=raw)
+    cand = synth_run(tmp_path / "cand.csv", _planted(1.2), seed=2, raw=raw)
+    result = compare_runs(base, cand)
+    flagged = [(d.key[0], d.key[1], d.key[5], d.verdict) for d in result.deltas if d.verdict != "unchanged"]
+    assert flagged == [("all_gather", "flat", SLOW, "regression")]
+    assert result.methods == (["U"] if raw else ["spread"])
+    cli = _compare(str(base), str(cand))
+    assert cli.exit_code == 1, cli.output
+    assert ("Mann-Whitney U" if raw else "own spread") in cli.output
+    assert "1 regression" in cli.output and "FAILED" in cli.output
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["u-test", "spread"])
+def test_runs_from_one_distribution_stay_quiet(tmp_path: Path, raw: bool) -> None:
+    base = synth_run(tmp_path / "base.csv", CASES, seed=11, raw=raw)
+    cand = synth_run(tmp_path / "cand.csv", CASES, seed=12, raw=raw)
+    result = compare_runs(base, cand)
+    assert {d.verdict for d in result.deltas} <= {"unchanged", "within noise"}
+    assert len(result.deltas) == 12 and not result.failed
+    assert _compare(str(base), str(cand)).exit_code == 0
+
+
+def test_a_large_change_within_noise_is_not_called(tmp_path: Path) -> None:
+    # 10% apart but with a 60% spread per iteration: over the threshold, not beyond the noise.
+    base = synth_run(tmp_path / "base.csv", CASES[:1], seed=5, sigma=0.6, iters=10)
+    cand = synth_run(tmp_path / "cand.csv", [Case("all_gather", "flat", factor=1.1)], seed=6, sigma=0.6, iters=10)
+    verdicts = {d.verdict for d in compare_runs(base, cand).deltas}
+    assert "regression" not in verdicts and "within noise" in verdicts
+
+
+def test_improvement_is_reported_and_passes(tmp_path: Path) -> None:
+    base = synth_run(tmp_path / "base.csv", CASES, seed=1)
+    cand = synth_run(tmp_path / "cand.csv", _planted(0.8), seed=2)
+    result = compare_runs(base, cand)
+    assert [d.verdict for d in result.deltas if d.verdict != "unchanged"] == ["improvement"]
+    assert _compare(str(base), str(cand)).exit_code == 0
+
+
+def test_bandwidth_metric_counts_a_drop_as_regression(tmp_path: Path) -> None:
+    base = synth_run(tmp_path / "base.csv", CASES, seed=1)
+    cand = synth_run(tmp_path / "cand.csv", _planted(1.2), seed=2)
+    result = compare_runs(base, cand, metric="busbw_gbps")
+    assert [d.verdict for d in result.deltas if d.verdict != "unchanged"] == ["regression"]
+
+
+def test_threshold_raises_the_bar(tmp_path: Path) -> None:
+    base = synth_run(tmp_path / "base.csv", CASES, seed=1)
+    cand = synth_run(tmp_path / "cand.csv", _planted(1.2), seed=2)
+    assert _compare(str(base), str(cand), "--threshold", "25%").exit_code == 0
+
+
+def test_rows_in_one_run_only_are_listed(tmp_path: Path) -> None:
+    base = synth_run(tmp_path / "base.csv", CASES, seed=1)
+    cand = synth_run(tmp_path / "cand.csv", [Case("all_gather", "flat", sizes=(8, 1024, 65536, 1 << 20, 1 << 22)),
+                                             CASES[1], Case("sync_bn", "horovod", status="unavailable")], seed=2)  # fmt: skip
+    result = compare_runs(base, cand)
+    assert len(result.only_baseline) == 4 and len(result.only_candidate) == 1
+    cli = _compare(str(base), str(cand))
+    assert cli.exit_code == 0
+    assert "only in the baseline (4 rows" in cli.output and "reduce_scatter_base/flat/comm float32 blocking 64K n=2" in cli.output
+    assert "only in the candidate (1 rows" in cli.output and "all_gather/flat/comm float32 blocking 4M n=2" in cli.output
+    assert "sync_bn/horovod unavailable in the candidate: needs horovod" in cli.output
+
+
+def test_wrong_results_in_the_candidate_fail(tmp_path: Path) -> None:
+    base = synth_run(tmp_path / "base.csv", CASES[:1], seed=1)
+    cand = synth_run(tmp_path / "cand.csv", [Case("all_gather", "flat", status="wrong")], seed=2)
+    cli = _compare(str(base), str(cand))
+    assert cli.exit_code == 1 and "wrong results" in cli.output
+
+
+def test_runs_with_nothing_in_common_is_one_line(tmp_path: Path) -> None:
+    base = synth_run(tmp_path / "base.csv", CASES, seed=1)
+    cand = synth_run(tmp_path / "cand.csv", CASES, seed=2, world_size=4)
+    _one_line_error(_compare(str(base), str(cand)), "no measured row in common", "world_size 2 vs 4")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--threshold", "lots"], "malformed threshold 'lots'"),
+    (["--metric", "speed"], "unknown metric 'speed'"),
+    (["--alpha", "2"], "--alpha must lie between 0 and 1"),
+])  # fmt: skip
+def test_bad_options_are_one_line(tmp_path: Path, args: list[str], fragment: str) -> None:
+    base = synth_run(tmp_path / "base.csv", CASES[:1], seed=1, raw=False)
+    _one_line_error(_compare(str(base), str(base), *args), fragment)
+
+
+def test_missing_baseline_is_one_line(tmp_path: Path) -> None:
+    cand = synth_run(tmp_path / "cand.csv", CASES[:1], seed=1, raw=False)
+    _one_line_error(_compare(str(tmp_path / "gone.csv"), str(cand)), "gone.csv does not exist")
+
+
+def test_threshold_parsing() -> None:
+    assert Threshold.parse("5%") == Threshold(0.05, True) and str(Threshold.parse("5%")) == "5%"
+    assert Threshold.parse("20") == Threshold(20.0, False)
+    assert Threshold.parse("2.5 %").exceeded(100.0, 103.0) and not Threshold.parse("2.5%").exceeded(100.0, 102.0)
+    assert Threshold.parse("20").exceeded(100.0, 121.0) and not Threshold.parse("20").exceeded(100.0, 119.0)
+    with pytest.raises(UserError):
+        Threshold.parse("-5%")
+
+
+def test_mann_whitney_matches_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(7)
+    for shift in (0.0, 0.05, 0.3):
+        a = [round(rng.gauss(1.0, 0.2), 2) for _ in range(30)]  # rounded: ties happen
+        b = [round(rng.gauss(1.0 + shift, 0.2), 2) for _ in range(25)]
+        expected = stats.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic").pvalue
+        assert math.isclose(mann_whitney_p(a, b), expected, rel_tol=1e-9)
+    assert mann_whitney_p([1.0] * 5, [1.0] * 5) == 1.0

@@ -1,0 +1,100 @@
+"""bucketed_reduce_scatter, all_reduce and bucketed_all_reduce on real Gloo groups."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from commbench.harness import CollArgs, complete
+from commbench.ops.all_reduce import AllReduce
+from commbench.ops.bucketed_all_reduce import BucketedAllReduce
+from commbench.ops.bucketed_reduce_scatter import BucketedReduceScatter
+from commbench.workload import DEFAULT_GRADIENTS
+from tests.distributed import run_ranks
+from tests.op_cases import every_variant, run_cases
+
+# Sizes that are not multiples of 2 or 3, and caps small enough (in MB) to take every bucketer path:
+# 0 disables, 0.0001 MB holds 13 float32 elements per shard on 2 ranks (the 33s are oversize), 1 holds all.
+TENSORS = {"tensors": "3x5,7,1,2x33,4"}
+RS_OPTIONS = {**TENSORS, "bucket_cap_mb": "0,0.0001,1"}
+AR_OPTIONS = {**TENSORS, "message_size": "8,40,1e7"}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_variant_is_correct(world):
+    cases = (every_variant(BucketedReduceScatter, RS_OPTIONS, ("float32", "bfloat16", "int32"), (1,))
+             + every_variant(BucketedAllReduce, AR_OPTIONS, ("float32", "float16", "int64"), (1,))
+             + every_variant(AllReduce, {}, ("float32", "int32"), (8, 1000, 4096)))  # fmt: skip
+    results = run_ranks(run_cases, world, cases)[0]
+    assert all(r["wrong"] == 0 for r in results), [r for r in results if r["wrong"]]
+    variants = {r["variant"] for r in results}
+    assert variants >= {"per_tensor", "bucketed_0MB", "bucketed_0.0001MB", "bucketed_1MB", "flat",
+                        "bucketed_8", "bucketed_40", "bucketed_1e7"}  # fmt: skip
+
+
+def test_calls_per_step_show_the_buckets():
+    results = run_ranks(run_cases, 2, every_variant(BucketedReduceScatter, RS_OPTIONS, ("float32",), (1,))
+                        + every_variant(BucketedAllReduce, AR_OPTIONS, ("float32",), (1,)))[0]  # fmt: skip
+    calls = {r["variant"]: r["calls"] for r in results}
+    # 8 tensors: per_tensor and a disabled bucket reduce each alone; 1 MB and flat hold all of them.
+    assert calls["per_tensor"] == 8 and calls["bucketed_0MB"] == 8
+    assert calls["bucketed_1MB"] == 1 and calls["flat"] == 1
+    assert 1 < calls["bucketed_0.0001MB"] < 8
+    assert calls["bucketed_1e7"] == 1 and calls["bucketed_8"] == 5  # 3x5 -> [5,5] [5,7] [1,33] [33] [4]
+
+
+def test_s_is_the_padded_workload():
+    class FakeBackend:
+        rank, world_size, device = 1, 3, torch.device("cpu")
+
+        def reduce_scatter_flat(self, output, input):
+            raise AssertionError("not called")
+
+        all_reduce = reduce_scatter_flat
+
+    backend = FakeBackend()
+    rs, ar = BucketedReduceScatter(TENSORS), BucketedAllReduce(TENSORS)
+    rs_args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
+    ar_args = CollArgs(backend=backend, dtype=torch.float32, variant="per_tensor")
+    rs.setup(rs_args, 1)
+    ar.setup(ar_args, 1)
+    # padded to multiples of 3: 3x6 + 9 + 3 + 2x33 + 6 elements; the all-reduce does not pad.
+    assert rs.size_bytes(rs_args, "comm") == (18 + 9 + 3 + 66 + 6) * 4
+    assert ar.size_bytes(ar_args, "comm") == (15 + 7 + 1 + 66 + 4) * 4
+    assert (rs.bus_factor(3), ar.bus_factor(3)) == pytest.approx((2 / 3, 4 / 3))
+
+
+def test_default_workload_is_modest_and_measured_once():
+    op = BucketedReduceScatter()
+    assert 3e6 < sum(DEFAULT_GRADIENTS) < 8e6  # 12-32 MB of float32: the default sweep stays short
+    assert op.sizes([8, 16, 32]) == [8]
+    assert op.variants == ("per_tensor", "bucketed_1MB", "bucketed_5MB", "bucketed_25MB", "bucketed_100MB", "flat")
+    assert BucketedAllReduce().variants == ("per_tensor", "bucketed_256K", "bucketed_1M", "bucketed_1e7")
+
+
+def test_variant_option_selects():
+    assert BucketedReduceScatter({"variant": "flat,concat"}).variants == ("flat",)
+    assert BucketedReduceScatter({"variant": "concat"}).variants[0] == "per_tensor"  # none of its own: all
+
+
+class CorruptedReduceScatter(BucketedReduceScatter):
+    """Reduces correctly, then bumps the first element of the last gradient's shard."""
+
+    def issue(self, args, phase):
+        super().issue(args, phase)
+        complete(args)
+        args.output[-1][0] += 1
+
+
+class CorruptedAllReduce(BucketedAllReduce):
+    def issue(self, args, phase):
+        super().issue(args, phase)
+        complete(args)
+        args.input[3][0] += 1
+
+
+def test_a_corrupted_result_is_caught():
+    cases = (every_variant(CorruptedReduceScatter, RS_OPTIONS, ("float32",), (1,))
+             + every_variant(CorruptedAllReduce, AR_OPTIONS, ("float32",), (1,)))  # fmt: skip
+    results = run_ranks(run_cases, 2, cases)[0]
+    assert [r["wrong"] for r in results] == [2] * len(cases)  # one element on each rank

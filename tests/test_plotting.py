@@ -1,0 +1,215 @@
+"""Charts: the figures hold the expected series and axes; files land where asked; bad input is one line."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from commbench.cli import main
+from commbench.cli.options import LAUNCHER_RANK_ENV, plot_after_run
+from commbench.config import SweepConfig
+from commbench.plotting import SPEEDUP_FAMILIES, build_charts, charts_folder, plot_results
+from commbench.reader import read_results
+from commbench.results import COLUMNS
+from tests.synth_results import SIZES, Case, synth_run
+from tests.test_cli import _one_line_error
+
+CASES = [
+    Case("all_gather", "flat"),
+    Case("all_gather", "list", factor=1.3),
+    Case("grouped_all_gather", "separate", factor=2.0),
+    Case("grouped_all_gather", "coalesced", factor=1.0),  # twice as fast as its baseline
+    Case("sync_bn", "horovod", status="unavailable"),
+]
+
+
+def _labels(ax) -> list[str]:
+    return sorted(line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_"))
+
+
+@pytest.fixture
+def run_csv(tmp_path: Path) -> Path:
+    return synth_run(tmp_path / "a.csv", CASES, seed=1, raw=False)
+
+
+def test_one_size_chart_per_op_and_phase_and_a_speedup_chart_per_family(run_csv: Path) -> None:
+    charts = build_charts(read_results([run_csv]))
+    assert [(c.name, c.kind) for c in charts] == [
+        ("all_gather-comm", "size"), ("grouped_all_gather-comm", "size"), ("grouped_all_gather-comm-speedup", "speedup"),
+    ]  # fmt: skip
+
+
+def test_size_chart_has_a_line_per_variant_on_log2_axes_with_human_labels(run_csv: Path) -> None:
+    chart = build_charts(read_results([run_csv]))[0]
+    latency, busbw = chart.figure.axes
+    for ax in (latency, busbw):
+        assert _labels(ax) == ["flat", "list"]
+        assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
+        assert [ax.xaxis.get_major_formatter()(s, 0) for s in SIZES] == ["8B", "1K", "64K", "1M"]
+        assert sorted(ax.get_lines()[0].get_xdata()) == list(SIZES)
+    assert latency.get_yscale() == "log"
+    assert len(latency.collections) == 2  # one min..p95 band per line
+    flat = read_results([run_csv]).query("variant == 'flat'")
+    band = latency.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == pytest.approx(flat["time_us_min"].min()) and band.max() == pytest.approx(flat["time_us_p95"].max())
+    title = chart.figure.get_suptitle()
+    for fact in ("all_gather", "n=2", "gloo", "float32", "testhost"):
+        assert fact in title
+
+
+def test_speedup_is_baseline_time_over_variant_time(run_csv: Path) -> None:
+    speedup = build_charts(read_results([run_csv]))[2]
+    (ax,) = speedup.figure.axes
+    assert _labels(ax) == ["coalesced"]  # the baseline is the dashed line at 1, not a series
+    values = ax.get_lines()[0].get_ydata()
+    assert all(1.7 < v < 2.3 for v in values), values
+    assert SPEEDUP_FAMILIES["grouped_all_gather"].baseline in speedup.caption
+
+
+def test_each_run_is_its_own_line(tmp_path: Path) -> None:
+    a = synth_run(tmp_path / "old" / "run.csv", CASES[:2], seed=1, raw=False)
+    b = synth_run(tmp_path / "new" / "run.csv", CASES[:2], seed=2, raw=False, world_size=4)
+    latency, _ = build_charts(read_results([a, b]))[0].figure.axes
+    assert _labels(latency) == ["flat (new/run, n=4)", "flat (old/run, n=2)", "list (new/run, n=4)", "list (old/run, n=2)"]
+
+
+def test_wrong_and_unavailable_rows_are_left_out_and_said(tmp_path: Path) -> None:
+    path = synth_run(tmp_path / "w.csv", [Case("sync_bn", "horovod", phase="forward", status="unavailable"),
+                                           Case("sync_bn", "torch", phase="forward"),
+                                           Case("sync_bn", "bad", phase="forward", status="wrong")], seed=3, raw=False)  # fmt: skip
+    charts = build_charts(read_results([path]))
+    assert [c.name for c in charts] == ["sync_bn-forward"]  # no baseline measured: no speedup chart
+    latency, _ = charts[0].figure.axes
+    assert _labels(latency) == ["torch"]
+    assert "4 row(s) with wrong results not plotted" in charts[0].caption
+    assert "horovod unavailable on gloo: needs horovod" in charts[0].caption
+
+
+def test_mixed_dtypes_get_separate_charts(tmp_path: Path) -> None:
+    a = synth_run(tmp_path / "f32.csv", CASES[:1], seed=1, raw=False)
+    b = synth_run(tmp_path / "bf16.csv", CASES[:1], seed=1, raw=False, dtype="bfloat16")
+    assert [c.name for c in build_charts(read_results([a, b]))] == ["all_gather-comm-bfloat16", "all_gather-comm-float32"]
+
+
+@pytest.mark.parametrize("fmt, magic", [("png", b"\x89PNG"), ("svg", b"<svg")])
+def test_plot_results_writes_one_file_per_chart(run_csv: Path, tmp_path: Path, fmt: str, magic: bytes) -> None:
+    written = plot_results([run_csv], tmp_path / "charts", fmt)
+    assert [p.name for p in written] == [f"all_gather-comm.{fmt}", f"grouped_all_gather-comm.{fmt}",
+                                         f"grouped_all_gather-comm-speedup.{fmt}"]  # fmt: skip
+    assert all(magic in p.read_bytes()[:400] for p in written)
+
+
+def test_cli_plot_defaults_to_a_folder_beside_the_csv(tmp_path: Path) -> None:
+    path = synth_run(tmp_path / "one.csv", CASES[:2], seed=1, raw=False)
+    result = CliRunner().invoke(main, ["plot", str(path), "--format", "svg"])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in charts_folder(path).iterdir()] == ["all_gather-comm.svg"]
+    assert result.output.strip() == str(charts_folder(path) / "all_gather-comm.svg")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("make, fragments", [
+    (lambda d: d / "nope.csv", ["does not exist"]),
+    (lambda d: _write(d / "empty.csv", ""), ["is empty"]),
+    (lambda d: _write(d / "header.csv", ",".join(COLUMNS) + "\n"), ["no rows"]),
+    (lambda d: _write(d / "other.csv", "name,value\na,1\n"), ["lacks required column(s)", "time_us_p50", "not a commbench"]),
+    (lambda d: _write(d / "v9.csv", "schema_version,op\n9,x\n"), ["schema_version 9", "reads schema_version 1"]),
+    (lambda d: _write(d / "r.raw.csv", "run_id,op,variant,phase,dtype,mode,size_bytes,iteration,rank,time_us\n"), ["--raw", "r.csv"]),
+])  # fmt: skip
+def test_unusable_input_is_one_line(tmp_path: Path, make, fragments: list[str]) -> None:
+    path = make(tmp_path)
+    _one_line_error(CliRunner().invoke(main, ["plot", str(path), "-o", str(tmp_path / "out")]), str(path), *fragments)
+
+
+def test_missing_some_columns_names_them(run_csv: Path, tmp_path: Path) -> None:
+    lines = run_csv.read_text().splitlines()
+    header = lines[0].split(",")
+    drop = {header.index("busbw_gbps"), header.index("status")}
+    trimmed = [",".join(c for i, c in enumerate(line.split(",")) if i not in drop) for line in lines]
+    path = _write(tmp_path / "trimmed.csv", "\n".join(trimmed) + "\n")
+    result = CliRunner().invoke(main, ["plot", str(path)])
+    _one_line_error(result, "lacks required column(s) busbw_gbps, status")
+    assert "not a commbench" not in result.output
+
+
+def test_unwritable_output_folder_is_one_line(run_csv: Path, tmp_path: Path) -> None:
+    blocker = _write(tmp_path / "afile", "x")
+    _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker / "charts")]), "cannot create the output folder")
+    _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker)]), "is a file")
+
+
+def _cfg(output: Path) -> SweepConfig:
+    return SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,), output=str(output))
+
+
+def test_sweep_charts_beside_its_csv_unless_told_not_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_csv = synth_run(tmp_path / "one.csv", CASES[:2], seed=1, raw=False)
+    for name in LAUNCHER_RANK_ENV:
+        monkeypatch.delenv(name, raising=False)
+    plot_after_run(_cfg(run_csv), 0, plot=False)
+    assert not charts_folder(run_csv).exists()
+    monkeypatch.setenv("RANK", "1")  # a non-lead rank under torchrun leaves charting to rank 0
+    plot_after_run(_cfg(run_csv), 0, plot=True)
+    assert not charts_folder(run_csv).exists()
+    monkeypatch.setenv("RANK", "0")
+    plot_after_run(_cfg(run_csv), 3, plot=True)  # a failed run is not charted
+    assert not charts_folder(run_csv).exists()
+    plot_after_run(_cfg(run_csv), 1, plot=True)  # wrong results: charted (those rows left out)
+    assert os.listdir(charts_folder(run_csv)) == ["all_gather-comm.png"]
+
+
+def test_sweep_has_a_no_plot_flag() -> None:
+    result = CliRunner().invoke(main, ["sweep", "--help"])
+    assert "--no-plot" in result.output
+
+
+@pytest.mark.parametrize("flag, charted", [((), True), (("--no-plot",), False)])
+def test_sweep_charts_its_csv_when_the_ranks_are_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      flag: tuple[str, ...], charted: bool) -> None:  # fmt: skip
+    # The ranks are stood in for (test_cli runs real ones): what is tested is the wiring after them.
+    def ranks_finished(cfg: SweepConfig, nproc: int | None) -> int:
+        synth_run(Path(cfg.output), CASES[:1], seed=1, raw=False)
+        return 0
+
+    monkeypatch.setattr(sys.modules["commbench.cli.sweep"], "start", ranks_finished)  # the group shadows the module name
+    monkeypatch.delenv("RANK", raising=False)
+    out = tmp_path / "run.csv"
+    result = CliRunner().invoke(main, ["sweep", "--op", "all_gather", "--sizes", "8", "-o", str(out), *flag])
+    assert result.exit_code == 0, result.output
+    assert charts_folder(out).exists() == charted
+    assert (f"# charts: {charts_folder(out)}/ (1 files)" in result.output) == charted
+
+
+def test_a_one_size_workload_is_drawn_as_bars(tmp_path: Path) -> None:
+    cases = [Case("bucketed_all_reduce", v, sizes=(20 << 20,), factor=f)
+             for v, f in (("per_tensor", 2.0), ("bucketed_1M", 1.0), ("bucketed_256K", 4.0))]  # fmt: skip
+    size_chart, speedup_chart = build_charts(read_results([synth_run(tmp_path / "w.csv", cases, seed=4, raw=False)]))
+    latency, busbw = size_chart.figure.axes
+    for ax in (latency, busbw):
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["bucketed_1M", "bucketed_256K", "per_tensor"]
+        assert len(ax.patches) == 3
+    (ax,) = speedup_chart.figure.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["bucketed_1M", "bucketed_256K"]
+    tops = [bar.get_y() + bar.get_height() for bar in ax.patches]  # bars start at 1x
+    assert 1.7 < tops[0] < 2.3 and 0.4 < tops[1] < 0.6, tops
+    assert "20M" in size_chart.caption
+
+
+def test_sync_bn_strategies_are_compared_at_equal_channels_not_equal_bytes(tmp_path: Path) -> None:
+    # allreduce moves half the bytes of horovod for one layer, and takes half the time.
+    cases = [Case("sync_bn", "horovod", phase="forward"),
+             Case("sync_bn", "allreduce", phase="forward", bytes_scale=0.5, factor=0.5)]  # fmt: skip
+    speedup = build_charts(read_results([synth_run(tmp_path / "s.csv", cases, seed=5, raw=False)]))[-1]
+    (ax,) = speedup.figure.axes
+    assert speedup.name == "sync_bn-forward-speedup" and _labels(ax) == ["allreduce"]
+    assert list(ax.get_lines()[0].get_xdata()) == [s // 4 for s in SIZES]  # the channel counts
+    assert all(1.7 < v < 2.3 for v in ax.get_lines()[0].get_ydata())
+    assert ax.get_xlabel().startswith("channels C")

@@ -1,0 +1,202 @@
+"""The sync_bn op on real Gloo ranks (every variant and phase checks out, a corrupted result is caught),
+its options, SyncBatchNorm's one-line errors, and `commbench syncbn` end to end."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+from commbench.errors import UserError
+from commbench.harness import CollArgs, measure
+from commbench.ops.sync_bn import SyncBN
+from commbench.syncbn import SyncBatchNorm
+from commbench.syncbn.strategies import STRATEGIES
+from commbench.watchdog import Watchdog
+from tests.distributed import commbench, run_ranks
+
+
+def _measure_all(backend, op_cls, options, dtypes):
+    torch.set_num_threads(1)  # small tensors: threads would only fight the other rank for cores
+    op = op_cls(options)
+    rows = []
+    for variant in op.variants:
+        if (reason := op.unavailable(variant, backend)) is not None:
+            rows.append((variant, "unavailable", reason, None, None, None))
+            continue
+        for dtype in dtypes:
+            for channels in op.sizes([]):
+                args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
+                op.setup(args, channels)
+                for phase in op.phases:
+                    m = measure(op, args, phase, iters=2, warmup=1, window=1, check=True,
+                                watchdog=Watchdog(60, backend.rank), label="test")  # fmt: skip
+                    rows.append((variant, phase, dtype, m.wrong, m.calls, op.size_bytes(args, phase)))
+    return rows
+
+
+def test_every_variant_and_phase_is_correct_with_the_declared_calls_and_bytes():
+    rows = run_ranks(_measure_all, 2, SyncBN, {"channels": "3,16", "batch": "2", "spatial": "3"},
+                     ("float32", "float64", "bfloat16"))[0]  # fmt: skip
+    measured = [r for r in rows if r[1] != "unavailable"]
+    assert {r[0] for r in measured} == set(STRATEGIES)
+    assert len(measured) == 6 * 3 * 2 * 3
+    for variant, phase, dtype, wrong, calls, s_bytes in measured:
+        assert wrong == 0, (variant, phase, dtype)
+        spec = STRATEGIES[variant]
+        expected_calls = {"forward": spec.forward_calls, "backward": spec.backward_calls}
+        assert calls == expected_calls.get(phase, spec.forward_calls + spec.backward_calls), (variant, phase)
+    unavailable = {r[0]: r[2] for r in rows if r[1] == "unavailable"}
+    assert "CPU" in unavailable["native_torch"] and "horovod" in unavailable["native_horovod"]
+
+
+class CorruptedSyncBN(SyncBN):
+    """Normalises correctly, then nudges one output element and one grad_input element."""
+
+    def issue(self, args, phase):
+        super().issue(args, phase)
+        with torch.no_grad():
+            if phase != "backward":
+                args.state.y[0, 0, 0, 0] += 0.01
+            if phase != "forward":
+                args.state.x.grad[-1, -1, -1, -1] += 0.01
+
+
+def test_a_corrupted_sync_bn_result_is_caught():
+    rows = run_ranks(_measure_all, 2, CorruptedSyncBN, {"channels": "4", "batch": "2", "spatial": "2", "variant": "horovod"},
+                     ("float32",))[0]  # fmt: skip
+    wrong = {phase: w for _, phase, _, w, _, _ in rows}
+    # One element per rank per corrupted tensor, summed over the two ranks.
+    assert wrong == {"forward": 2, "backward": 2, "forward_backward": 4}
+
+
+def test_s_is_the_bytes_each_phase_communicates():
+    class FakeBackend:
+        rank, world_size, device = 0, 4, torch.device("cpu")
+
+    op = SyncBN({"channels": "100"})
+    args = CollArgs(backend=FakeBackend(), dtype=torch.float32, variant="torch")
+    args.count = 100
+    assert op.size_bytes(args, "forward") == 201 * 4 * 4
+    assert op.size_bytes(args, "backward") == 200 * 4
+    assert op.size_bytes(args, "forward_backward") == 201 * 16 + 800
+    args.variant, args.dtype = "allreduce", torch.float64
+    assert op.size_bytes(args, "forward") == 201 * 8
+    args.dtype = torch.bfloat16  # statistics stay float32
+    assert op.size_bytes(args, "backward") == 200 * 4
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"channels": "32,x"}, "--channels 'x' is not a channel count"),
+        ({"channels": "0"}, "--channels '0' is not a channel count"),
+        ({"batch": "-1"}, "--batch '-1' must be a whole number >= 1"),
+        ({"spatial": "two"}, "--spatial 'two' must be a whole number >= 1"),
+        ({"batch": "1", "spatial": "1"}, "at least 2 values per channel per rank"),
+    ],
+)
+def test_bad_op_options_are_one_line_errors(options, message):
+    with pytest.raises(UserError) as info:
+        SyncBN(options)
+    assert message in info.value.format_message() and "\n" not in info.value.format_message()
+
+
+def _bad_input_message(case: str) -> str:
+    make = {
+        "channels": lambda: SyncBatchNorm(4)(torch.randn(2, 3, 5)),
+        "1D": lambda: SyncBatchNorm(4)(torch.randn(4)),
+        "6D": lambda: SyncBatchNorm(4)(torch.randn(1, 4, 1, 1, 1, 1)),
+        "strategy": lambda: SyncBatchNorm(4, strategy="nccl"),
+        "one value": lambda: SyncBatchNorm(4)(torch.randn(1, 4)),
+    }[case]
+    try:
+        make()
+    except ValueError as exc:
+        return str(exc)
+    return "no ValueError"
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("channels", "expected 4 channels in dim 1 of the input, got 3"),
+        ("1D", "expected 2D to 5D input (got 1D input)"),
+        ("6D", "expected 2D to 5D input (got 6D input)"),
+        ("strategy", "unknown SyncBatchNorm strategy 'nccl'; valid strategies: torch, torch_legacy"),
+        ("one value", "Expected more than 1 value per channel when training, got 1"),
+    ],
+)
+def test_bad_input_is_a_one_line_value_error(case, message):
+    text = _bad_input_message(case)
+    assert message in text and "\n" not in text
+
+
+def test_single_process_eval_and_state_dict_follow_batchnorm():
+    _eval_and_state_dict()
+
+
+def _eval_and_state_dict():
+    ref = torch.nn.BatchNorm2d(3)
+    ours = SyncBatchNorm(3, strategy="apex")
+    ours.load_state_dict(ref.state_dict())
+    assert set(ours.state_dict()) == set(ref.state_dict())
+    x = torch.randn(4, 3, 2, 2)
+    assert torch.allclose(ours(x), ref(x), atol=1e-6)
+    assert torch.allclose(ours.running_var, ref.running_var) and int(ours.num_batches_tracked) == 1
+    ours.eval(), ref.eval()
+    assert torch.allclose(ours(x), ref(x), atol=1e-6)
+    one = torch.randn(1, 3, 1, 1)  # one value per channel is fine in eval: running statistics are used
+    assert torch.allclose(ours(one), ref(one), atol=1e-6)
+
+
+def test_speedup_table_divides_horovod_time_by_each_strategy_time():
+    import pandas as pd
+
+    from commbench.syncbn.report import format_table
+
+    rows = [("forward", 32, "horovod", 200.0), ("forward", 32, "torch", 100.0), ("forward", 32, "apex", 400.0),
+            ("backward", 32, "horovod", 90.0), ("backward", 32, "torch", 30.0), ("backward", 32, "apex", 45.0)]  # fmt: skip
+    frame = pd.DataFrame(
+        [{"op": "sync_bn", "status": "ok", "phase": p, "count": c, "variant": v, "time_us_p50": t, "run": "r",
+          "backend": "gloo", "world_size": 2, "dtype": "float32", "mode": "blocking"} for p, c, v, t in rows]  # fmt: skip
+    )
+    lines = format_table(frame).splitlines()
+    assert "speedup over horovod" in lines[0]
+    assert lines[1].split()[1:] == ["phase", "C", "torch", "apex", "horovod"]  # strategy order, not alphabetical
+    assert lines[2].split() == ["forward", "32", "100", "(2.00x)", "400", "(0.50x)", "200"]
+    assert lines[3].split() == ["backward", "32", "30", "(3.00x)", "45", "(2.00x)", "90"]
+
+
+def test_syncbn_command_prints_the_comparison_and_charts_it(tmp_path):
+    out = tmp_path / "sbn.csv"
+    run = commbench("syncbn", "--nproc", "2", "--channels", "4,8", "--batch", "2", "--spatial", "2", "-n", "2", "-w", "1",
+                    "--strategy", "horovod,apex", "--strategy", "allreduce", "-o", str(out), env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "speedup over horovod" in run.stdout
+    table = [line.split() for line in run.stdout.splitlines() if line.startswith("  forward ")]
+    assert [row[1] for row in table] == ["4", "8"] and all(row[3].endswith("x)") for row in table)
+    for phase in ("forward", "backward", "forward_backward"):
+        assert (tmp_path / "sbn-charts" / f"sync_bn-{phase}-speedup.png").stat().st_size > 0
+
+    import pandas as pd
+
+    rows = pd.read_csv(out)
+    assert set(rows["variant"]) == {"horovod", "apex", "allreduce"} and set(rows["status"]) == {"ok"}
+    assert len(rows) == 3 * 2 * 3 and (rows["wrong"] == 0).all()
+    calls = rows.set_index(["variant", "phase"])["calls"].groupby(level=[0, 1]).first()
+    assert (calls["horovod", "forward"], calls["horovod", "backward"], calls["apex", "forward_backward"]) == (3, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("syncbn", "--strategy", "torch,nccl"), "unknown strategy 'nccl'; valid strategies: torch, torch_legacy"),
+        (("syncbn", "--channels", "32,-1"), "--channels '-1' is not a channel count"),
+        (("sweep", "--op", "sync_bn", "--batch", "0"), "--batch '0' must be a whole number >= 1"),
+    ],
+)
+def test_bad_command_lines_are_one_line_errors(argv, message):
+    run = commbench(*argv, timeout=60)
+    assert run.returncode == 2
+    assert message in run.stderr and len(run.stderr.strip().splitlines()) == 1
