@@ -21,6 +21,7 @@ from commbench.errors import UserError
 from commbench.harness import CollArgs, Measurement, measure
 from commbench.ops import load_op
 from commbench.ops.base import Op
+from commbench.ops.options import choose_variants
 from commbench.progress import ProgressBoard
 from commbench.resources import memory_error
 from commbench.results import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, check_writable, default_output, raw_path
@@ -30,10 +31,6 @@ from commbench.watchdog import Watchdog, bounded
 
 
 TRANSPORT_TIMEOUT_SLACK_S = 10.0
-
-
-class WrongResults(Exception):
-    """The correctness check found wrong elements (exit code 1)."""
 
 
 class PeerError(Exception):
@@ -156,12 +153,14 @@ def _sweep_op(cfg: SweepConfig, backend: Backend, op: Op, dtype: str, watchdog: 
     wrong_total = 0
 
     def unavailable(variant: str) -> str | None:
-        return backend.dtype_unavailable(getattr(torch, dtype)) or op.unavailable(variant, backend)
+        torch_dtype = getattr(torch, dtype)
+        return backend.dtype_unavailable(torch_dtype) or op.dtype_unavailable(torch_dtype) or op.unavailable(variant, backend)
 
-    for variant in op.variants:
+    chosen = choose_variants(op.variants, cfg.op_options)
+    for variant in chosen:
         if (reason := unavailable(variant)) is not None and sink:
             sink.unavailable(op, variant, dtype, reason)
-    variants = [v for v in op.variants if unavailable(v) is None]
+    variants = [v for v in chosen if unavailable(v) is None]
     for size in op.sizes(cfg.sizes):
         for variant in variants:
             args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)

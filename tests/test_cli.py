@@ -122,3 +122,14 @@ def test_sweep_under_torchrun(tmp_path, nproc):
     # sizes round to a multiple of the world size, and the bytes moved are reported
     assert (core["count"] % nproc == 0).all()
     assert (core.size_bytes == core["count"] * 4).all()
+
+
+def test_variant_filter_and_int_dtype_on_an_op_that_cannot_use_it(tmp_path):
+    out = tmp_path / "v.csv"
+    proc = commbench("sweep", "--op", "all_gather,sync_bn", "--variant", "list,apex", "--channels", "4", "--sizes", "1K",
+                     "--dtype", "int32", "-n", "1", "-w", "0", "-o", str(out), "--no-plot")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    df = pd.read_csv(out)
+    assert set(df[df.op == "all_gather"].variant) == {"list"}
+    bn = df[df.op == "sync_bn"]
+    assert list(bn.variant) == ["apex"] and list(bn.status) == ["unavailable"] and "floating" in bn.note.iloc[0]

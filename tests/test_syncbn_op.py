@@ -12,6 +12,7 @@ from commbench.harness import CollArgs, measure
 from commbench.ops.sync_bn import SyncBN
 from commbench.syncbn import SyncBatchNorm
 from commbench.syncbn.strategies import STRATEGIES
+from commbench.ops.options import choose_variants
 from commbench.watchdog import Watchdog
 from tests.distributed import commbench, run_ranks
 
@@ -20,7 +21,7 @@ def _measure_all(backend, op_cls, options, dtypes):
     torch.set_num_threads(1)  # small tensors: threads would only fight the other rank for cores
     op = op_cls(options)
     rows = []
-    for variant in op.variants:
+    for variant in choose_variants(op.variants, options):
         if (reason := op.unavailable(variant, backend)) is not None:
             rows.append((variant, "unavailable", reason, None, None, None))
             continue

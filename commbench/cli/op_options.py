@@ -30,7 +30,7 @@ _FLAGS = (
     click.option("--spatial", default=None, help="sync_bn: height = width of the (N, C, H, W) input. [default: 8]"),
     click.option("--variant", "variants", multiple=True, help=(
         "Run only these variants (repeatable or comma-separated) of each op that has any of them; an op with "
-        "none of them (and the core all_gather, reduce_scatter_base) runs all of its own. Names are in `commbench list`.")),
+        "none of them runs all of its own. Names are in `commbench list`.")),
 )
 
 

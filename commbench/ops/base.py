@@ -59,6 +59,10 @@ class Op(ABC):
         """Why a variant cannot run on this backend, or None when it can."""
         return None
 
+    def dtype_unavailable(self, dtype: torch.dtype) -> str | None:
+        """Why this op cannot run in dtype, or None when it can."""
+        return None
+
     def sizes(self, requested: Sequence[int]) -> Sequence[int]:
         """The sizes to measure; ops with a fixed workload return their own."""
         return requested

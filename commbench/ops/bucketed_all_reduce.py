@@ -15,7 +15,7 @@ from commbench.bucketer import AllReduceBucketer, average_
 from commbench.harness import CollArgs
 from commbench.ops.base import count_wrong
 from commbench.ops.gradients import GradientStep, gradient_values, indices
-from commbench.ops.options import MESSAGE_SIZE, choose_variants, split_list
+from commbench.ops.options import MESSAGE_SIZE, split_list
 from commbench.workload import format_count, parse_count
 
 DEFAULT_MESSAGE_SIZES = "256K,1M,1e7"
@@ -45,7 +45,7 @@ class BucketedAllReduce(GradientStep):
         sizes = [parse_count(m, "--message-size") for m in split_list(text) or [text]]
         # per_tensor is the same reducer with one tensor per bucket (message size 1).
         self.message_sizes = {"per_tensor": 1, **{f"bucketed_{format_count(m)}": m for m in sizes}}
-        self.variants = choose_variants(tuple(self.message_sizes), self.options)
+        self.variants = tuple(self.message_sizes)
 
     def memory_bytes(self, size_bytes: int, world_size: int) -> int:
         # Gradients, their cached values, the expected averages and the flattened buckets, at 8 bytes per element.

@@ -16,7 +16,7 @@ from commbench.bucketer import ReduceScatterBucketer
 from commbench.harness import CollArgs
 from commbench.ops.base import count_wrong
 from commbench.ops.gradients import GradientStep, gradient_values, indices, padded
-from commbench.ops.options import BUCKET_CAP_MB, choose_variants, format_mb, parse_caps_mb
+from commbench.ops.options import BUCKET_CAP_MB, format_mb, parse_caps_mb
 
 DEFAULT_CAPS_MB = "1,5,25,100"
 
@@ -44,7 +44,7 @@ class BucketedReduceScatter(GradientStep):
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
         self.caps_mb = {f"bucketed_{format_mb(c)}MB": c for c in parse_caps_mb(self.options.get(BUCKET_CAP_MB) or DEFAULT_CAPS_MB)}
-        self.variants = choose_variants(("per_tensor", *self.caps_mb, "flat"), self.options)
+        self.variants = ("per_tensor", *self.caps_mb, "flat")
 
     def memory_bytes(self, size_bytes: int, world_size: int) -> int:
         # Gradients and their cached values (2 W), shards and expected (2 W / n), and the largest bucket with

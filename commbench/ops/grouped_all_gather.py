@@ -14,7 +14,7 @@ import torch
 from commbench.backends.base import Backend
 from commbench.harness import CollArgs
 from commbench.ops.base import Op, count_wrong
-from commbench.ops.options import choose_variants, tensors_option
+from commbench.ops.options import tensors_option
 
 MAX_CHANNELS = 4096  # the widest SyncBatchNorm layers in common models; keeps the default sweep short
 
@@ -39,7 +39,6 @@ class GroupedAllGather(Op):
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
         self.numels = tensors_option(self.options, None)  # None: the SyncBN shapes, C swept
-        self.variants = choose_variants(type(self).variants, self.options)
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:
         if variant not in ("coalesced", "grouped"):

@@ -17,7 +17,7 @@ import torch
 from commbench.errors import UserError
 from commbench.harness import CollArgs
 from commbench.ops.base import Op, count_wrong
-from commbench.ops.options import BATCH, CHANNELS, SPATIAL, choose_variants, split_list
+from commbench.ops.options import BATCH, CHANNELS, SPATIAL, split_list
 from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES, SyncBatchNorm
 from commbench.syncbn.stats import reduce_dims, stat_dtype
 from commbench.syncbn.strategies import STRATEGIES
@@ -80,7 +80,6 @@ class SyncBN(Op):
         self.spatial = _positive_int(self.options, SPATIAL, DEFAULT_SPATIAL)
         if self.batch * self.spatial**2 < 2:
             raise UserError("sync_bn needs at least 2 values per channel per rank: raise --batch or --spatial")
-        self.variants = choose_variants(type(self).variants, self.options)
 
     def unavailable(self, variant: str, backend: Any) -> str | None:
         if variant == "horovod_grouped":
@@ -89,6 +88,11 @@ class SyncBN(Op):
             return "torch.nn.SyncBatchNorm refuses CPU tensors (needs CUDA and a GPU backend)"
         if variant == NATIVE_HOROVOD and (backend.name != "horovod" or backend.device.type != "cuda"):
             return "hvd.SyncBatchNorm needs the horovod backend on CUDA"
+        return None
+
+    def dtype_unavailable(self, dtype: torch.dtype) -> str | None:
+        if not dtype.is_floating_point:
+            return f"batch norm needs a floating dtype (float32, float64, float16, bfloat16), not {str(dtype).removeprefix('torch.')}"
         return None
 
     def sizes(self, requested: Any) -> tuple[int, ...]:
@@ -102,9 +106,6 @@ class SyncBN(Op):
         return elements * 8 * (8 + 3 * world_size)
 
     def setup(self, args: CollArgs, size_bytes: int) -> None:
-        if not args.dtype.is_floating_point:
-            raise UserError(f"sync_bn needs a floating dtype (float32, float64, float16, bfloat16), not {args.dtype}; "
-                            "leave it out with --op or pick --dtype")  # fmt: skip
         channels = args.count = size_bytes
         module = self._module(args, channels)
         inputs = [self._inputs(r, channels, args.dtype) for r in range(args.world_size)]
