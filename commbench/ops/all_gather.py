@@ -43,8 +43,5 @@ class AllGather(Op):
         gathered = args.output if args.variant == "flat" else torch.cat(args.output)
         return count_wrong(gathered, args.expected)
 
-    def size_bytes(self, args: CollArgs, phase: str) -> int:
-        return args.count * args.element_size
-
     def bus_factor(self, world_size: int) -> float:
         return (world_size - 1) / world_size

@@ -35,8 +35,5 @@ class AllReduce(Op):
     def wrong(self, args: CollArgs, phase: str) -> int:
         return count_wrong(args.input, args.expected)
 
-    def size_bytes(self, args: CollArgs, phase: str) -> int:
-        return args.count * args.element_size
-
     def bus_factor(self, world_size: int) -> float:
         return 2 * (world_size - 1) / world_size

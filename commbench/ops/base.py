@@ -90,9 +90,13 @@ class Op(ABC):
     def wrong(self, args: "CollArgs", phase: str) -> int:
         """Wrong elements on this rank after one checked iteration."""
 
-    @abstractmethod
     def size_bytes(self, args: "CollArgs", phase: str) -> int:
-        """S: the bytes one iteration moves, as defined for this op in `commbench list`."""
+        """S: the bytes one iteration moves, as defined for this op in `commbench list`.
+
+        By default S is args.count elements (setup() counts them as the op defines S); ops whose
+        S depends on the phase or variant override this.
+        """
+        return args.count * args.element_size
 
     @abstractmethod
     def bus_factor(self, world_size: int) -> float:

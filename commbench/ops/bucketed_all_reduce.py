@@ -67,8 +67,5 @@ class BucketedAllReduce(GradientStep):
     def wrong(self, args: CollArgs, phase: str) -> int:
         return sum(count_wrong(grad, exp) for grad, exp in zip(args.input, args.expected))
 
-    def size_bytes(self, args: CollArgs, phase: str) -> int:
-        return args.count * args.element_size
-
     def bus_factor(self, world_size: int) -> float:
         return 2 * (world_size - 1) / world_size

@@ -91,8 +91,5 @@ class GroupedAllGather(Op):
     def wrong(self, args: CollArgs, phase: str) -> int:
         return sum(count_wrong(out, exp) for out, exp in zip(args.output, args.expected))
 
-    def size_bytes(self, args: CollArgs, phase: str) -> int:
-        return args.count * args.element_size
-
     def bus_factor(self, world_size: int) -> float:
         return (world_size - 1) / world_size

@@ -45,9 +45,6 @@ class ReduceScatterBase(Op):
     def wrong(self, args: CollArgs, phase: str) -> int:
         return count_wrong(args.output, args.expected)
 
-    def size_bytes(self, args: CollArgs, phase: str) -> int:
-        return args.count * args.element_size
-
     def bus_factor(self, world_size: int) -> float:
         return (world_size - 1) / world_size
 
