@@ -1,18 +1,47 @@
-"""Deliberately broken ops, loaded by the CLI as `--op tests.broken_ops:Name` to prove the check bites."""
+"""Deliberately broken ops: each does its collective correctly, then bumps one element of the
+result on every rank, so the check must report one wrong element per rank. The CLI loads them as
+`--op tests.broken_ops:Name`."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
+
 from commbench.harness import CollArgs, complete
 from commbench.ops.all_gather import AllGather
+from commbench.ops.all_reduce import AllReduce
+from commbench.ops.reduce_scatter_base import ReduceScatterBase
+
+
+def _bump(result: Any) -> None:
+    """Add one to the last element of a tensor, or of the last tensor of a list."""
+    tensor = result if torch.is_tensor(result) else result[-1]
+    tensor.view(-1)[-1] += 1
 
 
 class CorruptAllGather(AllGather):
-    """A correct all_gather whose last output element is then bumped on every rank."""
-
     name = "corrupt_all_gather"
 
     def issue(self, args: CollArgs, phase: str) -> None:
         super().issue(args, phase)
         complete(args)
-        out = args.output if args.variant == "flat" else args.output[-1]
-        out[-1] += 1
+        _bump(args.output)
+
+
+class CorruptReduceScatter(ReduceScatterBase):
+    name = "corrupt_reduce_scatter_base"
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        super().issue(args, phase)
+        complete(args)
+        _bump(args.output)
+
+
+class CorruptAllReduce(AllReduce):
+    name = "corrupt_all_reduce"
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        super().issue(args, phase)
+        complete(args)
+        _bump(args.input)  # all_reduce is in place

@@ -5,64 +5,37 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.harness import CollArgs, complete, measure
+from commbench.harness import CollArgs, measure
 from commbench.ops.all_gather import AllGather
 from commbench.ops.reduce_scatter_base import ReduceScatterBase
 from commbench.watchdog import Watchdog
+from tests.broken_ops import CorruptAllGather, CorruptAllReduce, CorruptReduceScatter
 from tests.distributed import run_ranks
+from tests.op_cases import every_variant, run_cases
 
-
-def _run_case(backend, op_cls, variant, dtype, size):
-    op = op_cls()
-    args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
-    op.setup(args, size)
-    m = measure(op, args, op.phases[0], iters=2, warmup=1, window=1, check=True,
-                watchdog=Watchdog(60, backend.rank), label="test")  # fmt: skip
-    return m.wrong, op.size_bytes(args, op.phases[0]), args.count, m.apis, m.calls
+DTYPES = ("float32", "bfloat16", "float16", "float64", "int32")
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_every_variant_and_dtype_is_correct(world):
-    def cases():
-        for op_cls in (AllGather, ReduceScatterBase):
-            for variant in op_cls.variants:
-                for dtype in ("float32", "bfloat16", "float16", "float64", "int32"):
-                    for size in (8, 1000, 65536):
-                        yield op_cls, variant, dtype, size
-
-    results = run_ranks(_run_cases, world, list(cases()))
-    for per_case in results[0]:
-        wrong, s_bytes, count, apis, calls = per_case
-        assert wrong == 0
-        assert count % world == 0 and count >= world
-        assert calls == 1
-
-
-def _run_cases(backend, cases):
-    return [_run_case(backend, *c) for c in cases]
+    cases = [c for op_cls in (AllGather, ReduceScatterBase) for c in every_variant(op_cls, {}, DTYPES, (8, 1000, 65536))]
+    for result in run_ranks(run_cases, world, cases)[0]:
+        assert result["wrong"] == 0
+        assert result["count"] % world == 0 and result["count"] >= world
+        assert result["calls"] == 1
 
 
 def test_sizes_round_to_a_multiple_of_world_size_and_report_bytes_moved():
     # 8 bytes of float32 on 3 ranks is 2 elements: rounded to 3 elements, 12 bytes reported.
-    (res,) = run_ranks(_run_cases, 3, [(AllGather, "flat", "float32", 8)])[:1]
-    wrong, s_bytes, count, apis, _ = res[0]
-    assert (count, s_bytes, wrong) == (3, 12, 0)
-    assert apis == "all_gather_single"
+    res = run_ranks(run_cases, 3, [(AllGather, {}, "flat", "float32", 8)])[0][0]
+    assert (res["count"], res["s_bytes"], res["wrong"]) == (3, 12, 0)
+    assert res["apis"] == "all_gather_single"
 
 
-class CorruptedAllGather(AllGather):
-    """Gathers correctly, then flips one element: the check must catch it."""
-
-    def issue(self, args, phase):
-        super().issue(args, phase)
-        complete(args)
-        args.output[-1] += 1
-
-
-def test_a_corrupted_op_is_caught_on_every_rank():
-    results = run_ranks(_run_cases, 2, [(CorruptedAllGather, "flat", "float32", 1024)])
-    wrong = results[0][0][0]
-    assert wrong == 2  # one element on each of the two ranks, summed over ranks
+@pytest.mark.parametrize("op_cls", [CorruptAllGather, CorruptReduceScatter, CorruptAllReduce])
+def test_a_corrupted_op_is_caught_on_every_rank(op_cls):
+    for result in run_ranks(run_cases, 2, every_variant(op_cls, {}, ("float32",), (1024,)))[0]:
+        assert result["wrong"] == 2  # one element on each of the two ranks, summed over ranks
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8])
