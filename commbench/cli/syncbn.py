@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import click
 
-from commbench.cli.options import (LAUNCHER_RANK_ENV, build_config, launch_options, measure_options, plot_after_run,
+from commbench.cli.options import (build_config, is_first_process, launch_options, measure_options, plot_after_run,
                                    plot_option, start)  # fmt: skip
 from commbench.errors import UserError
 from commbench.ops.options import BATCH, CHANNELS, SPATIAL, VARIANT
@@ -51,15 +50,10 @@ def syncbn(channels: str, batch: str, spatial: str, strategies: tuple[str, ...],
         op_options[VARIANT] = ",".join(chosen)
     cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, **options)
     code = start(cfg, nproc)
-    if code in (0, 1) and cfg.output and Path(cfg.output).exists() and _first_rank():
+    if code in (0, 1) and cfg.output and Path(cfg.output).exists() and is_first_process():
         _print_comparison(Path(cfg.output))
     plot_after_run(cfg, code, plot)
     sys.exit(code)
-
-
-def _first_rank() -> bool:
-    """The launching process, or rank 0 under torchrun/horovodrun: the one that may print and chart."""
-    return next((os.environ[v] for v in LAUNCHER_RANK_ENV if v in os.environ), "0") == "0"
 
 
 def _print_comparison(csv_path: Path) -> None:
