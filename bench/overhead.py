@@ -40,21 +40,23 @@ def rank_main(rank: int, world: int, port: int, rounds: int, iters: int, queue) 
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")  # fmt: skip
     from commbench.backends.gloo import GlooBackend
-    from commbench.harness import CollArgs, measure
+    from commbench.launchers import detect
+    from commbench.run.harness import CollArgs, measure
     from commbench.ops.all_gather import AllGather
-    from commbench.watchdog import Watchdog
+    from commbench.ops.base import Point
+    from commbench.run.watchdog import Watchdog
 
     torch.set_num_threads(1)  # as commbench's spawner does: two ranks share the cores
     if hasattr(os, "sched_setaffinity"):  # one core per rank: fewer migrations, less noise for both loops
         os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
     backend = GlooBackend()
-    backend.init(300)
+    backend.init(300, detect())
     watchdog = Watchdog(300, rank)
     op = AllGather()
     results = []
     for size in SIZES:
         args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
-        op.setup(args, size)
+        op.setup(args, Point.of_size(size))
         bare_in, bare_out = args.input.clone(), args.output.clone()
         bare_loop(backend, bare_out, bare_in, 3)  # warm-up, as the harness does
         harness_us: list[float] = []

@@ -1,14 +1,26 @@
-"""The single abort path for user errors: one line, non-zero exit, no traceback."""
+"""How commbench ends: one enum of exit codes, and the single abort path for user errors."""
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 import click
+
+
+class ExitCode(IntEnum):
+    """Every exit code commbench uses; docs/failure-modes.md explains each."""
+
+    OK = 0
+    FAILED = 1  # wrong results in a sweep, or a regression (or wrong results) in `compare`
+    USAGE = 2  # a mistake the user can fix: bad input, an impossible combination, a refusal
+    COLLECTIVE_FAILURE = 3  # a collective failed or timed out, or a rank was lost
+    INTERRUPTED = 130  # Ctrl-C
 
 
 class UserError(click.ClickException):
     """A mistake the user can fix; the message says how. Bugs keep their traceback instead."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
     def show(self, file=None) -> None:  # one line, prefixed like the rest of commbench's output
         click.echo(f"commbench: error: {self.format_message()}", err=True, file=file)

@@ -13,6 +13,7 @@ import sys
 import torch
 
 from commbench.backends.horovod import HorovodBackend
+from commbench.launchers import detect
 
 RESULT_TAG = "HOROVOD_CASES"
 
@@ -89,7 +90,7 @@ def check(b: HorovodBackend) -> dict[str, int]:
 
 def main() -> None:
     b = HorovodBackend()
-    b.init(60)
+    b.init(60, detect())
     try:
         mine = check(b)
         everyone = b.all_gather_object(mine)

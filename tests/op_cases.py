@@ -6,9 +6,9 @@ from typing import Any, Mapping
 
 import torch
 
-from commbench.harness import CollArgs, measure
-from commbench.ops.base import Op
-from commbench.watchdog import Watchdog
+from commbench.run.harness import CollArgs, measure
+from commbench.ops.base import Op, Point
+from commbench.run.watchdog import Watchdog
 
 
 def run_case(backend: Any, op_cls: type[Op], options: Mapping[str, str], variant: str, dtype: str, size: int) -> dict[str, Any]:
@@ -17,7 +17,7 @@ def run_case(backend: Any, op_cls: type[Op], options: Mapping[str, str], variant
     if (reason := op.unavailable(variant, backend)) is not None:
         return {"variant": variant, "dtype": dtype, "unavailable": reason}
     args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
-    op.setup(args, size)
+    op.setup(args, Point.of_size(size))
     m = measure(op, args, op.phases[0], iters=2, warmup=1, window=1, check=True,
                 watchdog=Watchdog(60, backend.rank), label=f"{op.name}/{variant}")  # fmt: skip
     return {"variant": variant, "dtype": dtype, "wrong": m.wrong, "count": args.count, "calls": m.calls,
@@ -31,4 +31,5 @@ def run_cases(backend: Any, cases: list[tuple[Any, ...]]) -> list[dict[str, Any]
 def every_variant(op_cls: type[Op], options: Mapping[str, str], dtypes: tuple[str, ...], sizes: tuple[int, ...]) -> list[tuple[Any, ...]]:
     """Cases for every variant of the op x dtypes x the sizes the op measures of these."""
     op = op_cls(options)
-    return [(op_cls, dict(options), v, d, s) for v in op.variants for d in dtypes for s in op.sizes(list(sizes))]
+    points = op.points(list(sizes))
+    return [(op_cls, dict(options), v, d, p.size_bytes) for v in op.variants for d in dtypes for p in points]

@@ -10,8 +10,9 @@ import threading
 
 import torch
 
-from commbench.harness import CollArgs
+from commbench.run.harness import CollArgs
 from commbench.ops.all_gather import AllGather
+from commbench.ops.base import Point
 
 HANG_FROM_BYTES = 1024
 
@@ -45,8 +46,8 @@ class HangOnRank1Coalesced(AllGather):
     def unavailable(self, variant, backend):
         return backend.group_unavailable()
 
-    def setup(self, args: CollArgs, size_bytes: int) -> None:
-        super().setup(args, size_bytes)
+    def setup(self, args: CollArgs, point: Point) -> None:
+        super().setup(args, point)
         args.state = torch.empty_like(args.output)  # the second gather's output
 
     def issue(self, args: CollArgs, phase: str) -> None:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench.results import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, raw_path
-from commbench.stats import Stats, bandwidth_gbps
+from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, raw_path
+from commbench.results.stats import Stats, bandwidth_gbps
 
 SIZES = (8, 1024, 65536, 1 << 20)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.bucketer import AllReduceBucketer, FollowedBy, ReduceScatterBucketer, average_, message_buckets
+from commbench.ops.bucketer import AllReduceBucketer, FollowedBy, ReduceScatterBucketer, average_, message_buckets
 
 N = 2
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import main
-from commbench.results import COLUMNS
+from commbench.results.schema import COLUMNS
 from tests.distributed import commbench, torchrun
 
 

@@ -23,7 +23,7 @@ from commbench.backends import horovod_missing  # noqa: E402
 from commbench.backends.horovod import REQUIRED_APIS, _Names, import_horovod  # noqa: E402
 from commbench.cli import main  # noqa: E402
 from commbench.errors import UserError  # noqa: E402
-from commbench.ops import OPS  # noqa: E402
+from commbench.ops import registry  # noqa: E402
 from tests.distributed import REPO, commbench  # noqa: E402
 from tests.test_cli import _one_line_error  # noqa: E402
 from tests.horovod_cases import RESULT_TAG  # noqa: E402
@@ -73,21 +73,21 @@ def horovod_sweep(request, tmp_path_factory) -> tuple[int, Path]:
 def test_every_op_is_correct_under_horovodrun(horovod_sweep):
     nproc, out = horovod_sweep
     df = pd.read_csv(out)
-    assert set(df.op) == set(OPS)  # every registered op ran (or said why a variant cannot)
+    assert set(df.op) == set(registry())  # every registered op ran (or said why a variant cannot)
     ok = df[df.status == "ok"]
     assert (ok.wrong == 0).all() and (ok.world_size == nproc).all() and (ok.backend == "horovod").all()
     assert set(df.status) <= {"ok", "unavailable"}
-    for op in OPS:
+    for op in registry():
         assert len(ok[ok.op == op]) > 0, f"{op} measured nothing on horovod"
     # Only torch's coalescing manager and CUDA-only forms may be unavailable on Horovod's CPU build.
     unavailable = df[df.status == "unavailable"]
     assert set(unavailable.variant) <= {"coalesced", "native_torch", "native_horovod"}, unavailable[["op", "variant", "note"]]
-    if "grouped_all_gather" in OPS:
+    if "grouped_all_gather" in registry():
         grouped = ok[(ok.op == "grouped_all_gather") & (ok.variant == "grouped")]
         assert len(grouped) > 0 and (grouped.api == "grouped_allgather").all() and (grouped.calls == 1).all()
         separate = ok[(ok.op == "grouped_all_gather") & (ok.variant == "separate")]
         assert (separate.api == "allgather").all() and (separate.calls == 5).all()  # one per --tensors entry
-    if "sync_bn" in OPS:
+    if "sync_bn" in registry():
         horovod_strategies = ok[(ok.op == "sync_bn") & ok.variant.isin(["horovod", "horovod_grouped"])]
         assert set(horovod_strategies.variant) == {"horovod", "horovod_grouped"}
     core = ok[ok.op.isin(["all_gather", "reduce_scatter_base"])]

@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from commbench.cli import main
 from commbench.errors import UserError
-from commbench.ops.options import parse_caps_mb
-from commbench.workload import format_count, parse_count, parse_tensors
+from commbench.ops.bucketed_reduce_scatter import parse_caps_mb
+from commbench.units import format_count, parse_count, parse_tensors
 
 
 def test_tensors_expand_in_order():

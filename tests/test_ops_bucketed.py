@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.ops.options import choose_variants
+from commbench.ops import choose_variants
 
-from commbench.harness import CollArgs, complete
+from commbench.run.harness import CollArgs, complete
 from commbench.ops.all_reduce import AllReduce
 from commbench.ops.bucketed_all_reduce import BucketedAllReduce
 from commbench.ops.bucketed_reduce_scatter import BucketedReduceScatter
-from commbench.workload import DEFAULT_GRADIENTS
+from commbench.ops.gradients import DEFAULT_GRADIENTS
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
 
@@ -58,8 +58,8 @@ def test_s_is_the_padded_workload():
     rs, ar = BucketedReduceScatter(TENSORS), BucketedAllReduce(TENSORS)
     rs_args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
     ar_args = CollArgs(backend=backend, dtype=torch.float32, variant="per_tensor")
-    rs.setup(rs_args, 1)
-    ar.setup(ar_args, 1)
+    rs.setup(rs_args, rs.points([1])[0])
+    ar.setup(ar_args, ar.points([1])[0])
     # padded to multiples of 3: 3x6 + 9 + 3 + 2x33 + 6 elements; the all-reduce does not pad.
     assert rs.size_bytes(rs_args, "comm") == (18 + 9 + 3 + 66 + 6) * 4
     assert ar.size_bytes(ar_args, "comm") == (15 + 7 + 1 + 66 + 4) * 4
@@ -69,15 +69,15 @@ def test_s_is_the_padded_workload():
 def test_default_workload_is_modest_and_measured_once():
     op = BucketedReduceScatter()
     assert 3e6 < sum(DEFAULT_GRADIENTS) < 8e6  # 12-32 MB of float32: the default sweep stays short
-    assert op.sizes([8, 16, 32]) == [8]
+    assert len(op.points([8, 16, 32])) == 1
     assert op.variants == ("per_tensor", "bucketed_1MB", "bucketed_5MB", "bucketed_25MB", "bucketed_100MB", "flat")
     assert BucketedAllReduce().variants == ("per_tensor", "bucketed_256K", "bucketed_1M", "bucketed_1e7")
 
 
 def test_variant_option_selects():
     offered = BucketedReduceScatter().variants
-    assert choose_variants(offered, {"variant": "flat,concat"}) == ("flat",)
-    assert choose_variants(offered, {"variant": "concat"}) == offered  # none of its own: all
+    assert choose_variants(offered, ["flat", "concat"]) == ("flat",)
+    assert choose_variants(offered, ["concat"]) == offered  # none of its own: all
 
 
 class CorruptedReduceScatter(BucketedReduceScatter):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.harness import CollArgs, measure
+from commbench.run.harness import CollArgs, measure
 from commbench.ops.all_gather import AllGather
+from commbench.ops.base import Point
 from commbench.ops.reduce_scatter_base import ReduceScatterBase
-from commbench.watchdog import Watchdog
+from commbench.run.watchdog import Watchdog
 from tests.broken_ops import CorruptAllGather, CorruptAllReduce, CorruptReduceScatter
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
@@ -46,7 +47,7 @@ def test_s_and_bus_factor(n):
     for op_cls in (AllGather, ReduceScatterBase):
         op = op_cls()
         args = CollArgs(backend=FakeBackend(), dtype=torch.float32, variant="flat")
-        op.setup(args, 1 << 20)
+        op.setup(args, Point.of_size(1 << 20))
         per_rank = round((1 << 20) / 4 / n)
         assert args.count == per_rank * n
         assert op.size_bytes(args, "comm") == per_rank * n * 4
@@ -77,7 +78,7 @@ def test_grouped_collectives_over_torchs_coalescing_manager():
 def _nonblocking(backend):
     op = AllGather()
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
-    op.setup(args, 4096)
+    op.setup(args, Point.of_size(4096))
     m = measure(op, args, "comm", iters=3, warmup=1, window=4, check=True, watchdog=Watchdog(60, backend.rank), label="nb")
     unchecked = measure(op, args, "comm", iters=2, warmup=0, window=1, check=False, watchdog=Watchdog(60, backend.rank), label="nc")
     return m.wrong, m.calls, len(m.samples_us), len(m.per_rank_us), unchecked.wrong

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.harness import CollArgs, complete
+from commbench.run.harness import CollArgs, complete
+from commbench.ops.base import Point
 from commbench.ops.grouped_all_gather import MAX_CHANNELS, GroupedAllGather, channels_for
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
@@ -44,7 +45,7 @@ def test_s_is_the_gathered_bytes_of_the_syncbn_shapes():
 
     op = GroupedAllGather()
     args = CollArgs(backend=FakeBackend(), dtype=torch.float32, variant="separate")
-    op.setup(args, 4096)
+    op.setup(args, Point.of_size(4096))
     c = 4096 // (2 * 4 * 4)
     assert [t.numel() for t in args.input] == [1, c, c]
     assert op.size_bytes(args, "comm") == (1 + 2 * c) * 4 * 4
@@ -81,5 +82,5 @@ def test_a_corrupted_result_is_caught_in_every_variant():
 
 def test_memory_estimate_follows_the_clamped_channels_not_the_requested_size():
     op = GroupedAllGather()
-    assert op.memory_bytes(1 << 40, 2) == op.memory_bytes(1 << 30, 2) < 1 << 20
-    assert GroupedAllGather({"tensors": "2x1K"}).memory_bytes(8, 2) == 4 * 2048 * 2 * 8
+    assert op.memory_bytes(Point.of_size(1 << 40), 2) == op.memory_bytes(Point.of_size(1 << 30), 2) < 1 << 20
+    assert GroupedAllGather({"tensors": "2x1K"}).memory_bytes(Point.of_size(8), 2) == 4 * 2048 * 2 * 8

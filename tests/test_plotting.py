@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import main
-from commbench.cli.options import LAUNCHER_RANK_ENV, plot_after_run
-from commbench.config import SweepConfig
-from commbench.plotting import SPEEDUP_FAMILIES, build_charts, charts_folder, plot_results
-from commbench.reader import read_results
-from commbench.results import COLUMNS
+from commbench.cli.options import chart_after
+from commbench.run.config import Outcome, SweepConfig
+from commbench.analysis.plotting import build_charts, charts_folder, plot_results, speedup_family
+from commbench.results.reader import read_results
+from commbench.results.schema import COLUMNS
 from tests.synth_results import SIZES, Case, synth_run
 from tests.test_cli import _one_line_error
 
@@ -67,7 +67,7 @@ def test_speedup_is_baseline_time_over_variant_time(run_csv: Path) -> None:
     assert _labels(ax) == ["coalesced"]  # the baseline is the dashed line at 1, not a series
     values = ax.get_lines()[0].get_ydata()
     assert all(1.7 < v < 2.3 for v in values), values
-    assert SPEEDUP_FAMILIES["grouped_all_gather"].baseline in speedup.caption
+    assert speedup_family("grouped_all_gather").baseline in speedup.caption
 
 
 def test_each_run_is_its_own_line(tmp_path: Path) -> None:
@@ -146,23 +146,15 @@ def test_unwritable_output_folder_is_one_line(run_csv: Path, tmp_path: Path) -> 
     _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker)]), "is a file")
 
 
-def _cfg(output: Path) -> SweepConfig:
-    return SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,), output=str(output))
-
-
-def test_sweep_charts_beside_its_csv_unless_told_not_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sweep_charts_beside_its_csv_unless_told_not_to(tmp_path: Path) -> None:
     run_csv = synth_run(tmp_path / "one.csv", CASES[:2], seed=1, raw=False)
-    for name in LAUNCHER_RANK_ENV:
-        monkeypatch.delenv(name, raising=False)
-    plot_after_run(_cfg(run_csv), 0, plot=False)
+    chart_after(Outcome(0, run_csv), plot=False)
     assert not charts_folder(run_csv).exists()
-    monkeypatch.setenv("RANK", "1")  # a non-lead rank under torchrun leaves charting to rank 0
-    plot_after_run(_cfg(run_csv), 0, plot=True)
+    chart_after(Outcome(0, None), plot=True)  # a non-lead rank under torchrun owns no CSV: rank 0 charts
     assert not charts_folder(run_csv).exists()
-    monkeypatch.setenv("RANK", "0")
-    plot_after_run(_cfg(run_csv), 3, plot=True)  # a failed run is not charted
+    chart_after(Outcome(3, run_csv), plot=True)  # a failed run is not charted
     assert not charts_folder(run_csv).exists()
-    plot_after_run(_cfg(run_csv), 1, plot=True)  # wrong results: charted (those rows left out)
+    chart_after(Outcome(1, run_csv), plot=True)  # wrong results: charted (those rows left out)
     assert os.listdir(charts_folder(run_csv)) == ["all_gather-comm.png"]
 
 
@@ -175,12 +167,10 @@ def test_sweep_has_a_no_plot_flag() -> None:
 def test_sweep_charts_its_csv_when_the_ranks_are_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       flag: tuple[str, ...], charted: bool) -> None:  # fmt: skip
     # The ranks are stood in for (test_cli runs real ones): what is tested is the wiring after them.
-    def ranks_finished(cfg: SweepConfig, nproc: int | None) -> int:
-        synth_run(Path(cfg.output), CASES[:1], seed=1, raw=False)
-        return 0
+    def ranks_finished(cfg: SweepConfig, nproc: int | None) -> Outcome:
+        return Outcome(0, synth_run(Path(cfg.output), CASES[:1], seed=1, raw=False))
 
-    monkeypatch.setattr(sys.modules["commbench.cli.sweep"], "start", ranks_finished)  # the group shadows the module name
-    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(sys.modules["commbench.cli.sweep"], "run", ranks_finished)  # the group shadows the module name
     out = tmp_path / "run.csv"
     result = CliRunner().invoke(main, ["sweep", "--op", "all_gather", "--sizes", "8", "-o", str(out), *flag])
     assert result.exit_code == 0, result.output

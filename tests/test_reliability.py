@@ -24,10 +24,10 @@ import torch.distributed as dist
 
 from commbench.errors import UserError
 from commbench.ops.all_gather import AllGather
-from commbench.progress import ProgressBoard, RankRecord
-from commbench.resources import host_available_bytes, memory_error
-from commbench.results import COLUMNS, CsvAppender
-from tests.distributed import REPO, commbench, free_port
+from commbench.run.progress import ProgressBoard, RankRecord
+from commbench.run.resources import host_available_bytes, memory_error
+from commbench.results.schema import COLUMNS, CsvAppender
+from tests.distributed import REPO, commbench, rank_env, rendezvous_store
 
 TIMEOUT_S = 5
 SLACK_S = 30  # a loaded, shared machine: the bound only catches "never exits"
@@ -203,19 +203,18 @@ def test_a_spawned_sweep_listens_on_loopback_only(interrupted):
 
 
 def test_ranks_launched_with_different_options_stop_before_the_first_collective(tmp_path):
-    port = free_port()
     out = tmp_path / "run.csv"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "commbench", "sweep", "--backend", "gloo", "--op", "all_gather", "--sizes", "8",
-             "--iters", str(3 + rank), "--no-plot", "--timeout", "60", "-o", str(out)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"},
-        )  # fmt: skip
-        for rank in (0, 1)
-    ]
-    results = [p.communicate(timeout=120) for p in procs]
+    with rendezvous_store() as port:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "commbench", "sweep", "--backend", "gloo", "--op", "all_gather", "--sizes", "8",
+                 "--iters", str(3 + rank), "--no-plot", "--timeout", "60", "-o", str(out)],
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env={**os.environ, **rank_env(rank, 2, port)},
+            )  # fmt: skip
+            for rank in (0, 1)
+        ]
+        results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [2, 2], results
     assert results[0][1].strip() == (
         "commbench: error: ranks were launched with different options: iters differs between rank 0 and rank 1; "
@@ -229,19 +228,20 @@ def test_ranks_launched_with_different_options_stop_before_the_first_collective(
 
 
 def test_two_torchrun_nodes_on_loopback_record_both_node_ranks(tmp_path):
-    port = free_port()
     out = tmp_path / "run.csv"
-    nodes = [
-        subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
-             "--master_addr=127.0.0.1", f"--master_port={port}", "-m", "commbench", "sweep", "--backend", "gloo",
-             "--op", "all_gather", "--sizes", "8,1K", "--iters", "3", "--warmup", "1", "--no-plot", "-o", str(out)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
-        )  # fmt: skip
-        for node in (0, 1)
-    ]
-    results = [n.communicate(timeout=240) for n in nodes]
+    with rendezvous_store() as port:
+        nodes = [
+            subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "commbench", "sweep",
+                 "--backend", "gloo", "--op", "all_gather", "--sizes", "8,1K", "--iters", "3", "--warmup", "1",
+                 "--no-plot", "-o", str(out)],
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
+            )  # fmt: skip
+            for _node in (0, 1)
+        ]
+        results = [n.communicate(timeout=240) for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], results
     frame = _read(out)
     host = socket.gethostname()
@@ -298,12 +298,11 @@ def test_the_board_names_gone_behind_and_stopped_ranks():
     store.set("3", json.dumps(RankRecord(beat=1, issued=12, label=label, state="failed in x").__dict__))
     board = ProgressBoard(store, 0, 5, 0.05, local=lambda: (12, label), stale_s=0.3)
 
-    def beat() -> None:  # rank 2's heartbeat keeps going while rank 0 diagnoses
-        time.sleep(0.1)
+    def between_reads(seconds: float) -> None:  # rank 2's heartbeat moves on while rank 0 diagnoses
+        assert seconds == 0.3
         store.set("2", json.dumps(RankRecord(beat=2, issued=11, label=label).__dict__))
 
-    threading.Thread(target=beat).start()
-    found = board.diagnose()
+    found = board.diagnose(wait=between_reads)
     assert "rank 1 is gone (no heartbeat for 0.3s; last seen in all_gather/flat/comm float32 at 4096 bytes)" in found
     assert "rank 2 is behind: it issued 11 collectives, the others 12" in found
     assert "rank 3 has stopped (failed in x)" in found

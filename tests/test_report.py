@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import main
-from commbench.plotting import build_charts
-from commbench.reader import read_results
+from commbench.analysis.plotting import build_charts
+from commbench.results.reader import read_results
 from tests.synth_results import Case, synth_run
 from tests.test_cli import _one_line_error
 from tests.test_plotting import CASES

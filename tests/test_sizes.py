@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from commbench.errors import UserError
-from commbench.sizes import format_size, parse_size, parse_size_list, size_range
+from commbench.units import format_size, parse_size, parse_size_list, size_range
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from commbench.stats import Stats, bandwidth_gbps, percentile
+from commbench.results.stats import Stats, bandwidth_gbps, percentile
 
 
 def test_stats_from_fixed_samples():

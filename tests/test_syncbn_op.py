@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from commbench.errors import UserError
-from commbench.harness import CollArgs, measure
+from commbench.run.harness import CollArgs, measure
 from commbench.ops.sync_bn import SyncBN
 from commbench.syncbn import SyncBatchNorm
 from commbench.syncbn.strategies import STRATEGIES
-from commbench.ops.options import choose_variants
-from commbench.watchdog import Watchdog
+from commbench.ops import choose_variants
+from commbench.run.watchdog import Watchdog
 from tests.distributed import commbench, run_ranks
 
 
@@ -21,14 +21,15 @@ def _measure_all(backend, op_cls, options, dtypes):
     torch.set_num_threads(1)  # small tensors: threads would only fight the other rank for cores
     op = op_cls(options)
     rows = []
-    for variant in choose_variants(op.variants, options):
+    wanted = [v for v in options.get("variant", "").split(",") if v]
+    for variant in choose_variants(op.variants, wanted):
         if (reason := op.unavailable(variant, backend)) is not None:
             rows.append((variant, "unavailable", reason, None, None, None))
             continue
         for dtype in dtypes:
-            for channels in op.sizes([]):
+            for point in op.points([]):
                 args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
-                op.setup(args, channels)
+                op.setup(args, point)
                 for phase in op.phases:
                     m = measure(op, args, phase, iters=2, warmup=1, window=1, check=True,
                                 watchdog=Watchdog(60, backend.rank), label="test")  # fmt: skip
@@ -154,7 +155,7 @@ def _eval_and_state_dict():
 def test_speedup_table_divides_horovod_time_by_each_strategy_time():
     import pandas as pd
 
-    from commbench.syncbn.report import format_table
+    from commbench.analysis.syncbn_table import format_table
 
     rows = [("forward", 32, "horovod", 200.0), ("forward", 32, "torch", 100.0), ("forward", 32, "apex", 400.0),
             ("backward", 32, "horovod", 90.0), ("backward", 32, "torch", 30.0), ("backward", 32, "apex", 45.0)]  # fmt: skip

@@ -13,9 +13,12 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from commbench.launchers import Launch
 
 
 class Work(Protocol):
@@ -32,8 +35,12 @@ class Backend(ABC):
     # "coalesced" (torch's coalescing manager), "grouped" (Horovod's grouped_*), or None.
     grouping: ClassVar[str | None] = None
 
+    # True when the transport is a torch.distributed process group (torch.nn.SyncBatchNorm needs one).
+    torch_process_group: ClassVar[bool] = False
+
     def __init__(self) -> None:
         self.rank = 0
+        self.node_rank = 0
         self.world_size = 1
         self.local_rank = 0
         self.device = torch.device("cpu")
@@ -44,8 +51,8 @@ class Backend(ABC):
 
     # -- life cycle ---------------------------------------------------------------------------
     @abstractmethod
-    def init(self, timeout_s: float) -> None:
-        """Join the process group described by the launcher's environment."""
+    def init(self, timeout_s: float, launch: "Launch") -> None:
+        """Join the process group of this launch; set rank, world_size, local_rank and device."""
 
     @abstractmethod
     def close(self) -> None:
@@ -119,18 +126,6 @@ class Backend(ABC):
         self.calls[api] += 1
         self.issued += 1
 
-    def control_store(self, timeout_s: float) -> Any:
-        """A key-value store shared by every rank (torch.distributed.Store API), or None.
-
-        Used only outside the timed loop, for progress records that make failures diagnosable.
-        """
-        return None
-
     def node_info(self) -> dict[str, Any]:
         """Where this rank runs, for provenance and diagnosis."""
-        return {
-            "rank": self.rank,
-            "host": socket.gethostname(),
-            "node_rank": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", 0))),
-            "pid": os.getpid(),
-        }
+        return {"rank": self.rank, "host": socket.gethostname(), "node_rank": self.node_rank, "pid": os.getpid()}

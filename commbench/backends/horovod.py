@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from commbench.backends.base import Backend, Work
 from commbench.errors import UserError
-from commbench.launch_horovod import LAUNCH_HINT, launched_by_horovodrun
+from commbench.launchers import HOROVOD_LAUNCH_HINT
 
-INSTALL_HINT = "install it with `bash scripts/install-horovod.sh` (see README, Horovod)"
+if TYPE_CHECKING:
+    from commbench.launchers import Launch
+
+INSTALL_HINT = "install it with `bash scripts/install-horovod.sh` (see docs/horovod.md)"
 
 
 def import_horovod() -> Any:
@@ -129,9 +132,9 @@ class HorovodBackend(Backend):
         self._names = _Names()
 
     # -- life cycle ---------------------------------------------------------------------------
-    def init(self, timeout_s: float) -> None:
-        if not launched_by_horovodrun():
-            raise UserError(LAUNCH_HINT)
+    def init(self, timeout_s: float, launch: Launch) -> None:
+        if launch.kind != "horovodrun":
+            raise UserError(HOROVOD_LAUNCH_HINT)
         # Gloo's own timeout on connecting and on each operation; commbench's watchdog covers waits.
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(max(1, int(timeout_s))))
         self.hvd = hvd = import_horovod()
@@ -142,6 +145,7 @@ class HorovodBackend(Backend):
             torch.set_num_threads(1)
         hvd.init()
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        self.node_rank = hvd.cross_rank()
         # Device tensors only when this Horovod can move them (NCCL ops); otherwise host memory.
         if hvd.nccl_built() and torch.cuda.is_available():
             self.device = torch.device("cuda", self.local_rank % torch.cuda.device_count())
@@ -248,17 +252,3 @@ class HorovodBackend(Backend):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def control_store(self, timeout_s: float) -> Any:
-        """commbench's spawner hosts a store for progress records (torch's TCPStore); horovodrun has none."""
-        from commbench.worker import LAUNCHER_PID_ENV
-
-        if LAUNCHER_PID_ENV not in os.environ:
-            return None
-        from commbench.backends.torch_dist import TorchDistBackend
-
-        return TorchDistBackend.control_store(self, timeout_s)  # the same client, not a copy of it
-
-    def node_info(self) -> dict[str, Any]:
-        info = super().node_info()
-        info["node_rank"] = int(os.environ.get("HOROVOD_CROSS_RANK", info["node_rank"]))
-        return info

@@ -1,21 +1,23 @@
 """torch.distributed as a transport, shared by the gloo and nccl backends.
 
-Collective API names changed across torch versions; the newest one present is resolved once at
-init (REFERENCE.md section 1) and recorded in every result row, so no deprecation warning is hit.
+Collective API names changed across torch versions (all_gather_single, all_gather_into_tensor,
+_all_gather_base, ...); the newest one present is resolved once at init and recorded in every
+result row, so no deprecation warning is hit.
 """
 
 from __future__ import annotations
 
 import datetime
-import os
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from commbench.backends.base import Backend, Work
-from commbench.errors import UserError
+
+if TYPE_CHECKING:
+    from commbench.launchers import Launch
 
 # Newest first.
 FLAT_ALL_GATHER = ("all_gather_single", "all_gather_into_tensor", "_all_gather_base")
@@ -30,19 +32,11 @@ def resolve_api(candidates: tuple[str, ...]) -> str:
     raise RuntimeError(f"this torch has none of {', '.join(candidates)}")
 
 
-def launch_env() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank) from the torchrun environment, or a one-line error."""
-    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
-    if missing:
-        raise UserError(f"not launched by torchrun or commbench (missing {', '.join(missing)}); run `commbench sweep` or `torchrun ... -m commbench sweep`")
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return rank, world, int(os.environ.get("LOCAL_RANK", rank))
-
-
 class TorchDistBackend(Backend):
     """torch.distributed with one process group spanning every rank."""
 
     grouping = "coalesced"
+    torch_process_group = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -61,8 +55,10 @@ class TorchDistBackend(Backend):
     def init_kwargs(self) -> dict[str, Any]:
         return {}
 
-    def init(self, timeout_s: float) -> None:
-        self.rank, self.world_size, self.local_rank = launch_env()
+    def init(self, timeout_s: float, launch: Launch) -> None:
+        # The rendezvous (MASTER_ADDR, MASTER_PORT) comes from the environment, as torchrun sets it.
+        self.rank, self.world_size = launch.rank, launch.world_size
+        self.local_rank, self.node_rank = launch.local_rank, launch.node_rank
         self.device = self.select_device()
         dist.init_process_group(
             backend=self.name,
@@ -75,18 +71,6 @@ class TorchDistBackend(Backend):
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-    def control_store(self, timeout_s: float) -> Any:
-        """A second client of the rendezvous store (torchrun's agent, or commbench's launcher).
-
-        Its own connection, so a heartbeat never queues behind the process group's store traffic;
-        keys are namespaced per torchrun restart attempt, as the agent keeps one store across them.
-        """
-        from commbench.progress import store_prefix
-
-        client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False,
-                               timeout=datetime.timedelta(seconds=timeout_s))  # fmt: skip
-        return dist.PrefixStore(store_prefix(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), client)
 
     def all_gather_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
         self.record(self.flat_all_gather)

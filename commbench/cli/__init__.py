@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from commbench import __version__
+from commbench.errors import ExitCode
 from commbench.cli.compare import compare
 from commbench.cli.env import env
 from commbench.cli.list import list_
@@ -39,7 +40,7 @@ class CommbenchGroup(click.Group):
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("commbench: aborted", err=True)
-            sys.exit(130)
+            sys.exit(ExitCode.INTERRUPTED)
 
 
 @click.group(cls=CommbenchGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -49,7 +50,8 @@ def main() -> None:
 
     Measures all_gather, reduce_scatter and their grouped and bucketed forms with nccl-tests'
     definitions of algbw and busbw, checks every result, and writes tidy CSV rows as it goes.
-    Run `commbench list` for the ops and what S means for each.
+    Run `commbench list` for the ops and what S means for each; docs/ in the repository explains
+    the method, the ops, the CSV columns and the failure modes.
     """
 
 

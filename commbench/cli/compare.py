@@ -29,7 +29,7 @@ def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha:
     \b
     Exit codes: 0 no regression, 1 regression or wrong results, 2 unusable input.
     """
-    from commbench.compare import Threshold, compare_runs, format_comparison
+    from commbench.analysis.compare import Threshold, compare_runs, format_comparison
 
     result = compare_runs(baseline, candidate, metric, Threshold.parse(threshold), alpha)
     click.echo(format_comparison(result))

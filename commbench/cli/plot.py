@@ -20,7 +20,7 @@ def plot(csvs: tuple[Path, ...], output: Path | None, fmt: str) -> None:
     One line per (backend, variant, run): give several CSVs to see runs side by side. Latency shows
     the p50 time with a band from the fastest iteration to p95; busbw is computed from the p50 time.
     """
-    from commbench.plotting import charts_folder, plot_results
+    from commbench.analysis.plotting import charts_folder, plot_results
 
     for path in plot_results(list(csvs), output or charts_folder(csvs[0]), fmt):
         click.echo(str(path))

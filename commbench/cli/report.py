@@ -19,6 +19,6 @@ def report(csvs: tuple[Path, ...], output: Path | None, fmt: str) -> None:
 
     Charts are embedded, so the file stands alone: attach it to a review or a ticket.
     """
-    from commbench.report import write_report
+    from commbench.analysis.report import write_report
 
     click.echo(str(write_report(list(csvs), output or csvs[0].with_suffix(".html"), fmt)))

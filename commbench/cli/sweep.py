@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from commbench.cli.op_options import op_option_flags, pop_op_options
-from commbench.cli.options import build_config, launch_options, measure_options, plot_after_run, plot_option, start
-from commbench.sizes import parse_size, parse_size_list, size_range
+from commbench.cli.op_options import op_option_flags, pop_op_options, pop_variants
+from commbench.cli.options import build_config, chart_after, launch_options, measure_options, plot_option, run
+from commbench.units import parse_size, parse_size_list, size_range
 
 
 @click.command()
@@ -21,22 +21,26 @@ from commbench.sizes import parse_size, parse_size_list, size_range
 @measure_options
 @op_option_flags
 @plot_option
-def sweep(ops: tuple[str, ...], min_bytes: str, max_bytes: str, factor: float, sizes: str | None, nproc: int | None,
-          plot: bool, **options: object) -> None:
+def sweep(
+    ops: tuple[str, ...], min_bytes: str, max_bytes: str, factor: float, sizes: str | None, nproc: int | None, plot: bool, **options: object
+) -> None:
     """Measure collectives over a range of sizes; one CSV row per (op, variant, phase, dtype, size).
 
-    Sizes are S as nccl-tests defines it for each op (see `commbench list`), rounded to the nearest
-    element count the op can use (a multiple of the world size); the bytes actually moved are reported.
+    Sizes are S as nccl-tests defines it for each op (see `commbench list` and docs/ops.md), rounded
+    to the nearest element count the op can use (a multiple of the world size); the bytes actually
+    moved are reported.
 
     \b
     Spawns --nproc local ranks, or joins the ranks of a launcher:
       commbench sweep
+      torchrun --nproc_per_node=4 --no-python commbench sweep --op all_gather -b 1K -e 1G
       torchrun --nproc_per_node=4 -m commbench sweep --op all_gather -b 1K -e 1G
       horovodrun -np 2 --gloo commbench sweep --backend horovod
     """
     ops = tuple(o.strip() for op in ops for o in op.split(",") if o.strip())
     chosen = parse_size_list(sizes) if sizes is not None else size_range(parse_size(min_bytes), parse_size(max_bytes), factor)
-    cfg = build_config(ops=ops, sizes=chosen, op_options=pop_op_options(options), **options)
-    code = start(cfg, nproc)
-    plot_after_run(cfg, code, plot)
-    sys.exit(code)
+    op_options, variants = pop_op_options(options), pop_variants(options)
+    cfg = build_config(ops=ops, sizes=chosen, op_options=op_options, variants=variants, **options)
+    outcome = run(cfg, nproc)
+    chart_after(outcome, plot)
+    sys.exit(outcome.code)

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.options import (build_config, is_first_process, launch_options, measure_options, plot_after_run,
-                                   plot_option, start)  # fmt: skip
+from commbench.cli.options import build_config, chart_after, launch_options, measure_options, plot_option, run
 from commbench.errors import UserError
-from commbench.ops.options import BATCH, CHANNELS, SPATIAL, VARIANT
+from commbench.ops.sync_bn import BATCH, CHANNELS, SPATIAL
 from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 
 
@@ -28,7 +27,7 @@ def syncbn(channels: str, batch: str, spatial: str, strategies: tuple[str, ...],
     """Compare SyncBatchNorm's communication strategies: time per phase and speedup over horovod.
 
     \b
-    Strategies (REFERENCE section 6; `commbench list` defines S for sync_bn):
+    Strategies (docs/syncbn.md; `commbench list` defines S for sync_bn):
       torch            PyTorch >= 1.6: 1 all_gather of [mean, invstd, count]; 1 all_reduce
       torch_legacy     PyTorch ~1.5: 3 async all_gathers; 2 async all_reduces
       apex             1 all_gather of [mean, biased var, count], Welford merge; 1 all_reduce
@@ -42,24 +41,23 @@ def syncbn(channels: str, batch: str, spatial: str, strategies: tuple[str, ...],
     <output stem>-charts/: sync_bn-<phase>-speedup.png (speedup over horovod against C) and
     sync_bn-<phase>.png (latency and busbw against S).
     """
-    op_options = {CHANNELS: channels, BATCH: batch, SPATIAL: spatial}
-    if chosen := [s.strip() for text in strategies for s in text.split(",") if s.strip()]:
-        valid = (*STRATEGY_NAMES, *NATIVE_VARIANTS)
-        if unknown := [s for s in chosen if s not in valid]:
-            raise UserError(f"unknown strategy {unknown[0]!r}; valid strategies: {', '.join(valid)}")
-        op_options[VARIANT] = ",".join(chosen)
-    cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, **options)
-    code = start(cfg, nproc)
-    if code in (0, 1) and cfg.output and Path(cfg.output).exists() and is_first_process():
-        _print_comparison(Path(cfg.output))
-    plot_after_run(cfg, code, plot)
-    sys.exit(code)
+    op_options = {CHANNELS.key: channels, BATCH.key: batch, SPATIAL.key: spatial}
+    chosen = tuple(s.strip() for text in strategies for s in text.split(",") if s.strip())
+    valid = (*STRATEGY_NAMES, *NATIVE_VARIANTS)
+    if unknown := [s for s in chosen if s not in valid]:
+        raise UserError(f"unknown strategy {unknown[0]!r}; valid strategies: {', '.join(valid)}")
+    cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, variants=chosen, **options)
+    outcome = run(cfg, nproc)
+    if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
+        _print_comparison(outcome.output)
+    chart_after(outcome, plot)
+    sys.exit(outcome.code)
 
 
 def _print_comparison(csv_path: Path) -> None:
     """The speedup table from the CSV; a failure to read it is a warning, never the run's failure."""
-    from commbench.reader import read_results
-    from commbench.syncbn.report import format_table
+    from commbench.analysis.syncbn_table import format_table
+    from commbench.results.reader import read_results
 
     try:
         click.echo(format_table(read_results([csv_path])) or "# sync_bn: no measured row to compare")

@@ -1,113 +1,86 @@
-"""The op registry: names, one-line summaries and what S means, without importing torch.
+"""The op registry: every module in this package that defines an Op with a spec is an op.
 
-Adding an op touches its own module and one entry here (nccl-tests' contract). A user's own op
-can be named as ``module:Class`` on the command line and is imported the same way.
+Adding an op is adding one module (nccl-tests' contract); nothing else lists it. A user's own op
+is named as ``module:Class`` on the command line and imported the same way. Op modules import
+torch lazily, so discovering them (for `commbench list`, `--help` and option checks) is cheap.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import pkgutil
+from typing import Mapping, Sequence
 
 from commbench.errors import UserError
-
-if TYPE_CHECKING:
-    from commbench.ops.base import Op
+from commbench.ops.base import Op, OpOption, OpSpec
 
 
-@dataclass(frozen=True)
-class OpInfo:
-    """What `commbench list` shows about an op, and where its code lives."""
-
-    name: str
-    target: str  # "module:Class"
-    summary: str
-    s_definition: str
-    bus_factor: str
-
-
-OPS: dict[str, OpInfo] = {
-    info.name: info
-    for info in (
-        OpInfo(
-            "all_gather",
-            "commbench.ops.all_gather:AllGather",
-            "every rank contributes count/n elements; all ranks receive all of them (variants: flat, list)",
-            "S = gathered output bytes = per-rank count x element size x n",
-            "(n-1)/n",
-        ),
-        OpInfo(
-            "reduce_scatter_base",
-            "commbench.ops.reduce_scatter_base:ReduceScatterBase",
-            "sum n shards over ranks; rank r keeps shard r (variants: flat, list)",
-            "S = full input bytes per rank = shard count x element size x n",
-            "(n-1)/n",
-        ),
-        OpInfo(
-            "grouped_all_gather",
-            "commbench.ops.grouped_all_gather:GroupedAllGather",
-            "K small tensors gathered together, default SyncBN's (1, C, C) with C = S / (2 x element size x n) "
-            "up to 4096, or --tensors (variants: separate, concat, coalesced, grouped)",
-            "S = total gathered bytes over the K tensors = sum of per-rank elements x element size x n",
-            "(n-1)/n",
-        ),
-        OpInfo(
-            "bucketed_reduce_scatter",
-            "commbench.ops.bucketed_reduce_scatter:BucketedReduceScatter",
-            "FSDP gradient reduce-scatter of a workload of many tensors (--tensors, default a small transformer), "
-            "one step per iteration (variants: per_tensor, bucketed_<cap>MB per --bucket-cap-mb, flat)",
-            "S = the whole workload's bytes per rank, each tensor padded to a multiple of n (one step)",
-            "(n-1)/n",
-        ),
-        OpInfo(
-            "all_reduce",
-            "commbench.ops.all_reduce:AllReduce",
-            "sum in place over ranks (variant: flat)",
-            "S = count x element size",
-            "2(n-1)/n",
-        ),
-        OpInfo(
-            "bucketed_all_reduce",
-            "commbench.ops.bucketed_all_reduce:BucketedAllReduce",
-            "DDP / apex gradient averaging of the --tensors workload, one step per iteration "
-            "(variants: per_tensor, bucketed_<M> per --message-size in elements)",
-            "S = the whole workload's bytes (one step)",
-            "2(n-1)/n",
-        ),
-        OpInfo(
-            "sync_bn",
-            "commbench.ops.sync_bn:SyncBN",
-            "one SyncBatchNorm layer on (N per rank, C, H, W) input, swept over C (--channels, --batch, --spatial); "
-            "phases forward, backward, forward_backward; the count column is C (variants: torch, torch_legacy, apex, "
-            "horovod, horovod_grouped, allreduce; native_torch and native_horovod on CUDA)",
-            "S = bytes the phase communicates, each call counted as nccl-tests does (all-gather: gathered output; "
-            "all-reduce: buffer), statistics 4 bytes each (8 for float64): forward (2C+1) x 4 x n for the gathering "
-            "strategies, (2C+1) x 4 for allreduce; backward 2C x 4; forward_backward the sum",
-            "1 (busbw = algbw: a phase mixes gathers and reduces)",
-        ),
-    )
-}
+@functools.cache
+def registry() -> dict[str, type[Op]]:
+    """Every op of this package by name, in module order."""
+    found: dict[str, type[Op]] = {}
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Op) and "spec" in value.__dict__ and value.__module__ == module.__name__:
+                if value.spec.name in found:
+                    raise RuntimeError(f"two ops are named {value.spec.name!r}: {found[value.spec.name]} and {value}")
+                found[value.spec.name] = value
+    return found
 
 
-def op_names() -> list[str]:
-    return list(OPS)
+def specs() -> list[OpSpec]:
+    return [cls.spec for cls in registry().values()]
 
 
-def resolve_target(name: str) -> str:
-    """Registered name or 'module:Class' -> 'module:Class'; unknown names list the valid ones."""
-    if name in OPS:
-        return OPS[name].target
-    if ":" in name:
-        return name
-    raise UserError(f"unknown op {name!r}; valid ops: {', '.join(OPS)} (or module:Class for your own)")
+def spec_of(name: str) -> OpSpec | None:
+    """The spec of a registered op, or None (a plugin op, or a name from another version's CSV)."""
+    cls = registry().get(name)
+    return cls.spec if cls is not None else None
 
 
-def load_op(name: str) -> type["Op"]:
-    """Import an op class by registered name or 'module:Class'."""
-    module_name, _, attr = resolve_target(name).partition(":")
+def op_options() -> list[OpOption]:
+    """Every option the registered ops read, once each; one flag must keep one meaning."""
+    by_flag: dict[str, OpOption] = {}
+    for spec in specs():
+        for option in spec.options:
+            if by_flag.setdefault(option.flag, option) != option:
+                raise RuntimeError(f"{spec.name} declares {option.flag} differently from another op: share one OpOption")
+    return list(by_flag.values())
+
+
+def load_op(name: str) -> type[Op]:
+    """An op class by registered name or 'module:Class'; unknown names list the valid ones."""
+    if name in registry():
+        return registry()[name]
+    if ":" not in name:
+        raise UserError(f"unknown op {name!r}; valid ops: {', '.join(registry())} (or module:Class for your own)")
+    module_name, _, attr = name.partition(":")
     try:
-        module = importlib.import_module(module_name)
-        return getattr(module, attr)
+        cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise UserError(f"cannot load op {name!r}: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Op)):
+        raise UserError(f"cannot load op {name!r}: it is not a commbench.ops.base.Op subclass")
+    return cls
+
+
+def choose_variants(offered: Sequence[str], wanted: Sequence[str]) -> tuple[str, ...]:
+    """The offered variants that --variant names; all of them when it names none of this op's."""
+    chosen = tuple(v for v in offered if v in wanted)
+    return chosen or tuple(offered)
+
+
+def build_ops(names: Sequence[str], options: Mapping[str, str], variants: Sequence[str]) -> list[Op]:
+    """Instantiate the selected ops, so bad options fail with one line before any rank starts.
+
+    A --variant name must belong to at least one selected op; the error lists the valid ones.
+    """
+    ops = [load_op(name)(options) for name in names]
+    known = {v for op in ops for v in op.variants}
+    unknown = [v for v in variants if v not in known]
+    if unknown:
+        valid = "; ".join(f"{op.name}: {', '.join(op.variants)}" for op in ops)
+        raise UserError(f"unknown variant {unknown[0]!r} for the selected ops; valid variants: {valid}")
+    return ops

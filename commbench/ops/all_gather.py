@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING, Any
 
-from commbench.harness import CollArgs
-from commbench.ops.base import Op, count_wrong, elements_for
+from commbench.lazy import torch
+from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for
+
+if TYPE_CHECKING:
+    from commbench.run.harness import CollArgs
 
 
-def contribution(rank: int, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def contribution(rank: int, count: int, dtype: Any, device: Any) -> Any:
     """Rank-dependent small integers, exact in every dtype: (3r + j) % 11 + 1."""
     return ((torch.arange(count, device=device) + 3 * rank) % 11 + 1).to(dtype)
 
@@ -16,12 +19,17 @@ def contribution(rank: int, count: int, dtype: torch.dtype, device: torch.device
 class AllGather(Op):
     """Flat output (all_gather_into_tensor and its renames) or a list of n outputs."""
 
-    name = "all_gather"
-    variants = ("flat", "list")
+    spec = OpSpec(
+        name="all_gather",
+        summary="every rank contributes count/n elements; all ranks receive all of them",
+        s_definition="S = gathered output bytes = per-rank count x element size x n",
+        bus_factor=GATHER_FACTOR,
+        variants=("flat", "list"),
+    )
 
-    def setup(self, args: CollArgs, size_bytes: int) -> None:
+    def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
-        args.count = elements_for(size_bytes, args.element_size, n)
+        args.count = elements_for(point.size_bytes, args.element_size, n)
         per_rank = args.count // n
         args.input = torch.empty(per_rank, dtype=args.dtype, device=args.device)
         flat = torch.empty(args.count, dtype=args.dtype, device=args.device)
@@ -30,7 +38,7 @@ class AllGather(Op):
 
     def fill(self, args: CollArgs) -> None:
         args.input.copy_(contribution(args.rank, args.input.numel(), args.dtype, args.device))
-        for out in ([args.output] if args.variant == "flat" else args.output):
+        for out in [args.output] if args.variant == "flat" else args.output:
             out.zero_()
 
     def issue(self, args: CollArgs, phase: str) -> None:
@@ -42,6 +50,3 @@ class AllGather(Op):
     def wrong(self, args: CollArgs, phase: str) -> int:
         gathered = args.output if args.variant == "flat" else torch.cat(args.output)
         return count_wrong(gathered, args.expected)
-
-    def bus_factor(self, world_size: int) -> float:
-        return (world_size - 1) / world_size

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-from commbench.harness import CollArgs
+from commbench.lazy import torch
 from commbench.ops.all_gather import contribution
-from commbench.ops.base import Op, count_wrong, elements_for
+from commbench.ops.base import REDUCE_FACTOR, Op, OpSpec, Point, count_wrong, elements_for
+
+if TYPE_CHECKING:
+    from commbench.run.harness import CollArgs
 
 
 class AllReduce(Op):
     """One in-place sum of `count` elements (nccl-tests' all_reduce_perf, in place)."""
 
-    name = "all_reduce"
-    variants = ("flat",)
+    spec = OpSpec(
+        name="all_reduce",
+        summary="sum in place over ranks",
+        s_definition="S = count x element size",
+        bus_factor=REDUCE_FACTOR,
+        variants=("flat",),
+    )
 
-    def setup(self, args: CollArgs, size_bytes: int) -> None:
-        args.count = elements_for(size_bytes, args.element_size, 1)
+    def setup(self, args: CollArgs, point: Point) -> None:
+        args.count = elements_for(point.size_bytes, args.element_size, 1)
         args.input = torch.empty(args.count, dtype=args.dtype, device=args.device)
         args.state = contribution(args.rank, args.count, args.dtype, args.device)  # refilled before each sample
         args.expected = sum(contribution(r, args.count, args.dtype, args.device) for r in range(args.world_size))
@@ -34,6 +42,3 @@ class AllReduce(Op):
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         return count_wrong(args.input, args.expected)
-
-    def bus_factor(self, world_size: int) -> float:
-        return 2 * (world_size - 1) / world_size

@@ -1,37 +1,108 @@
 """The op contract: one collective pattern per module (nccl-tests' one-file-per-op shape).
 
-An op declares its variants and phases, what S is and its bus factor, builds inputs with
-rank-dependent values whose result is known, issues its collective calls through the backend
-(handing every wait object to the holder), and counts the wrong elements afterwards. It never
-times itself: the harness owns the loop.
+An op module is the only place its facts live. Its class carries an `OpSpec` (name, summary, what
+S is, the bus factor, variants, phases, the baseline of its speedup charts, the options it reads)
+that `commbench list`, `--help`, the runner and the charts all read; the registry finds it by
+scanning this package, so adding an op is adding one module. Op modules import torch lazily
+(`commbench.lazy`), so reading specs never loads it.
+
+At run time an op builds inputs with rank-dependent values whose result is known, issues its
+collective calls through the backend (handing every wait object to the holder), and counts the
+wrong elements afterwards. It never times itself: the harness owns the loop.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
-import torch
+from commbench.lazy import torch
+from commbench.units import format_size
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.harness import CollArgs
-
-# Relative tolerance per dtype. Inputs are small integers, so float32/64 and ints must match
-# exactly; half types may round partial sums of many ranks.
-_RTOL = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}
+    from commbench.run.harness import CollArgs
 
 
-def count_wrong(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float, float] | None = None) -> int:
+@dataclass(frozen=True)
+class BusFactor:
+    """busbw = algbw x factor(n), nccl-tests' normalisation; `text` is how `commbench list` shows it."""
+
+    text: str
+    factor: Callable[[int], float]
+
+    def __call__(self, world_size: int) -> float:
+        return self.factor(world_size)
+
+
+GATHER_FACTOR = BusFactor("(n-1)/n", lambda n: (n - 1) / n)
+REDUCE_FACTOR = BusFactor("2(n-1)/n", lambda n: 2 * (n - 1) / n)
+
+
+@dataclass(frozen=True)
+class OpOption:
+    """A command-line option an op reads (`--tensors`, `--channels`): declared once, rendered by the CLI.
+
+    Several ops may read one option; they then share one OpOption object, so one flag keeps one
+    meaning. Values reach the op as typed strings in `Op.options[key]`; the op parses them in
+    __init__, which runs once before any rank starts, so a bad value is a one-line error.
+    """
+
+    flag: str  # "--bucket-cap-mb"
+    help: str
+
+    @property
+    def key(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Everything about an op that is known without running it."""
+
+    name: str
+    summary: str
+    s_definition: str
+    bus_factor: BusFactor
+    variants: tuple[str, ...]
+    phases: tuple[str, ...] = ("comm",)
+    # The variant the others are measured against in speedup charts; None: no speedup chart.
+    baseline: str | None = None
+    # The CSV column that says two rows did the same work (their x axis), and its name on charts:
+    # S for most ops; the channel count for sync_bn, whose strategies move different bytes per layer.
+    workload_column: str = "size_bytes"
+    workload_name: str = "S"
+    # The options that set the op's workload, named when a workload cannot fit in memory.
+    workload_knobs: str = "--max-bytes or --sizes"
+    options: tuple[OpOption, ...] = ()
+
+
+@dataclass(frozen=True)
+class Point:
+    """One workload an op measures: how it is named, its S in bytes as requested, and the op's own
+    parameters (a channel count, say). Used by the memory check, progress, the table and errors."""
+
+    label: str
+    size_bytes: int
+    params: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of_size(cls, size_bytes: int) -> "Point":
+        return cls(format_size(size_bytes), size_bytes)
+
+
+def count_wrong(actual: Any, expected: Any, tolerance: tuple[float, float] | None = None) -> int:
     """Number of elements of actual that differ from expected (nccl-tests' #wrong).
 
     tolerance=(rtol, atol) is for results that are computed, not moved (e.g. sync_bn's normalised
-    output against a float64 reference); by default the per-dtype rule above applies.
+    output against a float64 reference). By default inputs are small integers, so float32/64 and
+    ints must match exactly, while half types may round partial sums of many ranks.
     """
     if actual.shape != expected.shape:
         return max(actual.numel(), expected.numel())
     a, e = actual.double(), expected.double()
-    rtol, atol = tolerance or (_RTOL.get(expected.dtype, 0.0), 0.0)
+    rtol, atol = tolerance or ({torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}.get(expected.dtype, 0.0), 0.0)
     ok = torch.isclose(a, e, rtol=rtol, atol=atol) if rtol or atol else a == e
     return int((~ok).sum().item())
 
@@ -43,14 +114,21 @@ def elements_for(size_bytes: int, element_size: int, multiple: int) -> int:
 
 
 class Op(ABC):
-    """One collective pattern. Subclasses fill in the class attributes and the abstract methods."""
+    """One collective pattern. Subclasses set `spec` and fill in the abstract methods."""
 
+    spec: ClassVar[OpSpec]
+    # Derived from spec when a subclass sets one; a subclass may override them (test doubles do).
     name: ClassVar[str]
-    variants: ClassVar[tuple[str, ...]]
-    phases: ClassVar[tuple[str, ...]] = ("comm",)
+    variants: tuple[str, ...]
+    phases: ClassVar[tuple[str, ...]]
     # Peak bytes this op holds per rank, in units of S: input, output and the expected result, plus
     # the temporaries fill() builds. Ops with another footprint set their own or override memory_bytes.
     memory_factor: ClassVar[float] = 4.0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "spec" in cls.__dict__:
+            cls.name, cls.variants, cls.phases = cls.spec.name, cls.spec.variants, cls.spec.phases
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options = dict(options or {})
@@ -59,20 +137,25 @@ class Op(ABC):
         """Why a variant cannot run on this backend, or None when it can."""
         return None
 
-    def dtype_unavailable(self, dtype: torch.dtype) -> str | None:
-        """Why this op cannot run in dtype, or None when it can."""
+    def dtype_unavailable(self, dtype: Any) -> str | None:
+        """Why this op cannot run in dtype (a torch.dtype), or None when it can."""
         return None
 
-    def sizes(self, requested: Sequence[int]) -> Sequence[int]:
-        """The sizes to measure; ops with a fixed workload return their own."""
-        return requested
+    def completes_internally(self, variant: str) -> bool:
+        """True when the variant waits for its own collectives inside issue() (a bucketer's flush,
+        a layer that needs its gathered statistics), so non-blocking mode cannot overlap them."""
+        return False
 
-    def memory_bytes(self, size_bytes: int, world_size: int) -> int:
-        """Estimated peak bytes per rank for a requested size, checked before anything is allocated."""
-        return int(self.memory_factor * size_bytes)
+    def points(self, requested: Sequence[int]) -> list[Point]:
+        """The workloads to measure; ops with a workload of their own return theirs."""
+        return [Point.of_size(s) for s in requested]
+
+    def memory_bytes(self, point: Point, world_size: int) -> int:
+        """Estimated peak bytes per rank at a point, checked before anything is allocated."""
+        return int(self.memory_factor * point.size_bytes)
 
     @abstractmethod
-    def setup(self, args: "CollArgs", size_bytes: int) -> None:
+    def setup(self, args: "CollArgs", point: Point) -> None:
         """Allocate args.input/output/expected for args.variant and set args.count (elements of S)."""
 
     @abstractmethod
@@ -91,13 +174,13 @@ class Op(ABC):
         """Wrong elements on this rank after one checked iteration."""
 
     def size_bytes(self, args: "CollArgs", phase: str) -> int:
-        """S: the bytes one iteration moves, as defined for this op in `commbench list`.
+        """S: the bytes one iteration moves, as the spec defines it.
 
         By default S is args.count elements (setup() counts them as the op defines S); ops whose
         S depends on the phase or variant override this.
         """
         return args.count * args.element_size
 
-    @abstractmethod
     def bus_factor(self, world_size: int) -> float:
         """busbw = algbw x this factor (nccl-tests' normalisation)."""
+        return self.spec.bus_factor(world_size)

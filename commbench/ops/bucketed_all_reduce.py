@@ -7,24 +7,27 @@ elements (per dtype, apex's message_size), all-reduces each, divides by n and co
 from __future__ import annotations
 
 import functools
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import torch
+from commbench.ops.base import REDUCE_FACTOR, OpOption, OpSpec, Point, count_wrong
+from commbench.ops.bucketer import AllReduceBucketer, average_
+from commbench.ops.gradients import TENSORS, GradientStep, gradient_values, indices
+from commbench.units import format_count, parse_count
 
-from commbench.bucketer import AllReduceBucketer, average_
-from commbench.harness import CollArgs
-from commbench.ops.base import count_wrong
-from commbench.ops.gradients import GradientStep, gradient_values, indices
-from commbench.ops.options import MESSAGE_SIZE, split_list
-from commbench.workload import format_count, parse_count
+if TYPE_CHECKING:
+    from commbench.run.harness import CollArgs
 
 DEFAULT_MESSAGE_SIZES = "256K,1M,1e7"
+MESSAGE_SIZE = OpOption(
+    "--message-size",
+    "bucketed_all_reduce: minimum elements per all-reduce bucket (apex's message_size), one variant "
+    f"bucketed_<M> each, e.g. 256K,1e7. [default: {DEFAULT_MESSAGE_SIZES}]",
+)
 
 
 # Every variant of one dtype moves the same numbers: compute them once (maxsize=1 bounds the memory).
 @functools.lru_cache(maxsize=1)
-def average_reference(numels: tuple[int, ...], rank: int, n: int, dtype: torch.dtype,
-                      device: torch.device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def average_reference(numels: tuple[int, ...], rank: int, n: int, dtype: Any, device: Any) -> tuple[list[Any], list[Any]]:
     """This rank's gradients, and the expected averages: from the value formula alone, over every rank."""
     grads, expected = [], []
     for i, k in enumerate(numels):
@@ -36,28 +39,37 @@ def average_reference(numels: tuple[int, ...], rank: int, n: int, dtype: torch.d
 class BucketedAllReduce(GradientStep):
     """per_tensor and bucketed_<message size> all-reduce averaging of one gradient workload."""
 
-    name = "bucketed_all_reduce"
-    variants = ("per_tensor", *(f"bucketed_{m}" for m in DEFAULT_MESSAGE_SIZES.split(",")))
+    spec = OpSpec(
+        name="bucketed_all_reduce",
+        summary="DDP / apex gradient averaging of the --tensors workload, one step per iteration; "
+        "bucketed_<M> per --message-size in elements",
+        s_definition="S = the whole workload's bytes (one step)",
+        bus_factor=REDUCE_FACTOR,
+        variants=("per_tensor", *(f"bucketed_{m}" for m in DEFAULT_MESSAGE_SIZES.split(","))),
+        baseline="per_tensor",
+        workload_knobs="--tensors",
+        options=(TENSORS, MESSAGE_SIZE),
+    )
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
-        text = self.options.get(MESSAGE_SIZE) or DEFAULT_MESSAGE_SIZES
-        sizes = [parse_count(m, "--message-size") for m in split_list(text) or [text]]
+        text = self.options.get(MESSAGE_SIZE.key) or DEFAULT_MESSAGE_SIZES
+        sizes = [parse_count(m, MESSAGE_SIZE.flag) for m in [m.strip() for m in text.split(",") if m.strip()] or [text]]
         # per_tensor is the same reducer with one tensor per bucket (message size 1).
         self.message_sizes = {"per_tensor": 1, **{f"bucketed_{format_count(m)}": m for m in sizes}}
         self.variants = tuple(self.message_sizes)
 
-    def memory_bytes(self, size_bytes: int, world_size: int) -> int:
+    def memory_bytes(self, point: Point, world_size: int) -> int:
         # Gradients, their cached values, the expected averages and the flattened buckets, at 8 bytes per element.
         return 4 * sum(self.numels) * 8
 
-    def setup(self, args: CollArgs, size_bytes: int) -> None:
+    def setup(self, args: CollArgs, point: Point) -> None:
         grads, args.expected = self.reference(args)
-        args.input = [torch.empty_like(g) for g in grads]
+        args.input = [g.new_empty(g.shape) for g in grads]
         args.count = sum(self.numels)
         args.state = AllReduceBucketer(args.backend.all_reduce, args.world_size, self.message_sizes[args.variant])
 
-    def reference(self, args: CollArgs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def reference(self, args: CollArgs) -> tuple[list[Any], list[Any]]:
         return average_reference(self.numels, args.rank, args.world_size, args.dtype, args.device)
 
     def issue(self, args: CollArgs, phase: str) -> None:
@@ -66,6 +78,3 @@ class BucketedAllReduce(GradientStep):
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         return sum(count_wrong(grad, exp) for grad, exp in zip(args.input, args.expected))
-
-    def bus_factor(self, world_size: int) -> float:
-        return 2 * (world_size - 1) / world_size

@@ -1,4 +1,4 @@
-"""What the bucketed ops share: a training step's gradients as a fixed workload (`--tensors`).
+"""What the gradient-step ops share: a training step's gradients as a fixed workload (`--tensors`).
 
 Values are small integers computed from (rank, tensor, flat index) alone, so the expected results
 are derived independently of any bucketing bookkeeping.
@@ -7,14 +7,49 @@ are derived independently of any bucketing bookkeeping.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import torch
+from commbench.lazy import torch
+from commbench.ops.base import Op, OpOption, Point
+from commbench.units import TENSORS_SYNTAX, format_size, parse_tensors
 
-from commbench.harness import CollArgs
-from commbench.ops.base import Op
-from commbench.ops.options import tensors_option
-from commbench.workload import DEFAULT_GRADIENTS
+if TYPE_CHECKING:
+    from commbench.run.harness import CollArgs
+
+
+def transformer_gradients(layers: int = 2, width: int = 256, vocab: int = 8191) -> tuple[int, ...]:
+    """Element counts of a small transformer's parameters, in the order backward produces them.
+
+    The odd vocabulary (8191, prime) and the 1-element logit scale give tensors that are not
+    multiples of common world sizes, so padding is always exercised.
+    """
+    per_layer = (
+        *(width, width),  # layer norm 1
+        *(3 * width * width, 3 * width),  # attention in-projection
+        *(width * width, width),  # attention out-projection
+        *(width, width),  # layer norm 2
+        *(4 * width * width, 4 * width),  # feed-forward up
+        *(4 * width * width, width),  # feed-forward down
+    )
+    model = (vocab * width, *per_layer * layers, width, width, 1)  # embedding, layers, final norm, logit scale
+    return tuple(reversed(model))
+
+
+DEFAULT_GRADIENTS = transformer_gradients()
+DEFAULT_GRADIENTS_TEXT = (
+    f"a 2-layer, width-256 transformer: {len(DEFAULT_GRADIENTS)} tensors, {sum(DEFAULT_GRADIENTS) / 1e6:.1f}M elements"
+)
+TENSORS = OpOption(
+    "--tensors",
+    f"The tensors each rank contributes, in elements: {TENSORS_SYNTAX} (K, M, G are 1024 powers). "
+    "grouped_all_gather gathers them together (default: SyncBN's 1,C,C with C swept from the sizes); "
+    f"bucketed_reduce_scatter and bucketed_all_reduce reduce them as one gradient step (default: {DEFAULT_GRADIENTS_TEXT}).",
+)
+
+
+def tensors_option(options: Mapping[str, str], default: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The `--tensors` element counts, or default when the option was not given."""
+    return parse_tensors(options[TENSORS.key]) if options.get(TENSORS.key) else default
 
 
 def padded(numel: int, world_size: int) -> int:
@@ -22,11 +57,11 @@ def padded(numel: int, world_size: int) -> int:
     return -(-numel // world_size) * world_size
 
 
-def indices(start: int, stop: int, device: torch.device) -> torch.Tensor:
+def indices(start: int, stop: int, device: Any) -> Any:
     return torch.arange(start, stop, dtype=torch.int32, device=device)  # int32: half the memory traffic
 
 
-def gradient_values(rank: int, tensor: int, numel: int, index: torch.Tensor) -> torch.Tensor:
+def gradient_values(rank: int, tensor: int, numel: int, index: Any) -> Any:
     """Rank r's flattened gradient k at these flat indices: small integers, zeros in the padding (index >= numel)."""
     return ((index + 7 * tensor) % 13 + 1 + rank % 3) * (index < numel)
 
@@ -38,11 +73,12 @@ class GradientStep(Op):
         super().__init__(options)
         self.numels = tensors_option(self.options, DEFAULT_GRADIENTS)
 
-    def sizes(self, requested: Sequence[int]) -> Sequence[int]:
-        return list(requested[:1])  # a fixed workload: S is its size, whatever was requested
+    def points(self, requested: Sequence[int]) -> list[Point]:
+        # A fixed workload: S is its size, whatever was requested.
+        return [Point(f"{len(self.numels)} tensors, {format_size(sum(self.numels))} elements", 0)]
 
     @abstractmethod
-    def reference(self, args: CollArgs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def reference(self, args: CollArgs) -> tuple[list[Any], list[Any]]:
         """This rank's gradients before a step, and the results expected after it (cached per dtype)."""
 
     def fill(self, args: CollArgs) -> None:

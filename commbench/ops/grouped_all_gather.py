@@ -1,4 +1,4 @@
-"""grouped_all_gather: K small tensors gathered together, four ways (REFERENCE.md section 4).
+"""grouped_all_gather: K small tensors gathered together, four ways (docs/ops.md).
 
 The default K tensors are SyncBatchNorm's statistics (count, mean, invstd): shapes (1, C, C), with
 C derived from the requested size. Every variant ends with, for each tensor k, an (n, numel_k)
@@ -7,14 +7,15 @@ result whose row r is rank r's tensor k.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import torch
+from commbench.lazy import torch
+from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong
+from commbench.ops.gradients import TENSORS, tensors_option
 
-from commbench.backends.base import Backend
-from commbench.harness import CollArgs
-from commbench.ops.base import Op, count_wrong
-from commbench.ops.options import tensors_option
+if TYPE_CHECKING:
+    from commbench.backends.base import Backend
+    from commbench.run.harness import CollArgs
 
 MAX_CHANNELS = 4096  # the widest SyncBatchNorm layers in common models; keeps the default sweep short
 
@@ -24,7 +25,7 @@ def channels_for(size_bytes: int, element_size: int, world_size: int) -> int:
     return min(MAX_CHANNELS, max(1, size_bytes // (2 * element_size * world_size)))
 
 
-def stat_values(rank: int, tensor: int, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def stat_values(rank: int, tensor: int, count: int, dtype: Any, device: Any) -> Any:
     """Rank r's tensor k: small integers, exact in every dtype, distinct across ranks and tensors."""
     return ((torch.arange(count, device=device) + 3 * rank + 5 * tensor) % 13 + 1).to(dtype)
 
@@ -33,8 +34,17 @@ class GroupedAllGather(Op):
     """separate (K async all_gathers), concat (one all_gather of the packed tensors), coalesced
     (torch's coalescing manager) and grouped (Horovod's grouped_allgather)."""
 
-    name = "grouped_all_gather"
-    variants = ("separate", "concat", "coalesced", "grouped")
+    spec = OpSpec(
+        name="grouped_all_gather",
+        summary="K small tensors gathered together, default SyncBN's (1, C, C) with C = S / (2 x element size x n) "
+        "up to 4096, or --tensors",
+        s_definition="S = total gathered bytes over the K tensors = sum of per-rank elements x element size x n",
+        bus_factor=GATHER_FACTOR,
+        variants=("separate", "concat", "coalesced", "grouped"),
+        baseline="separate",
+        workload_knobs="--max-bytes, --sizes or --tensors",
+        options=(TENSORS,),
+    )
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
@@ -48,20 +58,22 @@ class GroupedAllGather(Op):
             return f"needs {how[variant]}; the {backend.name} backend groups collectives as {backend.grouping or 'nothing'}"
         return backend.group_unavailable()
 
-    def sizes(self, requested: Sequence[int]) -> Sequence[int]:
-        return list(requested[:1]) if self.numels else list(requested)  # a fixed --tensors workload: one size
+    def points(self, requested: Sequence[int]) -> list[Point]:
+        if self.numels:  # a fixed --tensors workload: one point
+            return [Point(f"{len(self.numels)} tensors", 0)]
+        return super().points(requested)
 
-    def memory_bytes(self, size_bytes: int, world_size: int) -> int:
+    def memory_bytes(self, point: Point, world_size: int) -> int:
         # Inputs, outputs (n x), expected (n x) and concat's buffers, at 8 bytes per element (the widest dtype).
-        per_rank = sum(self.numels) if self.numels else min(size_bytes // 8 // world_size, 1 + 2 * MAX_CHANNELS)
+        per_rank = sum(self.numels) if self.numels else min(point.size_bytes // 8 // world_size, 1 + 2 * MAX_CHANNELS)
         return 4 * per_rank * world_size * 8
 
-    def setup(self, args: CollArgs, size_bytes: int) -> None:
+    def setup(self, args: CollArgs, point: Point) -> None:
         n, dtype, device = args.world_size, args.dtype, args.device
         if self.numels:
             numels = list(self.numels)
         else:
-            c = channels_for(size_bytes, args.element_size, n)
+            c = channels_for(point.size_bytes, args.element_size, n)
             numels = [1, c, c]
         args.input = [torch.empty(k, dtype=dtype, device=device) for k in numels]
         if args.variant == "concat":  # one gathered buffer, split back into views (PyTorch's SyncBN)
@@ -90,6 +102,3 @@ class GroupedAllGather(Op):
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         return sum(count_wrong(out, exp) for out, exp in zip(args.output, args.expected))
-
-    def bus_factor(self, world_size: int) -> float:
-        return (world_size - 1) / world_size

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING, Any
 
-from commbench.harness import CollArgs
-from commbench.ops.base import Op, count_wrong, elements_for
+from commbench.lazy import torch
+from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for
+
+if TYPE_CHECKING:
+    from commbench.run.harness import CollArgs
 
 
-def values(rank: int, g: torch.Tensor, shard: int) -> torch.Tensor:
+def values(rank: int, g: Any, shard: int) -> Any:
     """Rank r's input at flat index g (shard s = g // shard): ((g + s) % 7) + 1 + (r % 2), small and exact."""
     return (g + g // shard) % 7 + 1 + rank % 2
 
@@ -16,12 +19,17 @@ def values(rank: int, g: torch.Tensor, shard: int) -> torch.Tensor:
 class ReduceScatterBase(Op):
     """Flat input (reduce_scatter_tensor and its renames) or a list of n inputs, summed."""
 
-    name = "reduce_scatter_base"
-    variants = ("flat", "list")
+    spec = OpSpec(
+        name="reduce_scatter_base",
+        summary="sum n shards over ranks; rank r keeps shard r",
+        s_definition="S = full input bytes per rank = shard count x element size x n",
+        bus_factor=GATHER_FACTOR,
+        variants=("flat", "list"),
+    )
 
-    def setup(self, args: CollArgs, size_bytes: int) -> None:
+    def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
-        args.count = elements_for(size_bytes, args.element_size, n)
+        args.count = elements_for(point.size_bytes, args.element_size, n)
         shard = args.count // n
         flat = torch.empty(args.count, dtype=args.dtype, device=args.device)
         args.input = flat if args.variant == "flat" else list(flat.chunk(n))
@@ -45,9 +53,6 @@ class ReduceScatterBase(Op):
     def wrong(self, args: CollArgs, phase: str) -> int:
         return count_wrong(args.output, args.expected)
 
-    def bus_factor(self, world_size: int) -> float:
-        return (world_size - 1) / world_size
-
     @staticmethod
-    def _inputs(args: CollArgs) -> list[torch.Tensor]:
+    def _inputs(args: CollArgs) -> list[Any]:
         return list(args.input.chunk(args.world_size)) if torch.is_tensor(args.input) else args.input

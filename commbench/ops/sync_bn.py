@@ -10,30 +10,38 @@ statistics to go on), so the harness's completion step only synchronises the dev
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from commbench.errors import UserError
-from commbench.harness import CollArgs
-from commbench.ops.base import Op, count_wrong
-from commbench.ops.options import BATCH, CHANNELS, SPATIAL, split_list
-from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES, SyncBatchNorm
-from commbench.syncbn.stats import reduce_dims, stat_dtype
-from commbench.syncbn.strategies import STRATEGIES
+from commbench.lazy import torch
+from commbench.ops.base import BusFactor, Op, OpOption, OpSpec, Point, count_wrong
+from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
+
+if TYPE_CHECKING:
+    from commbench.run.harness import CollArgs
 
 NATIVE_TORCH, NATIVE_HOROVOD = NATIVE_VARIANTS
 # The messages of the native layers are those of the strategy they implement (for S).
 _NATIVE_PATTERN = {NATIVE_TORCH: "torch", NATIVE_HOROVOD: "horovod"}
 DEFAULT_CHANNELS = (32, 256, 2048)
 DEFAULT_BATCH, DEFAULT_SPATIAL = 4, 8
-# (rtol, atol) against the float64 reference; half types are stored rounded to 8 or 11 bits.
-_TOLERANCE = {torch.float64: (1e-8, 1e-8), torch.float32: (1e-3, 1e-4),
-              torch.float16: (1e-2, 2e-2), torch.bfloat16: (2e-2, 8e-2)}  # fmt: skip
+CHANNELS = OpOption("--channels", "sync_bn: channel counts C to sweep, comma-separated. [default: 32,256,2048]")
+BATCH = OpOption("--batch", f"sync_bn: samples per rank N. [default: {DEFAULT_BATCH}]")
+SPATIAL = OpOption("--spatial", f"sync_bn: height = width of the (N, C, H, W) input. [default: {DEFAULT_SPATIAL}]")
 
 
-def _positive_int(options: Mapping[str, str], key: str, default: int) -> int:
-    text = options.get(key)
+def _tolerance(dtype: Any) -> tuple[float, float]:
+    """(rtol, atol) against the float64 reference; half types are stored rounded to 8 or 11 bits."""
+    return {
+        torch.float64: (1e-8, 1e-8),
+        torch.float32: (1e-3, 1e-4),
+        torch.float16: (1e-2, 2e-2),
+        torch.bfloat16: (2e-2, 8e-2),
+    }[dtype]
+
+
+def _positive_int(options: Mapping[str, str], option: OpOption, default: int) -> int:
+    text = options.get(option.key)
     if not text:
         return default
     try:
@@ -41,12 +49,12 @@ def _positive_int(options: Mapping[str, str], key: str, default: int) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise UserError(f"--{key} {text!r} must be a whole number >= 1")
+        raise UserError(f"{option.flag} {text!r} must be a whole number >= 1")
     return value
 
 
 def _channels(options: Mapping[str, str]) -> tuple[int, ...]:
-    items = split_list(options.get(CHANNELS, "")) or [str(c) for c in DEFAULT_CHANNELS]
+    items = [c.strip() for c in options.get(CHANNELS.key, "").split(",") if c.strip()] or [str(c) for c in DEFAULT_CHANNELS]
     channels = []
     for item in items:
         if not item.isdigit() or int(item) < 1:
@@ -59,19 +67,33 @@ def _channels(options: Mapping[str, str]) -> tuple[int, ...]:
 class _Layer:
     """The op-private state: the layer, the leaf input, the last output, and the grad to feed back."""
 
-    module: torch.nn.Module
-    x: torch.Tensor
-    dy: torch.Tensor
-    x_value: torch.Tensor
-    y: torch.Tensor | None = None
+    module: Any  # torch.nn.Module
+    x: Any
+    dy: Any
+    x_value: Any
+    y: Any = None
 
 
 class SyncBN(Op):
     """Every SyncBatchNorm strategy of commbench.syncbn, plus the native CUDA layers where they run."""
 
-    name = "sync_bn"
-    variants = (*STRATEGY_NAMES, NATIVE_TORCH, NATIVE_HOROVOD)
-    phases = ("forward", "backward", "forward_backward")
+    spec = OpSpec(
+        name="sync_bn",
+        summary="one SyncBatchNorm layer on (N per rank, C, H, W) input, swept over C (--channels, --batch, "
+        "--spatial); phases forward, backward, forward_backward; the count column is C (native_torch and "
+        "native_horovod run on CUDA only)",
+        s_definition="S = bytes the phase communicates, each call counted as nccl-tests does (all-gather: gathered "
+        "output; all-reduce: buffer), statistics 4 bytes each (8 for float64): forward (2C+1) x 4 x n for the "
+        "gathering strategies, (2C+1) x 4 for allreduce; backward 2C x 4; forward_backward the sum",
+        bus_factor=BusFactor("1 (busbw = algbw: a phase mixes gathers and reduces)", lambda n: 1.0),
+        variants=(*STRATEGY_NAMES, NATIVE_TORCH, NATIVE_HOROVOD),
+        phases=("forward", "backward", "forward_backward"),
+        baseline="horovod",
+        workload_column="count",
+        workload_name="channels C",
+        workload_knobs="--channels, --batch or --spatial",
+        options=(CHANNELS, BATCH, SPATIAL),
+    )
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
@@ -86,27 +108,33 @@ class SyncBN(Op):
             return backend.group_unavailable()
         if variant == NATIVE_TORCH and backend.device.type != "cuda":
             return "torch.nn.SyncBatchNorm refuses CPU tensors (needs CUDA and a GPU backend)"
+        if variant == NATIVE_TORCH and not backend.torch_process_group:
+            # Without a torch process group it would fall back to a local batch norm: no communication.
+            return f"torch.nn.SyncBatchNorm needs a torch.distributed process group, which the {backend.name} backend has not"
         if variant == NATIVE_HOROVOD and (backend.name != "horovod" or backend.device.type != "cuda"):
             return "hvd.SyncBatchNorm needs the horovod backend on CUDA"
         return None
 
-    def dtype_unavailable(self, dtype: torch.dtype) -> str | None:
+    def completes_internally(self, variant: str) -> bool:
+        return True  # the layer waits for its statistics before it can normalise
+
+    def dtype_unavailable(self, dtype: Any) -> str | None:
         if not dtype.is_floating_point:
             return f"batch norm needs a floating dtype (float32, float64, float16, bfloat16), not {str(dtype).removeprefix('torch.')}"
         return None
 
-    def sizes(self, requested: Any) -> tuple[int, ...]:
+    def points(self, requested: Sequence[int]) -> list[Point]:
         """The channel counts C: this op's workload is set by --channels, not by byte sizes."""
-        return self.channels
+        return [Point(f"C={c}", 0, {"channels": c}) for c in self.channels]
 
-    def memory_bytes(self, size_bytes: int, world_size: int) -> int:
-        # size_bytes is a channel count here. Per rank: x, y, dy, grad (and float copies), plus
-        # the whole batch in float64 for the reference, with its output and grad.
-        elements = self.batch * size_bytes * self.spatial**2
+    def memory_bytes(self, point: Point, world_size: int) -> int:
+        # Per rank: x, y, dy, grad (and float copies), plus the whole batch in float64 for the
+        # reference, with its output and grad.
+        elements = self.batch * point.params["channels"] * self.spatial**2
         return elements * 8 * (8 + 3 * world_size)
 
-    def setup(self, args: CollArgs, size_bytes: int) -> None:
-        channels = args.count = size_bytes
+    def setup(self, args: CollArgs, point: Point) -> None:
+        channels = args.count = point.params["channels"]
         module = self._module(args, channels)
         inputs = [self._inputs(r, channels, args.dtype) for r in range(args.world_size)]
         x_value, dy = (t.to(args.device) for t in inputs[args.rank])
@@ -114,9 +142,11 @@ class SyncBN(Op):
         args.state = _Layer(module, x, dy, x_value)
         args.expected = {k: v.to(args.device) for k, v in self._reference(inputs, args.rank, module).items()}
 
-    def _module(self, args: CollArgs, channels: int) -> torch.nn.Module:
+    def _module(self, args: CollArgs, channels: int) -> Any:
+        from commbench.syncbn import SyncBatchNorm
+
         if args.variant == NATIVE_TORCH:
-            module: torch.nn.Module = torch.nn.SyncBatchNorm(channels)
+            module = torch.nn.SyncBatchNorm(channels)
         elif args.variant == NATIVE_HOROVOD:
             import horovod.torch as hvd
 
@@ -129,15 +159,17 @@ class SyncBN(Op):
             module.bias.copy_(torch.arange(channels) % 5 / 4 - 0.5)
         return module.to(device=args.device, dtype=torch.float64 if args.dtype == torch.float64 else torch.float32)
 
-    def _inputs(self, rank: int, channels: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def _inputs(self, rank: int, channels: int, dtype: Any) -> tuple[Any, Any]:
         """Rank r's input (scaled and shifted by r, so ranks differ in mean and variance) and grad_output."""
         g = torch.Generator().manual_seed(7919 * rank + channels)
         shape = (self.batch, channels, self.spatial, self.spatial)
         x = torch.randn(shape, generator=g) * (1 + 0.25 * rank) + 0.5 * rank
         return x.to(dtype), torch.randn(shape, generator=g).to(dtype)
 
-    def _reference(self, inputs: list[tuple[torch.Tensor, torch.Tensor]], rank: int, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    def _reference(self, inputs: list[tuple[Any, Any]], rank: int, module: Any) -> dict[str, Any]:
         """torch.nn.BatchNorm2d in float64 on every rank's batch; this rank's slice of its results."""
+        from commbench.syncbn.stats import reduce_dims
+
         ref = torch.nn.BatchNorm2d(module.num_features, eps=module.eps, momentum=module.momentum).double()
         ref.load_state_dict({k: v.detach().cpu() for k, v in module.state_dict().items()})
         x_all = torch.cat([x for x, _ in inputs]).double().requires_grad_()
@@ -178,9 +210,11 @@ class SyncBN(Op):
             layer.y.backward(layer.dy, retain_graph=phase == "backward")
 
     def wrong(self, args: CollArgs, phase: str) -> int:
+        from commbench.syncbn.stats import stat_dtype
+
         layer: _Layer = args.state
-        tol = _TOLERANCE[args.dtype]
-        stat_tol = _TOLERANCE[stat_dtype(args.dtype)]
+        tol = _tolerance(args.dtype)
+        stat_tol = _tolerance(stat_dtype(args.dtype))
         found = {"running_mean": layer.module.running_mean, "running_var": layer.module.running_var}
         if phase != "backward":
             found["output"] = layer.y
@@ -196,12 +230,11 @@ class SyncBN(Op):
         return wrong
 
     def size_bytes(self, args: CollArgs, phase: str) -> int:
+        from commbench.syncbn.stats import stat_dtype
+        from commbench.syncbn.strategies import STRATEGIES
+
         strategy = STRATEGIES[_NATIVE_PATTERN.get(args.variant, args.variant)]
         stat_bytes = torch.empty((), dtype=stat_dtype(args.dtype)).element_size()
         forward = strategy.forward_bytes(args.count, args.world_size, stat_bytes)
         backward = strategy.backward_bytes(args.count, args.world_size, stat_bytes)
         return {"forward": forward, "backward": backward}.get(phase, forward + backward)
-
-    def bus_factor(self, world_size: int) -> float:
-        # A phase mixes all-gathers and all-reduces, which have no one nccl-tests factor: busbw = algbw.
-        return 1.0

@@ -48,7 +48,7 @@ class ProcessGroupComm(TorchDistBackend):
         self.world_size = dist.get_world_size(group)
         self._gloo = dist.get_backend(group) == "gloo"
 
-    def init(self, timeout_s: float) -> None:
+    def init(self, timeout_s: float, launch: Any = None) -> None:
         raise RuntimeError("ProcessGroupComm wraps an initialised process group; it does not create one")
 
     def close(self) -> None:

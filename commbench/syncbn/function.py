@@ -1,5 +1,5 @@
 """The autograd Function of SyncBatchNorm in training mode: synchronised statistics forward,
-synchronised gradient sums backward (REFERENCE.md section 6), in plain torch ops on any device."""
+synchronised gradient sums backward (docs/syncbn.md), in plain torch ops on any device."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The batch-norm statistics every strategy shares (REFERENCE.md section 6), in plain torch ops.
+"""The batch-norm statistics every strategy shares (docs/syncbn.md), in plain torch ops.
 
 Per rank: a count n_j (values per channel), a mean m_j and a biased variance v_j per channel.
 Ranks merge them with Chan's parallel form of Welford's update; an empty rank (n_j = 0) adds
@@ -73,7 +73,7 @@ def local_stats(xs: torch.Tensor) -> LocalStats:
 
 
 def chan_merge(counts: torch.Tensor, means: torch.Tensor, variances: torch.Tensor) -> GlobalStats:
-    """Merge per-rank (n_j, m_j, v_j) rank by rank, exactly as REFERENCE.md section 6 writes it.
+    """Merge per-rank (n_j, m_j, v_j) rank by rank, in the order of the ranks (Chan et al.'s parallel update).
 
     counts is (W,), means and variances are (W, C). Returns the total count, mean and M2/N.
     """

@@ -1,6 +1,6 @@
 """The communication strategies of SyncBatchNorm: what each original sends, and how it merges.
 
-Every strategy computes the same global statistics and gradient sums (REFERENCE.md section 6);
+Every strategy computes the same global statistics and gradient sums (docs/syncbn.md);
 they differ only in the messages. The forward sends per-rank statistics and merges them; the
 backward sums (sum_dy, sum_dy_xmu) over ranks. Where the original issues its calls async and then
 waits on every wait object, so does the strategy here. Counts travel as the statistics' float

@@ -9,6 +9,7 @@ line says where the rows measured so far are.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -21,17 +22,48 @@ from typing import IO, Any, Callable
 
 import click
 
-from commbench.config import SweepConfig
-from commbench.errors import UserError
-from commbench.worker import (
-    COLLECTIVE_FAILURE_EXIT_CODE, CONFIG_ENV, INTERRUPTED_EXIT_CODE, LAUNCHER_PID_ENV, WRONG_RESULTS_EXIT_CODE,
-)  # fmt: skip
+from commbench.errors import ExitCode, UserError
+from commbench.launchers import CONFIG_ENV, HOROVOD_LAUNCH_HINT, LAUNCHER_PID_ENV, Launch
+from commbench.results.schema import check_writable, default_output
+from commbench.run.config import Outcome, SweepConfig
 
 GRACE_S = 5.0
 
 
-def launched_by_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and CONFIG_ENV not in os.environ
+def default_nproc(backend: str) -> int:
+    """Every visible GPU with nccl, else 2 ranks."""
+    if backend == "nccl":
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return 2
+
+
+def start(cfg: SweepConfig, nproc: int | None, launch: Launch) -> Outcome:
+    """Run this process as one rank of a launcher's job, or spawn local ranks; returns how it ended."""
+    from commbench.run.worker import run_worker
+
+    if launch.is_rank:
+        if cfg.backend == "horovod" and launch.kind != "horovodrun":
+            raise UserError(HOROVOD_LAUNCH_HINT)
+        if nproc is not None:
+            how = "-np" if launch.kind == "horovodrun" else "--nproc_per_node"
+            raise UserError(f"--nproc is for spawning local ranks; under {launch.kind} use {how} instead")
+        return run_worker(cfg, launch)
+    nproc = default_nproc(cfg.backend) if nproc is None else nproc
+    if nproc < 1:
+        raise UserError(f"--nproc must be at least 1 (got {nproc})")
+    path = Path(cfg.output) if cfg.output else default_output(cfg.backend, nproc)
+    check_writable(path, cfg.overwrite)
+    # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
+    cfg = dataclasses.replace(cfg, output=str(path.resolve()))
+    if cfg.backend == "horovod":
+        from commbench.run.horovod_launch import spawn_horovod
+
+        code = spawn_horovod(cfg, nproc)
+    else:
+        code = spawn(cfg, nproc)
+    return Outcome(code, Path(cfg.output))
 
 
 def host_store(timeout_s: float) -> tuple[Any, int]:
@@ -40,7 +72,7 @@ def host_store(timeout_s: float) -> tuple[Any, int]:
     When rank 0 hosts the store, torch binds it to every interface (0.0.0.0 / ::); handing torch a
     socket already bound to loopback keeps a local sweep invisible from the network. Hosting it
     here rather than in rank 0 also keeps it alive when a rank dies, so survivors can still read
-    which peer is gone (commbench/progress.py).
+    which peer is gone (commbench/run/progress.py).
     """
     import datetime
 
@@ -62,8 +94,7 @@ def _relay(stream: IO[str], err: bool, lock: threading.Lock) -> None:
     stream.close()
 
 
-def spawn(cfg: SweepConfig, nproc: int, output_hint: str,
-          rank_env: Callable[[int], dict[str, str]] | None = None) -> int:  # fmt: skip
+def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]] | None = None) -> int:
     """Start nproc local ranks, relay their output, and end them all when one fails or on Ctrl-C.
 
     rank_env(rank) adds a transport's own variables (Horovod's slots) to a rank's environment.
@@ -93,7 +124,7 @@ def spawn(cfg: SweepConfig, nproc: int, output_hint: str,
         lock = threading.Lock()
         for rank in range(nproc):
             proc = subprocess.Popen(
-                [sys.executable, "-m", "commbench.worker"],
+                [sys.executable, "-m", "commbench.run.worker"],
                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
             )  # fmt: skip
@@ -106,19 +137,19 @@ def spawn(cfg: SweepConfig, nproc: int, output_hint: str,
     except KeyboardInterrupt:
         # The ranks run in their own sessions, so a terminal's Ctrl-C reaches only this process.
         _stop(procs, signal.SIGINT)
-        code = INTERRUPTED_EXIT_CODE
+        code = ExitCode.INTERRUPTED
     for t in relays:
         t.join(timeout=2)
-    _say_where(code, Path(output_hint))
+    _say_where(code, Path(cfg.output))
     return code
 
 
 def _say_where(code: int, path: Path) -> None:
     """One line after a failed or interrupted sweep: where the rows measured so far are."""
     # Success and wrong results end with rank 0's own line naming the file; a refusal measured nothing.
-    if code in (0, WRONG_RESULTS_EXIT_CODE, UserError.exit_code):
+    if code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE):
         return
-    what = "interrupted" if code == INTERRUPTED_EXIT_CODE else "stopped early"
+    what = "interrupted" if code == ExitCode.INTERRUPTED else "stopped early"
     if path.exists():
         click.echo(f"commbench: {what}; results measured so far are in {path}", err=True)
     else:
@@ -141,7 +172,7 @@ def _supervise(procs: list[subprocess.Popen[str]], timeout_s: float, store: Any)
             bad = [c for c in codes if c not in (None, 0)]
             if bad:
                 # A rank killed by a signal is a lost rank: the sweep failed like a collective does.
-                failed = bad[0] if bad[0] > 0 else COLLECTIVE_FAILURE_EXIT_CODE
+                failed = bad[0] if bad[0] > 0 else ExitCode.COLLECTIVE_FAILURE
                 deadline = time.monotonic() + timeout_s + GRACE_S
         if all(c is not None for c in codes):
             return failed if failed is not None else 0
@@ -164,7 +195,7 @@ def _last_step(store: Any, rank: int) -> str:
     """' in <step>' from the rank's last progress record, or '' when it left none."""
     import torch.distributed as dist
 
-    from commbench.progress import read_record, store_prefix
+    from commbench.run.progress import read_record, store_prefix
 
     try:
         record = read_record(dist.PrefixStore(store_prefix(0), store), rank)

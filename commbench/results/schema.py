@@ -17,7 +17,7 @@ from commbench.errors import UserError
 
 SCHEMA_VERSION = 1
 
-# The tidy schema: one row per (op, variant, phase, dtype, mode, size). README explains each column.
+# The tidy schema: one row per (op, variant, phase, dtype, mode, size). docs/csv-schema.md explains each column.
 COLUMNS = (
     "schema_version", "run_id", "timestamp",
     "op", "variant", "phase", "dtype", "mode", "size_bytes", "count", "world_size", "backend", "api", "calls",
@@ -43,6 +43,15 @@ def default_output(backend: str, world_size: int, folder: str | Path = "results"
 
 def raw_path(path: Path) -> Path:
     return path.with_name(path.stem + ".raw.csv")
+
+
+def resolve_output(requested: str, backend: str, world_size: int, overwrite: bool, raw: bool) -> Path:
+    """The CSV a run writes: the user's --output, or a fresh default name; refused when unusable."""
+    path = Path(requested) if requested else default_output(backend, world_size)
+    check_writable(path, overwrite)
+    if raw:
+        check_writable(raw_path(path), overwrite)
+    return path
 
 
 def check_writable(path: Path, overwrite: bool) -> None:

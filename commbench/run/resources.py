@@ -12,8 +12,8 @@ from typing import Sequence
 
 import torch
 
-from commbench.ops.base import Op
-from commbench.sizes import format_size
+from commbench.ops.base import Op, Point
+from commbench.units import format_size
 
 
 def host_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
@@ -35,9 +35,10 @@ def device_available_bytes(device: torch.device) -> int | None:
     return free
 
 
-def largest_need(ops: Sequence[Op], sizes: Sequence[int], world_size: int) -> tuple[int, Op, int]:
-    """(bytes per rank, op, size) of the most demanding case of the sweep."""
-    return max(((op.memory_bytes(s, world_size), op, s) for op in ops for s in op.sizes(sizes)), key=lambda c: c[0])
+def largest_need(ops: Sequence[Op], sizes: Sequence[int], world_size: int) -> tuple[int, Op, Point]:
+    """(bytes per rank, op, point) of the most demanding case of the sweep."""
+    cases = ((op.memory_bytes(p, world_size), op, p) for op in ops for p in op.points(sizes))
+    return max(cases, key=lambda c: c[0])
 
 
 def memory_error(ops: Sequence[Op], sizes: Sequence[int], world_size: int, device: torch.device,
@@ -45,7 +46,7 @@ def memory_error(ops: Sequence[Op], sizes: Sequence[int], world_size: int, devic
     """Why the sweep cannot fit on this rank's host or device, or None when it fits (or cannot tell)."""
     if not ops:
         return None
-    need, op, size = largest_need(ops, sizes, world_size)
+    need, op, point = largest_need(ops, sizes, world_size)
     if device.type == "cuda":
         free, where, sharing = device_available_bytes(device), f"free on {device}", 1
     else:
@@ -55,5 +56,7 @@ def memory_error(ops: Sequence[Op], sizes: Sequence[int], world_size: int, devic
     if free is None or need * sharing <= free:
         return None
     per_host = f" x {sharing} ranks on this host = {format_size(need * sharing)}" if sharing > 1 else ""
-    return (f"{op.name} at {format_size(size)} needs about {format_size(need)} per rank{per_host}, "
-            f"but only {format_size(free)} is {where}; lower --max-bytes/--sizes or run fewer ranks per host")  # fmt: skip
+    return (
+        f"{op.name} at {point.label} needs about {format_size(need)} per rank{per_host}, but only "
+        f"{format_size(free)} is {where}; lower {op.spec.workload_knobs}, or run fewer ranks per host"
+    )

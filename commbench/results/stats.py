@@ -1,4 +1,5 @@
-"""Statistics over per-iteration times (each already the max over ranks)."""
+"""Statistics over per-iteration times (each already the max over ranks), and the tests that say
+whether two sets of them differ."""
 
 from __future__ import annotations
 
@@ -50,3 +51,29 @@ def bandwidth_gbps(size_bytes: int, time_us: float, bus_factor: float) -> tuple[
         return math.nan, math.nan
     algbw = size_bytes / (time_us * 1e-6) / 1e9
     return algbw, algbw * bus_factor
+
+
+# Standard error of a median relative to that of a mean, for roughly normal samples: sqrt(pi/2).
+_MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
+
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test that a and b come from one distribution.
+
+    scipy picks the exact distribution for small samples without ties and the tie-corrected
+    normal approximation otherwise.
+    """
+    if not a or not b:
+        return 1.0
+    from scipy.stats import mannwhitneyu
+
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def spread_p(baseline: tuple[float, float, float], candidate: tuple[float, float, float]) -> float:
+    """Two-sided p-value that two p50 times differ, from each run's (p50, std, iterations)."""
+    se2 = sum((_MEDIAN_SE_FACTOR * std) ** 2 / max(iters, 1) for _p50, std, iters in (baseline, candidate))
+    diff = abs(candidate[0] - baseline[0])
+    if not se2 > 0:  # a single iteration, or an std of 0: no spread to judge by
+        return 0.0 if diff > 0 else 1.0
+    return math.erfc(diff / math.sqrt(se2) / math.sqrt(2))

@@ -13,11 +13,15 @@ anyway (the watchdog's label and the backend's call counter, one integer increme
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:
+    from commbench.launchers import Launch
 
 
 class Store(Protocol):
@@ -34,6 +38,23 @@ RUNNING = "running"
 def store_prefix(attempt: int | str = 0) -> str:
     """The key namespace of one launch attempt (torchrun may restart workers on the same store)."""
     return f"commbench/{attempt}/progress"
+
+
+def connect_store(launch: Launch, timeout_s: float) -> Any:
+    """A client of the rendezvous store (torchrun's agent's, or the one commbench's spawner hosts),
+    or None where the launch has none (horovodrun).
+
+    Its own connection, so a heartbeat never queues behind the process group's store traffic; keys
+    are namespaced per torchrun restart attempt, as the agent keeps one store across them.
+    """
+    if not (launch.master_addr and launch.master_port) or (launch.kind == "horovodrun" and not launch.spawned):
+        return None
+    import torch.distributed as dist
+
+    client = dist.TCPStore(
+        launch.master_addr, launch.master_port, None, False, timeout=datetime.timedelta(seconds=timeout_s)
+    )
+    return dist.PrefixStore(store_prefix(launch.attempt), client)
 
 
 @dataclass
@@ -83,8 +104,10 @@ class ProgressBoard:
         while not self._stop.wait(self.interval_s):
             try:
                 self._publish()
-            except Exception:  # the store went away (launcher gone): diagnosis will say so, not this thread
-                return
+            except Exception:
+                # A transient store error must not silence this rank for good (its peers would later
+                # call it gone); if the store itself is gone, the readers' diagnosis says so.
+                continue
 
     def step(self, label: str) -> None:
         """Publish now, at the start of a case (outside timing), so a record is never a case behind."""
@@ -121,12 +144,15 @@ class ProgressBoard:
         with self._lock:
             return {r: read_record(self.store, r) for r in range(self.world_size) if r != self.rank}
 
-    def diagnose(self) -> str:
-        """Name the ranks that are gone, finished or behind; '' when the store cannot tell."""
+    def diagnose(self, wait: Callable[[float], None] = time.sleep) -> str:
+        """Name the ranks that are gone, finished or behind; '' when the store cannot tell.
+
+        Records are read twice, `wait(stale_s)` apart: a rank whose heartbeat did not move is gone.
+        """
         if self.store is None:
             return ""
         first = self._read_all()
-        time.sleep(self.stale_s)
+        wait(self.stale_s)
         second = self._read_all()
         issued, label = self.local()
         findings: list[str] = []

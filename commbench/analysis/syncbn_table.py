@@ -1,15 +1,16 @@
 """The SyncBatchNorm comparison from a results CSV: p50 time per (phase, C) for every strategy and
-each one's speedup over a baseline (Horovod's three allgathers by default). pandas only, no torch."""
+each one's speedup over the sync_bn op's baseline (Horovod's three allgathers). pandas only, no torch."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from commbench.reader import ok_rows
+from commbench.ops.sync_bn import SyncBN
+from commbench.results.reader import ok_rows
 from commbench.syncbn import STRATEGY_NAMES
 
-BASELINE = "horovod"
-PHASES = ("forward", "backward", "forward_backward")
+BASELINE = SyncBN.spec.baseline
+PHASES = SyncBN.spec.phases
 # The runs the table keeps apart; C is the `count` column of sync_bn rows.
 GROUP_COLUMNS = ["run", "backend", "world_size", "dtype", "mode"]
 

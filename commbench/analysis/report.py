@@ -15,16 +15,16 @@ import pandas as pd
 
 import commbench
 from commbench.errors import UserError
-from commbench.plotting import FORMATS, build_charts, ensure_folder, render
-from commbench.reader import read_results
-from commbench.sizes import format_size
+from commbench.analysis.plotting import FORMATS, build_charts, ensure_folder, render
+from commbench.results.reader import read_results
+from commbench.units import format_size
 
 _MIME = {"png": "image/png", "svg": "image/svg+xml"}
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
-th { background: #f3f3f3; } td.text { text-align: left; }
+th { background: #f3f3f3; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; }
 figcaption { font-size: 13px; color: #555; } code { font-size: 12px; }
 """
@@ -90,23 +90,21 @@ def _provenance(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _table(frame: pd.DataFrame) -> str:
     """An HTML table with sizes in human units and numbers rounded for reading."""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in frame.columns)
-    rows = []
-    for _, row in frame.iterrows():
-        cells = []
-        for column, value in row.items():
-            text, numeric = _cell(column, value)
-            cells.append(f"<td{'' if numeric else ' class=text'}>{html.escape(text)}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    return frame.to_html(index=False, border=0, formatters={c: _formatter(c) for c in frame.columns})
 
 
-def _cell(column: str, value: object) -> tuple[str, bool]:
-    if value is None or (isinstance(value, float) and value != value) or value is pd.NA:
-        return "", True
-    if column == "size_bytes":
-        return format_size(int(value)), True
-    if isinstance(value, float):
-        return (f"{int(value)}" if value.is_integer() and column in ("world_size", "iters", "warmup", "wrong")
-                else f"{value:.4g}"), True  # fmt: skip
-    return str(value), isinstance(value, int)
+def _formatter(column: str):
+    """How one column's cells read: sizes in human units, whole-number columns as integers, other
+    numbers to 4 significant digits, missing values as empty cells."""
+
+    def cell(value: object) -> str:
+        if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+            return ""
+        if column == "size_bytes":
+            return format_size(int(value))
+        if isinstance(value, float):
+            whole = value.is_integer() and column in ("world_size", "iters", "warmup", "wrong")
+            return f"{int(value)}" if whole else f"{value:.4g}"
+        return str(value)
+
+    return cell

@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from commbench.errors import UserError
-from commbench.reader import ok_rows, read_results
-from commbench.sizes import format_size
+from commbench.results.reader import ok_rows, read_results
+from commbench.units import format_size
 
 FORMATS = ("png", "svg")
 
@@ -32,7 +32,8 @@ SIZE_AXIS_LABEL = "size S (bytes, as `commbench list` defines S per op)"
 class Family:
     """A variant family: the variant the others are measured against, and which column says that
     two rows did the same work. Usually S; for sync_bn the channel count C (the `count` column),
-    because each strategy moves a different number of bytes for the same layer."""
+    because each strategy moves a different number of bytes for the same layer. Ops declare both
+    in their spec (OpSpec.baseline, workload_column)."""
 
     baseline: str
     workload: str = "size_bytes"
@@ -46,14 +47,15 @@ class Family:
         return format_size(int(value)) if self.workload == "size_bytes" else str(int(value))
 
 
-# A speedup chart per op listed here shows every other variant's p50 time relative to the
-# baseline's. A new family adds a line here, not a branch in the drawing code.
-SPEEDUP_FAMILIES: dict[str, Family] = {
-    "grouped_all_gather": Family("separate"),
-    "bucketed_reduce_scatter": Family("per_tensor"),
-    "bucketed_all_reduce": Family("per_tensor"),
-    "sync_bn": Family("horovod", workload="count", workload_name="channels C"),
-}
+def speedup_family(op: str) -> Family | None:
+    """The op's variant family, as its spec declares it; None for ops without a baseline."""
+    from commbench.ops import spec_of
+
+    spec = spec_of(op)
+    if spec is None or spec.baseline is None:
+        return None
+    return Family(spec.baseline, spec.workload_column, spec.workload_name)
+
 
 # What distinguishes two lines on one chart; the label shows only the parts that differ.
 SERIES_COLUMNS = ("backend", "variant", "run", "world_size")
@@ -122,7 +124,7 @@ def build_charts(frame: pd.DataFrame) -> list[Chart]:
     for name, group in _panels(frame):
         if not ok_rows(group).empty:
             charts.append(_size_chart(name, group))
-        family = SPEEDUP_FAMILIES.get(group["op"].iloc[0])
+        family = speedup_family(group["op"].iloc[0])
         if family and (speedup := _speedup_chart(name, group, family)):
             charts.append(speedup)
     return charts

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable
 
-TIMEOUT_EXIT_CODE = 3
+from commbench.errors import ExitCode
 
 
 class Watchdog:
@@ -50,7 +50,7 @@ class Watchdog:
             f"{'; ' + detail if detail else ''}\n"
         )
         sys.stderr.flush()
-        os._exit(TIMEOUT_EXIT_CODE)
+        os._exit(ExitCode.COLLECTIVE_FAILURE)
 
 
 def bounded(fn: Callable[[], str], seconds: float) -> str:

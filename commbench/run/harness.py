@@ -16,7 +16,7 @@ from commbench.backends.base import Backend, Work
 
 if TYPE_CHECKING:
     from commbench.ops.base import Op
-    from commbench.watchdog import Watchdog
+    from commbench.run.watchdog import Watchdog
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Iterable
 import pandas as pd
 
 from commbench.errors import UserError
-from commbench.results import COLUMNS, KEY_COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, raw_path
+from commbench.results.schema import COLUMNS, KEY_COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, raw_path
 
 # What charts, reports and compare actually use. A CSV that has these reads even when the writer
 # later grows optional columns; every other column of COLUMNS is filled in as empty when absent.

@@ -13,13 +13,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
 from commbench.errors import UserError
-from commbench.reader import MATCH_COLUMNS, read_one, read_samples
-from commbench.sizes import format_size
+from commbench.results.reader import MATCH_COLUMNS, read_one, read_samples
+from commbench.results.stats import mann_whitney_p, spread_p
+from commbench.units import format_size
 
 # Metrics compare can gate on, and whether a larger value is better.
 METRICS: dict[str, bool] = {
@@ -29,8 +29,6 @@ METRICS: dict[str, bool] = {
 
 U_TEST = "Mann-Whitney U on per-iteration samples (both runs kept --raw)"
 SPREAD_TEST = "the runs' own spread (p50 and std over iters; run sweep with --raw for the U test)"
-# Standard error of a median relative to that of a mean, for roughly normal samples: sqrt(pi/2).
-_MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 
 
 @dataclass(frozen=True)
@@ -55,44 +53,6 @@ class Threshold:
 
     def __str__(self) -> str:
         return f"{self.value * 100:g}%" if self.relative else f"{self.value:g}"
-
-
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie and continuity corrected).
-
-    Implemented here rather than taken from scipy so that compare needs no extra dependency; with the
-    tens of iterations a sweep keeps, the normal approximation matches scipy's asymptotic method.
-    """
-    n1, n2 = len(a), len(b)
-    if n1 == 0 or n2 == 0:
-        return 1.0
-    values = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
-    rank_sum_a, ties, i, n = 0.0, 0.0, 0, n1 + n2
-    while i < n:
-        j = i
-        while j + 1 < n and values[j + 1][0] == values[i][0]:
-            j += 1
-        average_rank = (i + j) / 2 + 1
-        rank_sum_a += average_rank * sum(1 for k in range(i, j + 1) if values[k][1] == 0)
-        t = j - i + 1
-        ties += t**3 - t
-        i = j + 1
-    u1 = rank_sum_a - n1 * (n1 + 1) / 2
-    u = max(u1, n1 * n2 - u1)
-    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))) if n > 1 else 0.0
-    if variance <= 0:
-        return 1.0
-    z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(variance)
-    return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
-
-
-def spread_p(baseline: pd.Series, candidate: pd.Series) -> float:
-    """Two-sided p-value that the p50 times differ, from each run's std over its iterations."""
-    se2 = sum((_MEDIAN_SE_FACTOR * row["time_us_std"]) ** 2 / max(row["iters"], 1) for row in (baseline, candidate))
-    diff = abs(candidate["time_us_p50"] - baseline["time_us_p50"])
-    if not se2 > 0:  # a single iteration, or an std of 0: no spread to judge by
-        return 0.0 if diff > 0 else 1.0
-    return math.erfc(diff / math.sqrt(se2) / math.sqrt(2))
 
 
 @dataclass
@@ -213,7 +173,7 @@ def _classify(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Comp
     if all(s is not None and key in s for s in samples):
         delta.p_value, delta.method = mann_whitney_p(samples[0][key], samples[1][key]), "U"
     else:
-        delta.p_value, delta.method = spread_p(b, c), "spread"
+        delta.p_value, delta.method = spread_p(_spread(b), _spread(c)), "spread"
     if not spec.threshold.exceeded(delta.baseline, delta.candidate):
         return delta
     if delta.p_value >= spec.alpha:
@@ -222,6 +182,10 @@ def _classify(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Comp
     better = (delta.candidate > delta.baseline) == METRICS[spec.metric]
     delta.verdict = "improvement" if better else "regression"
     return delta
+
+
+def _spread(row: pd.Series) -> tuple[float, float, float]:
+    return row["time_us_p50"], row["time_us_std"], row["iters"]
 
 
 def format_comparison(result: Comparison) -> str:

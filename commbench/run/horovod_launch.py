@@ -17,35 +17,12 @@ from typing import TYPE_CHECKING
 from commbench.errors import UserError
 
 if TYPE_CHECKING:
-    from commbench.config import SweepConfig
-
-# Set by horovodrun (Gloo) for each slot, and by mpirun under Horovod's MPI controller.
-HOROVODRUN_ENV = ("HOROVOD_RANK", "HOROVOD_SIZE")
-MPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+    from commbench.run.config import SweepConfig
 
 
-def launched_by_horovodrun() -> bool:
-    """True in a rank started by horovodrun, mpirun under Horovod, or commbench's Horovod spawner."""
-    return all(k in os.environ for k in HOROVODRUN_ENV) or (
-        "HOROVOD_CONTROLLER" in os.environ and any(k in os.environ for k in MPI_RANK_ENV)
-    )
-
-
-LAUNCH_HINT = (
-    "--backend horovod needs ranks started by horovodrun or by commbench itself, not torchrun: use "
-    "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or `commbench sweep --backend horovod --nproc N`"
-)
-
-
-def check_not_torchrun(backend: str) -> None:
-    """--backend horovod in ranks of torchrun: they cannot form a Horovod job; say what works."""
-    if backend == "horovod" and not launched_by_horovodrun():
-        raise UserError(LAUNCH_HINT)
-
-
-def spawn_horovod(cfg: "SweepConfig", nproc: int, output_hint: str) -> int:
+def spawn_horovod(cfg: SweepConfig, nproc: int) -> int:
     """Serve the Gloo rendezvous on loopback and spawn nproc Horovod ranks; returns the exit code."""
-    from commbench.launch import spawn
+    from commbench.run.launch import spawn
 
     try:
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
@@ -65,7 +42,7 @@ def spawn_horovod(cfg: "SweepConfig", nproc: int, output_hint: str) -> int:
         "HOROVOD_CPU_OPERATIONS": "gloo",
         "HOROVOD_GLOO_IFACE": "lo",
         # One intra-op thread unless the user chose: spinning OpenMP workers starve Horovod's
-        # background thread (README, Horovod); the backend applies the same rule under horovodrun.
+        # background thread (docs/horovod.md); the backend applies the same rule under horovodrun.
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
 
@@ -78,7 +55,7 @@ def spawn_horovod(cfg: "SweepConfig", nproc: int, output_hint: str) -> int:
         }  # fmt: skip
 
     try:
-        return spawn(cfg, nproc, output_hint, rank_env=rank_env)
+        return spawn(cfg, nproc, rank_env=rank_env)
     finally:
         server.shutdown()
         thread.join(timeout=5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from commbench.sizes import format_size
+from commbench.units import format_size
 
 _HEADER = (
     f"# {'op':<20} {'variant':<16} {'phase':<16} {'dtype':<8} {'size':>7} {'count':>10} "

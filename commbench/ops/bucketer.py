@@ -1,24 +1,22 @@
 """Gradient bucketing as FSDP (fairscale's ReduceScatterBucketer) and apex/DDP do it.
 
 Both classes take the collective as a callable returning a wait object, so they run on any
-backend and can be unit-tested without a process group. REFERENCE.md section 5 is the specification.
+backend and can be unit-tested without a process group. docs/ops.md describes their semantics.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-import torch
+from commbench.lazy import torch
 
-from commbench.backends.base import Work
+if TYPE_CHECKING:
+    from commbench.backends.base import Work
 
-ReduceScatter = Callable[[torch.Tensor, torch.Tensor], Work]  # (output shard, flat input of n shards)
-AllReduce = Callable[[torch.Tensor], Work]  # sum in place
-Callback = Callable[[torch.Tensor], Any]
-
-DEFAULT_BUCKET_CAP_MB = 25.0
-DEFAULT_MESSAGE_SIZE = 10_000_000  # apex DistributedDataParallel's default, in elements
+    ReduceScatter = Callable[[torch.Tensor, torch.Tensor], Work]  # (output shard, flat input of n shards)
+    AllReduce = Callable[[torch.Tensor], Work]  # sum in place
+    Callback = Callable[[torch.Tensor], Any]
 
 
 @dataclass
@@ -58,7 +56,7 @@ class ReduceScatterBucketer:
     Flushes complete before returning (fairscale runs them in order on one stream).
     """
 
-    def __init__(self, reduce_scatter: ReduceScatter, world_size: int, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB) -> None:
+    def __init__(self, reduce_scatter: ReduceScatter, world_size: int, bucket_cap_mb: float) -> None:
         self.reduce_scatter = reduce_scatter
         self.world_size = world_size
         self.bucket_cap_mb = bucket_cap_mb
@@ -148,7 +146,7 @@ class AllReduceBucketer:
     """apex Reducer / DDP gradient averaging: per bucket of message_size elements, flatten, all_reduce
     (async), then divide by n and copy back into the tensors. A one-tensor bucket is reduced in place."""
 
-    def __init__(self, all_reduce: AllReduce, world_size: int, message_size: int = DEFAULT_MESSAGE_SIZE) -> None:
+    def __init__(self, all_reduce: AllReduce, world_size: int, message_size: int) -> None:
         self.all_reduce = all_reduce
         self.world_size = world_size
         self.message_size = message_size

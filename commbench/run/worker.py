@@ -1,6 +1,6 @@
-"""Entry point of one rank: `python -m commbench.worker` with COMMBENCH_CONFIG in the environment.
+"""Entry point of one rank: `python -m commbench.run.worker` with COMMBENCH_CONFIG in the environment.
 
-The same run_worker() serves ranks started by torchrun (in-process) and by commbench's spawner.
+The same run_worker() serves ranks started by a launcher (in-process) and by commbench's spawner.
 """
 
 from __future__ import annotations
@@ -9,33 +9,28 @@ import os
 import signal
 import sys
 
-from commbench.config import SweepConfig
-from commbench.errors import UserError
-
-CONFIG_ENV = "COMMBENCH_CONFIG"
-LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
-WRONG_RESULTS_EXIT_CODE = 1
-COLLECTIVE_FAILURE_EXIT_CODE = 3  # a collective failed or timed out, or a rank was lost
-INTERRUPTED_EXIT_CODE = 130
+from commbench.errors import ExitCode, UserError
+from commbench.launchers import CONFIG_ENV, LAUNCHER_PID_ENV, Launch, detect
+from commbench.run.config import Outcome, PeerError, SweepConfig
 
 
-def run_worker(cfg: SweepConfig) -> int:
+def run_worker(cfg: SweepConfig, launch: Launch) -> Outcome:
     """Run this rank and turn every expected failure into one line and an exit code."""
     try:
-        from commbench.runner import CollectiveFailure, PeerError, run_rank
+        from commbench.run.runner import CollectiveFailure, run_rank
 
         try:
-            return run_rank(cfg)
+            return run_rank(cfg, launch)
         except UserError as exc:
             exc.show()
-            return exc.exit_code
+            return Outcome(exc.exit_code)
         except PeerError:
-            return UserError.exit_code
+            return Outcome(ExitCode.USAGE)
         except CollectiveFailure as exc:
             print(f"commbench: {exc}", file=sys.stderr, flush=True)
-            return COLLECTIVE_FAILURE_EXIT_CODE
+            return Outcome(ExitCode.COLLECTIVE_FAILURE)
     except KeyboardInterrupt:  # rows are written as they complete: nothing to save, just stop
-        return INTERRUPTED_EXIT_CODE
+        return Outcome(ExitCode.INTERRUPTED)
 
 
 def die_with_launcher() -> None:
@@ -52,15 +47,15 @@ def die_with_launcher() -> None:
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
     if os.getppid() != int(launcher):  # it died before the request took effect
-        os._exit(INTERRUPTED_EXIT_CODE)
+        os._exit(ExitCode.INTERRUPTED)
 
 
 def main() -> None:
     try:
         die_with_launcher()
-        code = run_worker(SweepConfig.from_json(os.environ[CONFIG_ENV]))
+        code = run_worker(SweepConfig.from_json(os.environ[CONFIG_ENV]), detect()).code
     except KeyboardInterrupt:
-        code = INTERRUPTED_EXIT_CODE
+        code = ExitCode.INTERRUPTED
     sys.exit(code)
 
 

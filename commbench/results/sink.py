@@ -1,0 +1,105 @@
+"""Rank 0's outputs as a sweep goes: one CSV row per measurement (and raw samples), the printed
+table and the progress line. Rows are built here, next to the schema they fill."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import commbench
+from commbench.results import table
+from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, raw_path
+from commbench.results.stats import Stats, bandwidth_gbps
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured case, as the sink needs it: what was measured and what came out."""
+
+    op: str
+    variant: str
+    phase: str
+    dtype: str
+    size_bytes: int
+    count: int
+    bus_factor: float
+    samples_us: Sequence[float]  # per iteration, the max over ranks
+    per_rank_us: Sequence[Sequence[float]]
+    wrong: int  # summed over ranks; -1 when the check was skipped
+    calls: float
+    apis: str
+    window: int
+    note: str = ""
+
+
+class Sink:
+    """Writes rows as they complete; run facts (run id, hosts, versions) are the same on every row."""
+
+    def __init__(self, path: Path, base: dict[str, Any], overwrite: bool, raw: bool) -> None:
+        self.path = path
+        self.base = {"schema_version": SCHEMA_VERSION, "commbench_version": commbench.__version__, **base}
+        self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
+        self.raw = CsvAppender(raw_path(path), RAW_COLUMNS, overwrite=overwrite) if raw else None
+        self.done = 0
+
+    def section(self, title: str) -> None:
+        print(table.header(title), flush=True)
+
+    def progress(self, label: str) -> None:
+        self.done += 1
+        table.progress(self.done, label)
+
+    def unavailable(self, op: str, variant: str, dtype: str, reason: str) -> None:
+        row = {**self.base, "timestamp": _now(), "op": op, "variant": variant, "dtype": dtype}
+        row.update(status="unavailable", note=reason)
+        self.writer.write(row)
+        print(table.line(row), flush=True)
+
+    def measured(self, m: Measured) -> None:
+        row = self.row(m)
+        self.writer.write(row)
+        if self.raw is not None:
+            key = {k: row[k] for k in ("run_id", "op", "variant", "phase", "dtype", "mode", "size_bytes")}
+            self.raw.write_many(
+                {**key, "iteration": i, "rank": r, "time_us": t}
+                for r, samples in enumerate(m.per_rank_us)
+                for i, t in enumerate(samples)
+            )
+        print(table.line(row), flush=True)
+
+    def row(self, m: Measured) -> dict[str, Any]:
+        stats = Stats.from_samples(m.samples_us)
+        algbw, busbw = bandwidth_gbps(m.size_bytes, stats.time_us_p50, m.bus_factor)
+        notes = [m.note] if m.note else []
+        if m.wrong < 0:
+            notes.append("check skipped")
+        return {
+            **self.base,
+            "timestamp": _now(),
+            **{k: getattr(m, k) for k in ("op", "variant", "phase", "dtype", "size_bytes", "count", "wrong", "window")},
+            "api": m.apis,
+            "calls": round(m.calls, 3),
+            **stats.as_dict(),
+            "algbw_gbps": algbw,
+            "busbw_gbps": busbw,
+            "status": "wrong" if m.wrong > 0 else "ok",
+            "note": "; ".join(notes),
+        }
+
+    def close(self) -> None:
+        table.progress_done()
+        for f in (self.writer, self.raw):
+            if f is not None:
+                f.close()
+
+    def finish(self, wrong_total: int) -> None:
+        if wrong_total:
+            print(f"# FAILED: {wrong_total} wrong elements in total; see the 'wrong' column of {self.path}", flush=True)
+        else:
+            print(f"# done: results in {self.path}", flush=True)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
