@@ -37,13 +37,19 @@ def bare_loop(backend, out: torch.Tensor, inp: torch.Tensor, iters: int) -> list
 
 
 def rank_main(rank: int, world: int, port: int, rounds: int, iters: int, queue) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")  # fmt: skip
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        GLOO_SOCKET_IFNAME="lo",
+    )
     from commbench.backends.gloo import GlooBackend
     from commbench.launchers import detect
-    from commbench.run.harness import CollArgs, measure
     from commbench.ops.all_gather import AllGather
     from commbench.ops.base import Point
+    from commbench.run.harness import CollArgs, measure
     from commbench.run.watchdog import Watchdog
 
     torch.set_num_threads(1)  # as commbench's spawner does: two ranks share the cores
@@ -66,7 +72,17 @@ def rank_main(rank: int, world: int, port: int, rounds: int, iters: int, queue) 
             order = ("harness", "bare") if r % 2 == 0 else ("bare", "harness")
             for which in order:
                 if which == "harness":
-                    m = measure(op, args, "comm", iters=iters, warmup=3, window=1, check=True, watchdog=watchdog, label="overhead")
+                    m = measure(
+                        op,
+                        args,
+                        "comm",
+                        iters=iters,
+                        warmup=3,
+                        window=1,
+                        check=True,
+                        watchdog=watchdog,
+                        label="overhead",
+                    )
                     assert m.wrong == 0
                     harness_us += m.samples_us
                 else:
@@ -91,7 +107,10 @@ def main() -> None:
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=rank_main, args=(r, opts.ranks, port, opts.rounds, opts.iters, queue)) for r in range(opts.ranks)]
+    procs = [
+        ctx.Process(target=rank_main, args=(r, opts.ranks, port, opts.rounds, opts.iters, queue))
+        for r in range(opts.ranks)
+    ]
     for p in procs:
         p.start()
     results = queue.get()

@@ -8,8 +8,8 @@ backend receives it in `init()`, so no backend reads launcher variables or impor
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 # Set by commbench's spawner in every rank it starts.
 CONFIG_ENV = "COMMBENCH_CONFIG"

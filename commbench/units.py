@@ -15,7 +15,6 @@ from commbench.errors import UserError
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SCALED = re.compile(r"^(\d+)\s*([KMG]?)(I?B)?$", re.IGNORECASE)
 _POWER_OF_TEN = re.compile(r"^(\d+)E(\d+)\s*(I?B)?$", re.IGNORECASE)
-_HINT = "use a positive whole number with an optional K, M or G (e.g. {})"
 TENSORS_SYNTAX = "a comma-separated list of [COUNTx]ELEMENTS such as 64x4K,8x1M,2x16M or 1,256,256"
 
 
@@ -34,24 +33,25 @@ def _quantity(text: str, *, bytes_suffix: bool) -> int | None:
     return None
 
 
+def _positive(text: str, what: str, *, bytes_suffix: bool, examples: str) -> int:
+    value = _quantity(text, bytes_suffix=bytes_suffix)
+    if value is None:
+        raise UserError(
+            f"malformed {what} {text!r}: use a positive whole number with an optional K, M or G (e.g. {examples})"
+        )
+    if value <= 0:
+        raise UserError(f"{what} {text!r} must be positive")
+    return value
+
+
 def parse_size(text: str) -> int:
     """'64M' -> 67108864 bytes (KB, KiB and 1e6 accepted too)."""
-    value = _quantity(text, bytes_suffix=True)
-    if value is None:
-        raise UserError(f"malformed size {text!r}: {_HINT.format('8, 4K, 64M')}")
-    if value <= 0:
-        raise UserError(f"size {text!r} must be positive")
-    return value
+    return _positive(text, "size", bytes_suffix=True, examples="8, 4K, 64M")
 
 
 def parse_count(text: str, what: str) -> int:
     """'4K' -> 4096 elements, '1e7' -> 10000000; zero, negatives and junk are one-line errors."""
-    value = _quantity(text, bytes_suffix=False)
-    if value is None:
-        raise UserError(f"malformed {what} {text!r}: {_HINT.format('300, 4K, 1M, 1e7')}")
-    if value <= 0:
-        raise UserError(f"{what} {text!r} must be positive")
-    return value
+    return _positive(text, what, bytes_suffix=False, examples="300, 4K, 1M, 1e7")
 
 
 def parse_size_list(text: str) -> list[int]:

@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from commbench.run.harness import CollArgs, complete
 from commbench.ops.all_gather import AllGather
 from commbench.ops.all_reduce import AllReduce
 from commbench.ops.reduce_scatter_base import ReduceScatterBase
+from commbench.run.harness import CollArgs, complete
 
 
 def _bump(result: Any) -> None:

@@ -9,8 +9,9 @@ import queue
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,9 +37,14 @@ def rendezvous_store(timeout_s: float = 300) -> Iterator[int]:
 def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
     """The variables torchrun gives a rank, for ranks started by hand against rendezvous_store()."""
     return {
-        "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True", "GLOO_SOCKET_IFNAME": "lo",
-    }  # fmt: skip
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
 
 
 def _entry(fn: Callable[..., Any], backend_name: str, rank: int, world: int, port: int, out: Any, args: tuple) -> None:
@@ -62,7 +68,9 @@ def _context() -> mp.context.BaseContext:
     return ctx
 
 
-def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "gloo", timeout: float = 120) -> list[Any]:
+def run_ranks(
+    fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "gloo", timeout: float = 120
+) -> list[Any]:
     """fn(backend, *args) on every rank of a real process group; returns the results by rank.
 
     fn must be a module-level function (it is pickled into the ranks). Ranks fork from a
@@ -74,7 +82,9 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, backend: str 
     results: dict[int, Any] = {}
     errors: list[str] = []
     with rendezvous_store() as port:
-        procs = [ctx.Process(target=_entry, args=(fn, backend, r, world_size, port, out, args)) for r in range(world_size)]
+        procs = [
+            ctx.Process(target=_entry, args=(fn, backend, r, world_size, port, out, args)) for r in range(world_size)
+        ]
         for p in procs:
             p.start()
         try:
@@ -93,20 +103,39 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, backend: str 
     return [results[r] for r in range(world_size)]
 
 
-def commbench(*args: str, timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def commbench(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the real `python -m commbench ...` in a subprocess and capture its output."""
     return subprocess.run(
-        [sys.executable, "-m", "commbench", *args], capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})}, cwd=cwd or REPO,
-    )  # fmt: skip
+        [sys.executable, "-m", "commbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=cwd or REPO,
+    )
 
 
 def torchrun(nproc: int, *args: str, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`torchrun --nproc_per_node=N -m commbench ...` on loopback, its rendezvous on a store this process hosts."""
     with rendezvous_store() as port:
         return subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--nnodes=1",
-             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "commbench", *args],
-            capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO,
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                f"--nproc_per_node={nproc}",
+                "--nnodes=1",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}",
+                "-m",
+                "commbench",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd or REPO,
             env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
-        )  # fmt: skip
+        )

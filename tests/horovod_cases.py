@@ -48,11 +48,11 @@ def check(b: HorovodBackend) -> dict[str, int]:
     shard = 4
     out = torch.zeros(shard)
     b.reduce_scatter_flat(out, rows(r, n * shard)).wait()
-    score("reduce_scatter_flat", out, sum(rows(q, n * shard) for q in range(n))[r * shard:(r + 1) * shard])
+    score("reduce_scatter_flat", out, sum(rows(q, n * shard) for q in range(n))[r * shard : (r + 1) * shard])
 
     out = torch.zeros(shard)
     b.reduce_scatter_list(out, list(rows(r, n * shard, 1).chunk(n))).wait()
-    score("reduce_scatter_list", out, sum(rows(q, n * shard, 1) for q in range(n))[r * shard:(r + 1) * shard])
+    score("reduce_scatter_list", out, sum(rows(q, n * shard, 1) for q in range(n))[r * shard : (r + 1) * shard])
 
     t = rows(r, 6)
     b.all_reduce(t).wait()
@@ -73,7 +73,7 @@ def check(b: HorovodBackend) -> dict[str, int]:
     outs = [torch.zeros(k) for k in numels]
     b.reduce_scatter_group(outs, [rows(r, n * k, i) for i, k in enumerate(numels)]).wait()
     for i, (out, k) in enumerate(zip(outs, numels)):
-        score("reduce_scatter_group", out, sum(rows(q, n * k, i) for q in range(n))[r * k:(r + 1) * k])
+        score("reduce_scatter_group", out, sum(rows(q, n * k, i) for q in range(n))[r * k : (r + 1) * k])
 
     # A wait object may be waited twice (the harness and an op both completing it).
     out = torch.zeros(n)
@@ -96,7 +96,9 @@ def main() -> None:
         everyone = b.all_gather_object(mine)
         if b.rank == 0:
             total = {case: sum(w[case] for w in everyone) for case in mine}
-            print(RESULT_TAG, json.dumps({"world_size": b.world_size, "wrong": total, "calls": dict(b.calls)}), flush=True)
+            print(
+                RESULT_TAG, json.dumps({"world_size": b.world_size, "wrong": total, "calls": dict(b.calls)}), flush=True
+            )
     finally:
         b.close()
     sys.exit(0)

@@ -2,33 +2,54 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
-from commbench.run.harness import CollArgs, measure
 from commbench.ops.base import Op, Point
+from commbench.run.harness import CollArgs, measure
 from commbench.run.watchdog import Watchdog
 
 
-def run_case(backend: Any, op_cls: type[Op], options: Mapping[str, str], variant: str, dtype: str, size: int) -> dict[str, Any]:
+def run_case(
+    backend: Any, op_cls: type[Op], options: Mapping[str, str], variant: str, dtype: str, size: int
+) -> dict[str, Any]:
     """Two timed iterations and one checked one of (op, variant, dtype, size) with these op options."""
     op = op_cls(options)
     if (reason := op.unavailable(variant, backend)) is not None:
         return {"variant": variant, "dtype": dtype, "unavailable": reason}
     args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
     op.setup(args, Point.of_size(size))
-    m = measure(op, args, op.phases[0], iters=2, warmup=1, window=1, check=True,
-                watchdog=Watchdog(60, backend.rank), label=f"{op.name}/{variant}")  # fmt: skip
-    return {"variant": variant, "dtype": dtype, "wrong": m.wrong, "count": args.count, "calls": m.calls,
-            "apis": m.apis, "s_bytes": op.size_bytes(args, op.phases[0])}  # fmt: skip
+    m = measure(
+        op,
+        args,
+        op.phases[0],
+        iters=2,
+        warmup=1,
+        window=1,
+        check=True,
+        watchdog=Watchdog(60, backend.rank),
+        label=f"{op.name}/{variant}",
+    )
+    return {
+        "variant": variant,
+        "dtype": dtype,
+        "wrong": m.wrong,
+        "count": args.count,
+        "calls": m.calls,
+        "apis": m.apis,
+        "s_bytes": op.size_bytes(args, op.phases[0]),
+    }
 
 
 def run_cases(backend: Any, cases: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     return [run_case(backend, *case) for case in cases]
 
 
-def every_variant(op_cls: type[Op], options: Mapping[str, str], dtypes: tuple[str, ...], sizes: tuple[int, ...]) -> list[tuple[Any, ...]]:
+def every_variant(
+    op_cls: type[Op], options: Mapping[str, str], dtypes: tuple[str, ...], sizes: tuple[int, ...]
+) -> list[tuple[Any, ...]]:
     """Cases for every variant of the op x dtypes x the sizes the op measures of these."""
     op = op_cls(options)
     points = op.points(list(sizes))

@@ -10,9 +10,9 @@ import threading
 
 import torch
 
-from commbench.run.harness import CollArgs
 from commbench.ops.all_gather import AllGather
 from commbench.ops.base import Point
+from commbench.run.harness import CollArgs
 
 HANG_FROM_BYTES = 1024
 

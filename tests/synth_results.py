@@ -36,9 +36,20 @@ def base_time_us(size: int) -> float:
     return 100.0 + size / 2000.0  # 100 us latency, 2 GB/s
 
 
-def synth_run(path: Path, cases: list[Case], *, seed: int, iters: int = 40, world_size: int = 2,
-              backend: str = "gloo", dtype: str = "float32", raw: bool = True, sigma: float = 0.05,
-              run_id: str | None = None, host: str = "testhost") -> Path:  # fmt: skip
+def synth_run(
+    path: Path,
+    cases: list[Case],
+    *,
+    seed: int,
+    iters: int = 40,
+    world_size: int = 2,
+    backend: str = "gloo",
+    dtype: str = "float32",
+    raw: bool = True,
+    sigma: float = 0.05,
+    run_id: str | None = None,
+    host: str = "testhost",
+) -> Path:
     """Write a results CSV (and its .raw.csv when raw) for the cases; returns the CSV path."""
     rng = random.Random(seed)
     run_id = run_id or f"run{seed}"
@@ -46,34 +57,71 @@ def synth_run(path: Path, cases: list[Case], *, seed: int, iters: int = 40, worl
     writer = CsvAppender(path, COLUMNS)
     raw_writer = CsvAppender(raw_path(path), RAW_COLUMNS) if raw else None
     base: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION, "run_id": run_id, "timestamp": "2026-01-01T00:00:00+00:00",
-        "dtype": dtype, "mode": "blocking", "world_size": world_size, "backend": backend, "iters": iters,
-        "warmup": 2, "window": 1, "hosts": host, "node_ranks": f"0@{host}/0;1@{host}/0",
-        "torch_version": "2.13.0+cpu", "backend_version": f"{backend} test", "commbench_version": "0.1.0",
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "timestamp": "2026-01-01T00:00:00+00:00",
+        "dtype": dtype,
+        "mode": "blocking",
+        "world_size": world_size,
+        "backend": backend,
+        "iters": iters,
+        "warmup": 2,
+        "window": 1,
+        "hosts": host,
+        "node_ranks": f"0@{host}/0;1@{host}/0",
+        "torch_version": "2.13.0+cpu",
+        "backend_version": f"{backend} test",
+        "commbench_version": "0.1.0",
         "command": f"commbench sweep --seed {seed}",
-    }  # fmt: skip
+    }
     for case in cases:
         if case.status == "unavailable":
-            writer.write({**base, "op": case.op, "variant": case.variant, "status": "unavailable",
-                          "note": "needs horovod"})  # fmt: skip
+            writer.write(
+                {**base, "op": case.op, "variant": case.variant, "status": "unavailable", "note": "needs horovod"}
+            )
             continue
         for size in case.sizes:
             centre = base_time_us(size) * case.factor * case.factors_by_size.get(size, 1.0)
             samples = [centre * math.exp(rng.gauss(0.0, sigma)) for _ in range(iters)]
             stats = Stats.from_samples(samples)
-            key = {"op": case.op, "variant": case.variant, "phase": case.phase, "size_bytes": int(size * case.bytes_scale)}
+            key = {
+                "op": case.op,
+                "variant": case.variant,
+                "phase": case.phase,
+                "size_bytes": int(size * case.bytes_scale),
+            }
             algbw, busbw = bandwidth_gbps(key["size_bytes"], stats.time_us_p50, (world_size - 1) / world_size)
             wrong = 3 if case.status == "wrong" else 0
-            writer.write({**base, **key, "count": size // 4, "api": case.op, "calls": 1, **stats.as_dict(),
-                          "algbw_gbps": algbw, "busbw_gbps": busbw, "wrong": wrong, "status": case.status,
-                          "note": ""})  # fmt: skip
+            writer.write(
+                {
+                    **base,
+                    **key,
+                    "count": size // 4,
+                    "api": case.op,
+                    "calls": 1,
+                    **stats.as_dict(),
+                    "algbw_gbps": algbw,
+                    "busbw_gbps": busbw,
+                    "wrong": wrong,
+                    "status": case.status,
+                    "note": "",
+                }
+            )
             if raw_writer:
                 # Rank 0 is the slowest rank of every iteration, so the max over ranks is the sample.
                 raw_writer.write_many(
-                    {"run_id": run_id, **key, "dtype": dtype, "mode": "blocking", "iteration": i, "rank": r,
-                     "time_us": t * (1.0 if r == 0 else 0.9)}
-                    for i, t in enumerate(samples) for r in range(world_size)
-                )  # fmt: skip
+                    {
+                        "run_id": run_id,
+                        **key,
+                        "dtype": dtype,
+                        "mode": "blocking",
+                        "iteration": i,
+                        "rank": r,
+                        "time_us": t * (1.0 if r == 0 else 0.9),
+                    }
+                    for i, t in enumerate(samples)
+                    for r in range(world_size)
+                )
     writer.close()
     if raw_writer:
         raw_writer.close()

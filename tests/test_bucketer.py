@@ -139,8 +139,16 @@ def test_inputs_must_be_n_equal_shards():
 
 
 def test_message_buckets_group_by_dtype_and_close_at_the_message_size():
-    tensors = [torch.zeros(k, dtype=dt) for k, dt in
-               [(3, torch.float32), (2, torch.float16), (4, torch.float32), (5, torch.float32), (1, torch.float32)]]  # fmt: skip
+    tensors = [
+        torch.zeros(k, dtype=dt)
+        for k, dt in [
+            (3, torch.float32),
+            (2, torch.float16),
+            (4, torch.float32),
+            (5, torch.float32),
+            (1, torch.float32),
+        ]
+    ]
     assert message_buckets(tensors, 7) == [[0, 2], [3, 4], [1]]  # 3+4 >= 7 closes the first float32 bucket
     assert message_buckets(tensors, 1) == [[0], [2], [3], [4], [1]]
     assert message_buckets(tensors, 10**7) == [[0, 2, 3, 4], [1]]

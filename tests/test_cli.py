@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from commbench.backends.torch_dist import FLAT_ALL_GATHER, FLAT_REDUCE_SCATTER, resolve_api
 from commbench.cli import main
 from commbench.results.schema import COLUMNS
 from tests.distributed import commbench, torchrun
@@ -69,20 +68,23 @@ def test_existing_output_is_not_overwritten(tmp_path):
     assert out.read_text() == "precious\n"
 
 
+@pytest.mark.slow
 def test_help_and_list_do_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys; from click.testing import CliRunner; from commbench.cli import main; " \
-           "r = CliRunner().invoke(main, ['list']); assert r.exit_code == 0, r.output; " \
-           "CliRunner().invoke(main, ['--help']); CliRunner().invoke(main, ['sweep', '--help']); " \
-           "assert 'torch' not in sys.modules, 'torch imported'; print(r.output)"  # fmt: skip
-    start = time.perf_counter()
+    code = (
+        "import sys; from click.testing import CliRunner; from commbench.cli import main; "
+        "r = CliRunner().invoke(main, ['list']); assert r.exit_code == 0, r.output; "
+        "CliRunner().invoke(main, ['--help']); CliRunner().invoke(main, ['sweep', '--help']); "
+        "assert 'torch' not in sys.modules, 'torch imported'; print(r.output)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "all_gather" in out.stdout and "S = " in out.stdout and "gloo" in out.stdout
 
 
+@pytest.mark.slow
 def test_sweep_through_the_spawner_writes_every_row(tmp_path):
     out = tmp_path / "sub" / "run.csv"  # the missing folder is created
     result = _invoke("sweep", "--sizes", "8,1K,64K", "-n", "3", "-w", "1", "-o", str(out), "--raw", "--no-plot")
@@ -90,26 +92,37 @@ def test_sweep_through_the_spawner_writes_every_row(tmp_path):
     assert "all_gather" in result.output and "busbw" in result.output
     df = pd.read_csv(out)
     assert list(df.columns) == list(COLUMNS)
-    expected = {(op, v, s) for op in ("all_gather", "reduce_scatter_base") for v in ("flat", "list") for s in (8, 1024, 65536)}
+    expected = {
+        (op, v, s) for op in ("all_gather", "reduce_scatter_base") for v in ("flat", "list") for s in (8, 1024, 65536)
+    }
     got = set(zip(df.op, df.variant, df.size_bytes))
     assert expected <= got
     core = df[df.op.isin(["all_gather", "reduce_scatter_base"])]
     assert (core.wrong == 0).all() and (core.world_size == 2).all() and (core.status == "ok").all()
-    assert set(core.api) == {"all_gather_single", "all_gather", "reduce_scatter_single", "reduce_scatter"}
+    flat_names = resolve_api(FLAT_ALL_GATHER), resolve_api(FLAT_REDUCE_SCATTER)
+    assert set(core.api) == {*flat_names, "all_gather", "reduce_scatter"}
     assert (core.time_us_min <= core.time_us_p50).all() and (core.time_us_p50 <= core.time_us_max).all()
     raw = pd.read_csv(out.with_name("run.raw.csv"))
-    assert len(raw[(raw.op == "all_gather") & (raw.variant == "flat") & (raw.size_bytes == 8)]) == 3 * 2  # iters x ranks
+    assert (
+        len(raw[(raw.op == "all_gather") & (raw.variant == "flat") & (raw.size_bytes == 8)]) == 3 * 2
+    )  # iters x ranks
 
 
+@pytest.mark.slow
 def test_a_corrupted_op_fails_the_run(tmp_path):
     out = tmp_path / "bad.csv"
-    proc = commbench("sweep", "--op", "tests.broken_ops:CorruptAllGather", "--sizes", "1K", "-n", "2", "-w", "1", "-o", str(out), "--no-plot")
+    proc = commbench(
+        *"sweep --op tests.broken_ops:CorruptAllGather --sizes 1K -n 2 -w 1 -o".split(),
+        str(out),
+        "--no-plot",
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAILED" in proc.stdout and "Traceback" not in proc.stderr
     df = pd.read_csv(out)
     assert (df.wrong == 2).all() and (df.status == "wrong").all()  # one bad element per rank per variant
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 3, 4])
 def test_sweep_under_torchrun(tmp_path, nproc):
     out = tmp_path / "tr.csv"
@@ -124,10 +137,14 @@ def test_sweep_under_torchrun(tmp_path, nproc):
     assert (core.size_bytes == core["count"] * 4).all()
 
 
+@pytest.mark.slow
 def test_variant_filter_and_int_dtype_on_an_op_that_cannot_use_it(tmp_path):
     out = tmp_path / "v.csv"
-    proc = commbench("sweep", "--op", "all_gather,sync_bn", "--variant", "list,apex", "--channels", "4", "--sizes", "1K",
-                     "--dtype", "int32", "-n", "1", "-w", "0", "-o", str(out), "--no-plot")  # fmt: skip
+    proc = commbench(
+        *"sweep --op all_gather,sync_bn --variant list,apex --channels 4 --sizes 1K --dtype int32 -n 1 -w 0 -o".split(),
+        str(out),
+        "--no-plot",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     df = pd.read_csv(out)
     assert set(df[df.op == "all_gather"].variant) == {"list"}

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 import random
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from commbench.cli import main
 from commbench.analysis.compare import Threshold, compare_runs, mann_whitney_p
+from commbench.cli import main
 from commbench.errors import UserError
 from tests.synth_results import Case, synth_run
 from tests.test_cli import _one_line_error
@@ -82,14 +81,26 @@ def test_threshold_raises_the_bar(tmp_path: Path) -> None:
 
 def test_rows_in_one_run_only_are_listed(tmp_path: Path) -> None:
     base = synth_run(tmp_path / "base.csv", CASES, seed=1)
-    cand = synth_run(tmp_path / "cand.csv", [Case("all_gather", "flat", sizes=(8, 1024, 65536, 1 << 20, 1 << 22)),
-                                             CASES[1], Case("sync_bn", "horovod", status="unavailable")], seed=2)  # fmt: skip
+    cand = synth_run(
+        tmp_path / "cand.csv",
+        [
+            Case("all_gather", "flat", sizes=(8, 1024, 65536, 1 << 20, 1 << 22)),
+            CASES[1],
+            Case("sync_bn", "horovod", status="unavailable"),
+        ],
+        seed=2,
+    )
     result = compare_runs(base, cand)
     assert len(result.only_baseline) == 4 and len(result.only_candidate) == 1
     cli = _compare(str(base), str(cand))
     assert cli.exit_code == 0
-    assert "only in the baseline (4 rows" in cli.output and "reduce_scatter_base/flat/comm float32 blocking 64K n=2" in cli.output
-    assert "only in the candidate (1 rows" in cli.output and "all_gather/flat/comm float32 blocking 4M n=2" in cli.output
+    assert (
+        "only in the baseline (4 rows" in cli.output
+        and "reduce_scatter_base/flat/comm float32 blocking 64K n=2" in cli.output
+    )
+    assert (
+        "only in the candidate (1 rows" in cli.output and "all_gather/flat/comm float32 blocking 4M n=2" in cli.output
+    )
     assert "sync_bn/horovod unavailable in the candidate: needs horovod" in cli.output
 
 
@@ -106,11 +117,14 @@ def test_runs_with_nothing_in_common_is_one_line(tmp_path: Path) -> None:
     _one_line_error(_compare(str(base), str(cand)), "no measured row in common", "world_size 2 vs 4")
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--threshold", "lots"], "malformed threshold 'lots'"),
-    (["--metric", "speed"], "unknown metric 'speed'"),
-    (["--alpha", "2"], "--alpha must lie between 0 and 1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--threshold", "lots"], "malformed threshold 'lots'"),
+        (["--metric", "speed"], "unknown metric 'speed'"),
+        (["--alpha", "2"], "--alpha must lie between 0 and 1"),
+    ],
+)
 def test_bad_options_are_one_line(tmp_path: Path, args: list[str], fragment: str) -> None:
     base = synth_run(tmp_path / "base.csv", CASES[:1], seed=1, raw=False)
     _one_line_error(_compare(str(base), str(base), *args), fragment)

@@ -19,20 +19,20 @@ from click.testing import CliRunner
 
 pytest.importorskip("horovod.torch", reason="Horovod is not installed (bash scripts/install-horovod.sh)")
 
-from commbench.backends import horovod_missing  # noqa: E402
-from commbench.backends.horovod import REQUIRED_APIS, _Names, import_horovod  # noqa: E402
-from commbench.cli import main  # noqa: E402
-from commbench.errors import UserError  # noqa: E402
-from commbench.ops import registry  # noqa: E402
-from tests.distributed import REPO, commbench  # noqa: E402
-from tests.test_cli import _one_line_error  # noqa: E402
-from tests.horovod_cases import RESULT_TAG  # noqa: E402
+from commbench.backends import horovod_missing
+from commbench.backends.horovod import REQUIRED_APIS, _Names, import_horovod
+from commbench.cli import main
+from commbench.errors import UserError
+from commbench.ops import registry
+from tests.distributed import REPO, commbench
+from tests.horovod_cases import RESULT_TAG
+from tests.test_cli import _one_line_error
 
 # Small workloads: horovod start-up dominates, and CI shares two cores. Uneven tensors make the
 # bucketed ops split and flush; --bucket-cap-mb 0.05 forces several buckets; sync_bn stays tiny.
-SMALL = ("--sizes", "8,4K", "-n", "2", "-w", "1", "--dtype", "float32", "--no-plot",
-         "--tensors", "1000,3x4K,7", "--bucket-cap-mb", "0,0.05", "--message-size", "2K",
-         "--channels", "1,6", "--batch", "2", "--spatial", "2")  # fmt: skip
+SMALL = (
+    *"--sizes 8,4K -n 2 -w 1 --dtype float32 --no-plot --tensors 1000,3x4K,7 --bucket-cap-mb 0,0.05 --message-size 2K --channels 1,6 --batch 2 --spatial 2".split(),
+)
 
 
 def horovodrun(nproc: int, *command: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -41,14 +41,19 @@ def horovodrun(nproc: int, *command: str, timeout: float = 240) -> subprocess.Co
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_")}
     return subprocess.run(
         [exe, "-np", str(nproc), "-H", f"localhost:{nproc}", "--gloo", "--network-interface", "lo", *command],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**env, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**env, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def _tail(proc: subprocess.CompletedProcess[str]) -> str:
     return proc.stdout[-4000:] + proc.stderr[-4000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_backend_contract_under_horovodrun(nproc):
     proc = horovodrun(nproc, sys.executable, "-m", "tests.horovod_cases")
@@ -57,7 +62,14 @@ def test_backend_contract_under_horovodrun(nproc):
     result = json.loads(line.split(RESULT_TAG, 1)[1])
     assert result["world_size"] == nproc
     assert all(w == 0 for w in result["wrong"].values()), result["wrong"]
-    assert {"allgather", "reducescatter", "allreduce_", "grouped_allgather", "grouped_allreduce_", "grouped_reducescatter"} <= set(result["calls"])
+    assert {
+        "allgather",
+        "reducescatter",
+        "allreduce_",
+        "grouped_allgather",
+        "grouped_allreduce_",
+        "grouped_reducescatter",
+    } <= set(result["calls"])
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"np{n}")
@@ -70,6 +82,7 @@ def horovod_sweep(request, tmp_path_factory) -> tuple[int, Path]:
     return nproc, out
 
 
+@pytest.mark.slow
 def test_every_op_is_correct_under_horovodrun(horovod_sweep):
     nproc, out = horovod_sweep
     df = pd.read_csv(out)
@@ -81,36 +94,42 @@ def test_every_op_is_correct_under_horovodrun(horovod_sweep):
         assert len(ok[ok.op == op]) > 0, f"{op} measured nothing on horovod"
     # Only torch's coalescing manager and CUDA-only forms may be unavailable on Horovod's CPU build.
     unavailable = df[df.status == "unavailable"]
-    assert set(unavailable.variant) <= {"coalesced", "native_torch", "native_horovod"}, unavailable[["op", "variant", "note"]]
-    if "grouped_all_gather" in registry():
-        grouped = ok[(ok.op == "grouped_all_gather") & (ok.variant == "grouped")]
-        assert len(grouped) > 0 and (grouped.api == "grouped_allgather").all() and (grouped.calls == 1).all()
-        separate = ok[(ok.op == "grouped_all_gather") & (ok.variant == "separate")]
-        assert (separate.api == "allgather").all() and (separate.calls == 5).all()  # one per --tensors entry
-    if "sync_bn" in registry():
-        horovod_strategies = ok[(ok.op == "sync_bn") & ok.variant.isin(["horovod", "horovod_grouped"])]
-        assert set(horovod_strategies.variant) == {"horovod", "horovod_grouped"}
+    assert set(unavailable.variant) <= {"coalesced", "native_torch", "native_horovod"}, unavailable[
+        ["op", "variant", "note"]
+    ]
+    grouped = ok[(ok.op == "grouped_all_gather") & (ok.variant == "grouped")]
+    assert len(grouped) > 0 and (grouped.api == "grouped_allgather").all() and (grouped.calls == 1).all()
+    separate = ok[(ok.op == "grouped_all_gather") & (ok.variant == "separate")]
+    assert (separate.api == "allgather").all() and (separate.calls == 5).all()  # one per --tensors entry
+    horovod_strategies = ok[(ok.op == "sync_bn") & ok.variant.isin(["horovod", "horovod_grouped"])]
+    assert set(horovod_strategies.variant) == {"horovod", "horovod_grouped"}
     core = ok[ok.op.isin(["all_gather", "reduce_scatter_base"])]
     assert set(core.api) == {"allgather", "reducescatter"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("horovod_sweep", [2], indirect=True, ids=["np2"])
 def test_gloo_and_horovod_in_one_chart(horovod_sweep, tmp_path):
     """README's pair: the same sweep on gloo, then both CSVs into one chart per op."""
     _, horovod_csv = horovod_sweep
     gloo_csv = tmp_path / "gloo.csv"
-    proc = commbench("sweep", "--backend", "gloo", "--nproc", "2", "--op", "all_gather", "--sizes", "8,4K", "-n", "2", "-w", "1",
-                     "-o", str(gloo_csv))  # fmt: skip
+    proc = commbench(
+        *"sweep --backend gloo --nproc 2 --op all_gather --sizes 8,4K -n 2 -w 1 -o".split(),
+        str(gloo_csv),
+    )
     assert proc.returncode == 0, _tail(proc)
     proc = commbench("plot", str(gloo_csv), str(horovod_csv), "-o", str(tmp_path / "charts"))
     assert proc.returncode == 0, _tail(proc)
     assert (tmp_path / "charts" / "all_gather-comm.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_spawned_ranks_catch_a_corrupted_result_and_skip_bfloat16(tmp_path):
     out = tmp_path / "bad.csv"
-    proc = commbench("sweep", "--backend", "horovod", "--nproc", "2", "--op", "tests.broken_ops:CorruptAllGather",
-                     "--sizes", "1K", "-n", "2", "-w", "1", "--dtype", "float32,bfloat16", "-o", str(out))  # fmt: skip
+    proc = commbench(
+        *"sweep --backend horovod --nproc 2 --op tests.broken_ops:CorruptAllGather --sizes 1K -n 2 -w 1 --dtype float32,bfloat16 -o".split(),
+        str(out),
+    )
     assert proc.returncode == 1, _tail(proc)
     assert "FAILED" in proc.stdout and "Traceback" not in proc.stderr
     df = pd.read_csv(out)
@@ -124,6 +143,7 @@ def test_spawned_ranks_catch_a_corrupted_result_and_skip_bfloat16(tmp_path):
 # -- one-line errors ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_horovod_under_torchrun_says_to_use_horovodrun(monkeypatch):
     for key in [k for k in os.environ if k.startswith("HOROVOD_")]:
         monkeypatch.delenv(key)
@@ -133,6 +153,7 @@ def test_horovod_under_torchrun_says_to_use_horovodrun(monkeypatch):
     _one_line_error(result, "torchrun", "horovodrun -np N --gloo", "--nproc N")
 
 
+@pytest.mark.slow
 def test_nproc_under_horovodrun_is_refused(monkeypatch):
     monkeypatch.setenv("HOROVOD_RANK", "0")
     monkeypatch.setenv("HOROVOD_SIZE", "2")
@@ -140,6 +161,7 @@ def test_nproc_under_horovodrun_is_refused(monkeypatch):
     _one_line_error(result, "under horovodrun use -np")
 
 
+@pytest.mark.slow
 def test_missing_horovod_says_how_to_install(monkeypatch):
     import commbench.backends as registry
 
@@ -149,6 +171,7 @@ def test_missing_horovod_says_how_to_install(monkeypatch):
     _one_line_error(CliRunner().invoke(main, ["sweep", "--backend", "horovod"]), "horovod", "install-horovod.sh")
 
 
+@pytest.mark.slow
 def test_horovod_without_its_torch_extension_is_named(monkeypatch, tmp_path):
     import commbench.backends as registry
 
@@ -163,6 +186,7 @@ def _fake_hvd(**overrides) -> types.SimpleNamespace:
     return types.SimpleNamespace(**{**api, "gloo_built": lambda: True, "mpi_built": lambda: False, **overrides})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fake, fragment",
     [
@@ -184,6 +208,7 @@ def test_unusable_horovod_builds_are_one_line_errors(monkeypatch, fake, fragment
     assert fragment in message and "install-horovod.sh" in message and "\n" not in message
 
 
+@pytest.mark.slow
 def test_names_match_across_ranks_repeat_across_iterations_and_never_collide_in_flight():
     names = _Names()
     first, release_first = names.take("allgather")

@@ -11,11 +11,15 @@ from tests.distributed import commbench
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs a CUDA GPU")
 
 
+@pytest.mark.slow
 def test_nccl_sweep_on_every_visible_gpu(tmp_path):
     out = tmp_path / "nccl.csv"
     nproc = torch.cuda.device_count()
-    proc = commbench("sweep", "--backend", "nccl", "--op", "all_gather,reduce_scatter_base", "--sizes", "8,64K,16M",
-                     "--dtype", "float32,bfloat16", "-n", "5", "-w", "2", "-o", str(out), "--no-plot")  # fmt: skip
+    proc = commbench(
+        *"sweep --backend nccl --op all_gather,reduce_scatter_base --sizes 8,64K,16M --dtype float32,bfloat16 -n 5 -w 2 -o".split(),
+        str(out),
+        "--no-plot",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     df = pd.read_csv(out)
     assert (df.wrong == 0).all() and (df.world_size == nproc).all()
@@ -23,9 +27,13 @@ def test_nccl_sweep_on_every_visible_gpu(tmp_path):
     assert len(df) == 2 * 2 * 3 * 2
 
 
+@pytest.mark.slow
 def test_nccl_nonblocking_mode(tmp_path):
     out = tmp_path / "nb.csv"
-    proc = commbench("sweep", "--backend", "nccl", "--op", "all_gather", "--sizes", "1M", "--mode", "nonblocking",
-                     "-n", "3", "-o", str(out), "--no-plot")  # fmt: skip
+    proc = commbench(
+        *"sweep --backend nccl --op all_gather --sizes 1M --mode nonblocking -n 3 -o".split(),
+        str(out),
+        "--no-plot",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (pd.read_csv(out).wrong == 0).all()

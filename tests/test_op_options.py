@@ -52,7 +52,10 @@ def _one_line_error(args: list[str], *fragments: str) -> None:
         (["--tensors", "0x4K"], ["'0x4K'", "must be positive"]),  # every op: checked before spawning
         (["--op", "bucketed_all_reduce", "--tensors", "4K,-2"], ["malformed --tensors entry '-2'"]),
         (["--op", "bucketed_all_reduce", "--tensors", "0"], ["'0'", "must be positive"]),
-        (["--op", "grouped_all_gather", "--variant", "concat,bogus"], ["unknown variant 'bogus'", "separate", "concat"]),
+        (
+            ["--op", "grouped_all_gather", "--variant", "concat,bogus"],
+            ["unknown variant 'bogus'", "separate", "concat"],
+        ),
         (["--variant", "bucketed_7MB"], ["unknown variant 'bucketed_7MB'", "bucketed_25MB"]),
         (["--op", "bucketed_reduce_scatter", "--bucket-cap-mb", "25,big"], ["'big' is not a number"]),
         (["--op", "bucketed_reduce_scatter", "--bucket-cap-mb", "-5"], [">= 0"]),

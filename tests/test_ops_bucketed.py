@@ -6,12 +6,11 @@ import pytest
 import torch
 
 from commbench.ops import choose_variants
-
-from commbench.run.harness import CollArgs, complete
 from commbench.ops.all_reduce import AllReduce
 from commbench.ops.bucketed_all_reduce import BucketedAllReduce
 from commbench.ops.bucketed_reduce_scatter import BucketedReduceScatter
 from commbench.ops.gradients import DEFAULT_GRADIENTS
+from commbench.run.harness import CollArgs, complete
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
 
@@ -22,21 +21,37 @@ RS_OPTIONS = {**TENSORS, "bucket_cap_mb": "0,0.0001,1"}
 AR_OPTIONS = {**TENSORS, "message_size": "8,40,1e7"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_every_variant_is_correct(world):
-    cases = (every_variant(BucketedReduceScatter, RS_OPTIONS, ("float32", "bfloat16", "int32"), (1,))
-             + every_variant(BucketedAllReduce, AR_OPTIONS, ("float32", "float16", "int64"), (1,))
-             + every_variant(AllReduce, {}, ("float32", "int32"), (8, 1000, 4096)))  # fmt: skip
+    cases = (
+        every_variant(BucketedReduceScatter, RS_OPTIONS, ("float32", "bfloat16", "int32"), (1,))
+        + every_variant(BucketedAllReduce, AR_OPTIONS, ("float32", "float16", "int64"), (1,))
+        + every_variant(AllReduce, {}, ("float32", "int32"), (8, 1000, 4096))
+    )
     results = run_ranks(run_cases, world, cases)[0]
     assert all(r["wrong"] == 0 for r in results), [r for r in results if r["wrong"]]
     variants = {r["variant"] for r in results}
-    assert variants >= {"per_tensor", "bucketed_0MB", "bucketed_0.0001MB", "bucketed_1MB", "flat",
-                        "bucketed_8", "bucketed_40", "bucketed_1e7"}  # fmt: skip
+    assert variants >= {
+        "per_tensor",
+        "bucketed_0MB",
+        "bucketed_0.0001MB",
+        "bucketed_1MB",
+        "flat",
+        "bucketed_8",
+        "bucketed_40",
+        "bucketed_1e7",
+    }
 
 
+@pytest.mark.slow
 def test_calls_per_step_show_the_buckets():
-    results = run_ranks(run_cases, 2, every_variant(BucketedReduceScatter, RS_OPTIONS, ("float32",), (1,))
-                        + every_variant(BucketedAllReduce, AR_OPTIONS, ("float32",), (1,)))[0]  # fmt: skip
+    results = run_ranks(
+        run_cases,
+        2,
+        every_variant(BucketedReduceScatter, RS_OPTIONS, ("float32",), (1,))
+        + every_variant(BucketedAllReduce, AR_OPTIONS, ("float32",), (1,)),
+    )[0]
     calls = {r["variant"]: r["calls"] for r in results}
     # 8 tensors: per_tensor and a disabled bucket reduce each alone; 1 MB and flat hold all of them.
     assert calls["per_tensor"] == 8 and calls["bucketed_0MB"] == 8
@@ -96,8 +111,10 @@ class CorruptedAllReduce(BucketedAllReduce):
         args.input[3][0] += 1
 
 
+@pytest.mark.slow
 def test_a_corrupted_result_is_caught():
-    cases = (every_variant(CorruptedReduceScatter, RS_OPTIONS, ("float32",), (1,))
-             + every_variant(CorruptedAllReduce, AR_OPTIONS, ("float32",), (1,)))  # fmt: skip
+    cases = every_variant(CorruptedReduceScatter, RS_OPTIONS, ("float32",), (1,)) + every_variant(
+        CorruptedAllReduce, AR_OPTIONS, ("float32",), (1,)
+    )
     results = run_ranks(run_cases, 2, cases)[0]
     assert [r["wrong"] for r in results] == [2] * len(cases)  # one element on each rank

@@ -5,17 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.run.harness import CollArgs, complete
 from commbench.ops.base import Point
 from commbench.ops.grouped_all_gather import MAX_CHANNELS, GroupedAllGather, channels_for
+from commbench.run.harness import CollArgs, complete
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_every_variant_is_correct(world):
-    cases = (every_variant(GroupedAllGather, {}, ("float32", "bfloat16", "int32"), (8, 1000, 16384))
-             + every_variant(GroupedAllGather, {"tensors": "1,7,2x5"}, ("float16",), (1,)))  # fmt: skip
+    cases = every_variant(GroupedAllGather, {}, ("float32", "bfloat16", "int32"), (8, 1000, 16384)) + every_variant(
+        GroupedAllGather, {"tensors": "1,7,2x5"}, ("float16",), (1,)
+    )
     results = run_ranks(run_cases, world, cases)[0]
     measured = [r for r in results if "unavailable" not in r]
     assert {r["variant"] for r in measured} == {"separate", "concat", "coalesced"}
@@ -26,6 +28,7 @@ def test_every_variant_is_correct(world):
     assert "Horovod" in grouped and "gloo" in grouped
 
 
+@pytest.mark.slow
 def test_separate_issues_one_all_gather_per_tensor():
     results = run_ranks(run_cases, 2, every_variant(GroupedAllGather, {"tensors": "1,7,2x5"}, ("float32",), (1,)))[0]
     separate = next(r for r in results if r["variant"] == "separate")
@@ -34,7 +37,10 @@ def test_separate_issues_one_all_gather_per_tensor():
     assert all(r["s_bytes"] == 18 * 4 * 2 for r in results if "unavailable" not in r)
 
 
-@pytest.mark.parametrize("size, n, channels", [(1024, 2, 64), (4096, 2, 256), (16384, 2, 1024), (8, 2, 1), (1 << 30, 2, MAX_CHANNELS), (1024, 3, 42)])
+@pytest.mark.parametrize(
+    "size, n, channels",
+    [(1024, 2, 64), (4096, 2, 256), (16384, 2, 1024), (8, 2, 1), (1 << 30, 2, MAX_CHANNELS), (1024, 3, 42)],
+)
 def test_channels_follow_the_requested_size(size, n, channels):
     assert channels_for(size, 4, n) == channels
 
@@ -75,6 +81,7 @@ class CorruptedGroupedAllGather(GroupedAllGather):
         args.output[-1][0, -1] += 1
 
 
+@pytest.mark.slow
 def test_a_corrupted_result_is_caught_in_every_variant():
     results = run_ranks(run_cases, 2, every_variant(CorruptedGroupedAllGather, {}, ("float32",), (1024,)))[0]
     assert [r["wrong"] for r in results if "unavailable" not in r] == [2, 2, 2]  # one element per rank

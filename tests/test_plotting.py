@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from commbench.analysis.plotting import build_charts, charts_folder, plot_results, speedup_family
 from commbench.cli import main
 from commbench.cli.options import chart_after
-from commbench.run.config import Outcome, SweepConfig
-from commbench.analysis.plotting import build_charts, charts_folder, plot_results, speedup_family
 from commbench.results.reader import read_results
 from commbench.results.schema import COLUMNS
+from commbench.run.config import Outcome, SweepConfig
 from tests.synth_results import SIZES, Case, synth_run
 from tests.test_cli import _one_line_error
 
@@ -39,8 +39,10 @@ def run_csv(tmp_path: Path) -> Path:
 def test_one_size_chart_per_op_and_phase_and_a_speedup_chart_per_family(run_csv: Path) -> None:
     charts = build_charts(read_results([run_csv]))
     assert [(c.name, c.kind) for c in charts] == [
-        ("all_gather-comm", "size"), ("grouped_all_gather-comm", "size"), ("grouped_all_gather-comm-speedup", "speedup"),
-    ]  # fmt: skip
+        ("all_gather-comm", "size"),
+        ("grouped_all_gather-comm", "size"),
+        ("grouped_all_gather-comm-speedup", "speedup"),
+    ]
 
 
 def test_size_chart_has_a_line_per_variant_on_log2_axes_with_human_labels(run_csv: Path) -> None:
@@ -55,7 +57,9 @@ def test_size_chart_has_a_line_per_variant_on_log2_axes_with_human_labels(run_cs
     assert len(latency.collections) == 2  # one min..p95 band per line
     flat = read_results([run_csv]).query("variant == 'flat'")
     band = latency.collections[0].get_paths()[0].vertices[:, 1]
-    assert band.min() == pytest.approx(flat["time_us_min"].min()) and band.max() == pytest.approx(flat["time_us_p95"].max())
+    assert band.min() == pytest.approx(flat["time_us_min"].min()) and band.max() == pytest.approx(
+        flat["time_us_p95"].max()
+    )
     title = chart.figure.get_suptitle()
     for fact in ("all_gather", "n=2", "gloo", "float32", "testhost"):
         assert fact in title
@@ -74,13 +78,25 @@ def test_each_run_is_its_own_line(tmp_path: Path) -> None:
     a = synth_run(tmp_path / "old" / "run.csv", CASES[:2], seed=1, raw=False)
     b = synth_run(tmp_path / "new" / "run.csv", CASES[:2], seed=2, raw=False, world_size=4)
     latency, _ = build_charts(read_results([a, b]))[0].figure.axes
-    assert _labels(latency) == ["flat (new/run, n=4)", "flat (old/run, n=2)", "list (new/run, n=4)", "list (old/run, n=2)"]
+    assert _labels(latency) == [
+        "flat (new/run, n=4)",
+        "flat (old/run, n=2)",
+        "list (new/run, n=4)",
+        "list (old/run, n=2)",
+    ]
 
 
 def test_wrong_and_unavailable_rows_are_left_out_and_said(tmp_path: Path) -> None:
-    path = synth_run(tmp_path / "w.csv", [Case("sync_bn", "horovod", phase="forward", status="unavailable"),
-                                           Case("sync_bn", "torch", phase="forward"),
-                                           Case("sync_bn", "bad", phase="forward", status="wrong")], seed=3, raw=False)  # fmt: skip
+    path = synth_run(
+        tmp_path / "w.csv",
+        [
+            Case("sync_bn", "horovod", phase="forward", status="unavailable"),
+            Case("sync_bn", "torch", phase="forward"),
+            Case("sync_bn", "bad", phase="forward", status="wrong"),
+        ],
+        seed=3,
+        raw=False,
+    )
     charts = build_charts(read_results([path]))
     assert [c.name for c in charts] == ["sync_bn-forward"]  # no baseline measured: no speedup chart
     latency, _ = charts[0].figure.axes
@@ -92,14 +108,20 @@ def test_wrong_and_unavailable_rows_are_left_out_and_said(tmp_path: Path) -> Non
 def test_mixed_dtypes_get_separate_charts(tmp_path: Path) -> None:
     a = synth_run(tmp_path / "f32.csv", CASES[:1], seed=1, raw=False)
     b = synth_run(tmp_path / "bf16.csv", CASES[:1], seed=1, raw=False, dtype="bfloat16")
-    assert [c.name for c in build_charts(read_results([a, b]))] == ["all_gather-comm-bfloat16", "all_gather-comm-float32"]
+    assert [c.name for c in build_charts(read_results([a, b]))] == [
+        "all_gather-comm-bfloat16",
+        "all_gather-comm-float32",
+    ]
 
 
 @pytest.mark.parametrize("fmt, magic", [("png", b"\x89PNG"), ("svg", b"<svg")])
 def test_plot_results_writes_one_file_per_chart(run_csv: Path, tmp_path: Path, fmt: str, magic: bytes) -> None:
     written = plot_results([run_csv], tmp_path / "charts", fmt)
-    assert [p.name for p in written] == [f"all_gather-comm.{fmt}", f"grouped_all_gather-comm.{fmt}",
-                                         f"grouped_all_gather-comm-speedup.{fmt}"]  # fmt: skip
+    assert [p.name for p in written] == [
+        f"all_gather-comm.{fmt}",
+        f"grouped_all_gather-comm.{fmt}",
+        f"grouped_all_gather-comm-speedup.{fmt}",
+    ]
     assert all(magic in p.read_bytes()[:400] for p in written)
 
 
@@ -116,19 +138,29 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("make, fragments", [
-    (lambda d: d / "nope.csv", ["does not exist"]),
-    (lambda d: _write(d / "empty.csv", ""), ["is empty"]),
-    (lambda d: _write(d / "header.csv", ",".join(COLUMNS) + "\n"), ["no rows"]),
-    (lambda d: _write(d / "other.csv", "name,value\na,1\n"), ["lacks required column(s)", "time_us_p50", "not a commbench"]),
-    (lambda d: _write(d / "v9.csv", "schema_version,op\n9,x\n"), ["schema_version 9", "reads schema_version 1"]),
-    (lambda d: _write(d / "r.raw.csv", "run_id,op,variant,phase,dtype,mode,size_bytes,iteration,rank,time_us\n"), ["--raw", "r.csv"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "make, fragments",
+    [
+        (lambda d: d / "nope.csv", ["does not exist"]),
+        (lambda d: _write(d / "empty.csv", ""), ["is empty"]),
+        (lambda d: _write(d / "header.csv", ",".join(COLUMNS) + "\n"), ["no rows"]),
+        (
+            lambda d: _write(d / "other.csv", "name,value\na,1\n"),
+            ["lacks required column(s)", "time_us_p50", "not a commbench"],
+        ),
+        (lambda d: _write(d / "v9.csv", "schema_version,op\n9,x\n"), ["schema_version 9", "reads schema_version 1"]),
+        (
+            lambda d: _write(d / "r.raw.csv", "run_id,op,variant,phase,dtype,mode,size_bytes,iteration,rank,time_us\n"),
+            ["--raw", "r.csv"],
+        ),
+    ],
+)
 def test_unusable_input_is_one_line(tmp_path: Path, make, fragments: list[str]) -> None:
     path = make(tmp_path)
     _one_line_error(CliRunner().invoke(main, ["plot", str(path), "-o", str(tmp_path / "out")]), str(path), *fragments)
 
 
+@pytest.mark.slow
 def test_missing_some_columns_names_them(run_csv: Path, tmp_path: Path) -> None:
     lines = run_csv.read_text().splitlines()
     header = lines[0].split(",")
@@ -142,10 +174,14 @@ def test_missing_some_columns_names_them(run_csv: Path, tmp_path: Path) -> None:
 
 def test_unwritable_output_folder_is_one_line(run_csv: Path, tmp_path: Path) -> None:
     blocker = _write(tmp_path / "afile", "x")
-    _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker / "charts")]), "cannot create the output folder")
+    _one_line_error(
+        CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker / "charts")]),
+        "cannot create the output folder",
+    )
     _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker)]), "is a file")
 
 
+@pytest.mark.slow
 def test_sweep_charts_beside_its_csv_unless_told_not_to(tmp_path: Path) -> None:
     run_csv = synth_run(tmp_path / "one.csv", CASES[:2], seed=1, raw=False)
     chart_after(Outcome(0, run_csv), plot=False)
@@ -163,9 +199,11 @@ def test_sweep_has_a_no_plot_flag() -> None:
     assert "--no-plot" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag, charted", [((), True), (("--no-plot",), False)])
-def test_sweep_charts_its_csv_when_the_ranks_are_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      flag: tuple[str, ...], charted: bool) -> None:  # fmt: skip
+def test_sweep_charts_its_csv_when_the_ranks_are_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: tuple[str, ...], charted: bool
+) -> None:
     # The ranks are stood in for (test_cli runs real ones): what is tested is the wiring after them.
     def ranks_finished(cfg: SweepConfig, nproc: int | None) -> Outcome:
         return Outcome(0, synth_run(Path(cfg.output), CASES[:1], seed=1, raw=False))
@@ -179,8 +217,10 @@ def test_sweep_charts_its_csv_when_the_ranks_are_done(tmp_path: Path, monkeypatc
 
 
 def test_a_one_size_workload_is_drawn_as_bars(tmp_path: Path) -> None:
-    cases = [Case("bucketed_all_reduce", v, sizes=(20 << 20,), factor=f)
-             for v, f in (("per_tensor", 2.0), ("bucketed_1M", 1.0), ("bucketed_256K", 4.0))]  # fmt: skip
+    cases = [
+        Case("bucketed_all_reduce", v, sizes=(20 << 20,), factor=f)
+        for v, f in (("per_tensor", 2.0), ("bucketed_1M", 1.0), ("bucketed_256K", 4.0))
+    ]
     size_chart, speedup_chart = build_charts(read_results([synth_run(tmp_path / "w.csv", cases, seed=4, raw=False)]))
     latency, busbw = size_chart.figure.axes
     for ax in (latency, busbw):
@@ -195,8 +235,10 @@ def test_a_one_size_workload_is_drawn_as_bars(tmp_path: Path) -> None:
 
 def test_sync_bn_strategies_are_compared_at_equal_channels_not_equal_bytes(tmp_path: Path) -> None:
     # allreduce moves half the bytes of horovod for one layer, and takes half the time.
-    cases = [Case("sync_bn", "horovod", phase="forward"),
-             Case("sync_bn", "allreduce", phase="forward", bytes_scale=0.5, factor=0.5)]  # fmt: skip
+    cases = [
+        Case("sync_bn", "horovod", phase="forward"),
+        Case("sync_bn", "allreduce", phase="forward", bytes_scale=0.5, factor=0.5),
+    ]
     speedup = build_charts(read_results([synth_run(tmp_path / "s.csv", cases, seed=5, raw=False)]))[-1]
     (ax,) = speedup.figure.axes
     assert speedup.name == "sync_bn-forward-speedup" and _labels(ax) == ["allreduce"]

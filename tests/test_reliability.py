@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,9 +23,9 @@ import torch.distributed as dist
 
 from commbench.errors import UserError
 from commbench.ops.all_gather import AllGather
+from commbench.results.schema import COLUMNS, CsvAppender
 from commbench.run.progress import ProgressBoard, RankRecord
 from commbench.run.resources import host_available_bytes, memory_error
-from commbench.results.schema import COLUMNS, CsvAppender
 from tests.distributed import REPO, commbench, rank_env, rendezvous_store
 
 TIMEOUT_S = 5
@@ -37,10 +36,22 @@ LONG_SWEEP = ("--op", "all_gather", "--sizes", "8,1K,64K,1M,4M,16M", "--iters", 
 
 def _sweep(out: Path, *args: str) -> subprocess.Popen[str]:
     """`commbench sweep` in the background from the repo root (so `tests.plugins` imports in the ranks)."""
-    cmd = [sys.executable, "-m", "commbench", "sweep", "--backend", "gloo", "--nproc", "2", "--no-plot",
-           "--timeout", str(TIMEOUT_S), "-o", str(out), *args]  # fmt: skip
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    cmd = [
+        sys.executable,
+        *"-m commbench sweep --backend gloo --nproc 2 --no-plot --timeout".split(),
+        str(TIMEOUT_S),
+        "-o",
+        str(out),
+        *args,
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def _rank_pids(launcher: int) -> dict[int, int]:
@@ -110,6 +121,7 @@ def _read(path: Path) -> pd.DataFrame:
 # -- 1. a rank killed mid-sweep ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", [1, 0])  # 0 is the rank writing the CSV
 def test_a_killed_rank_is_named_and_every_completed_row_survives(tmp_path, victim):
     out = tmp_path / "new" / "folder" / "run.csv"  # a missing output folder is created
@@ -137,14 +149,21 @@ def test_a_killed_rank_is_named_and_every_completed_row_survives(tmp_path, victi
 # -- 2. a hung collective -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "op, names",
     [
         # rank 1 never issues the call: rank 0 waits on an async wait object / a coalesced group
         ("tests.plugins:HangOnRank1", ["hang_on_rank1/flat/comm float32 at 4096 bytes", "rank 1 is behind"]),
-        ("tests.plugins:HangOnRank1Coalesced", ["hang_on_rank1_coalesced/flat/comm float32 at 4096 bytes", "rank 1 is behind"]),
+        (
+            "tests.plugins:HangOnRank1Coalesced",
+            ["hang_on_rank1_coalesced/flat/comm float32 at 4096 bytes", "rank 1 is behind"],
+        ),
         # a wait object no torch timeout covers: only the watchdog ends it
-        ("tests.plugins:NeverCompletes", [f"timed out after {TIMEOUT_S}s in never_completes/flat/comm float32 at 4096 bytes"]),
+        (
+            "tests.plugins:NeverCompletes",
+            [f"timed out after {TIMEOUT_S}s in never_completes/flat/comm float32 at 4096 bytes"],
+        ),
     ],
 )
 def test_a_hung_collective_ends_within_the_timeout_with_a_diagnosis(tmp_path, op, names):
@@ -178,10 +197,17 @@ def interrupted(tmp_path_factory):
     proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers: the ranks sit in their own sessions
     sent = time.monotonic()
     _, err = proc.communicate(timeout=SLACK_S + 60)
-    return {"code": proc.returncode, "err": err, "seconds": time.monotonic() - sent, "out": out,
-            "pids": list(pids.values()), "sockets": sockets}  # fmt: skip
+    return {
+        "code": proc.returncode,
+        "err": err,
+        "seconds": time.monotonic() - sent,
+        "out": out,
+        "pids": list(pids.values()),
+        "sockets": sockets,
+    }
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_ranks_keeps_the_rows_and_says_where(interrupted):
     assert interrupted["code"] == 130, interrupted["err"]
     assert interrupted["seconds"] < SLACK_S
@@ -193,6 +219,7 @@ def test_ctrl_c_stops_the_ranks_keeps_the_rows_and_says_where(interrupted):
     assert not [p for p in interrupted["pids"] if _alive(p)]
 
 
+@pytest.mark.slow
 def test_a_spawned_sweep_listens_on_loopback_only(interrupted):
     # the launcher's rendezvous store and each rank's Gloo listener, all on 127.0.0.1
     assert len(interrupted["sockets"]) >= 3, interrupted["sockets"]
@@ -202,16 +229,25 @@ def test_a_spawned_sweep_listens_on_loopback_only(interrupted):
 # -- 4. an inconsistent launch ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ranks_launched_with_different_options_stop_before_the_first_collective(tmp_path):
     out = tmp_path / "run.csv"
     with rendezvous_store() as port:
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "commbench", "sweep", "--backend", "gloo", "--op", "all_gather", "--sizes", "8",
-                 "--iters", str(3 + rank), "--no-plot", "--timeout", "60", "-o", str(out)],
-                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                [
+                    sys.executable,
+                    *"-m commbench sweep --backend gloo --op all_gather --sizes 8 --iters".split(),
+                    str(3 + rank),
+                    *"--no-plot --timeout 60 -o".split(),
+                    str(out),
+                ],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
                 env={**os.environ, **rank_env(rank, 2, port)},
-            )  # fmt: skip
+            )
             for rank in (0, 1)
         ]
         results = [p.communicate(timeout=120) for p in procs]
@@ -227,18 +263,25 @@ def test_ranks_launched_with_different_options_stop_before_the_first_collective(
 # -- 5. two torchrun "nodes" on one machine --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_torchrun_nodes_on_loopback_record_both_node_ranks(tmp_path):
     out = tmp_path / "run.csv"
     with rendezvous_store() as port:
         nodes = [
             subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
-                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "commbench", "sweep",
-                 "--backend", "gloo", "--op", "all_gather", "--sizes", "8,1K", "--iters", "3", "--warmup", "1",
-                 "--no-plot", "-o", str(out)],
-                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                [
+                    sys.executable,
+                    *"-m torch.distributed.run --nnodes=2 --nproc_per_node=1 --rdzv-backend=c10d".split(),
+                    f"--rdzv-endpoint=127.0.0.1:{port}",
+                    *"-m commbench sweep --backend gloo --op all_gather --sizes 8,1K --iters 3 --warmup 1 --no-plot -o".split(),
+                    str(out),
+                ],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
                 env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
-            )  # fmt: skip
+            )
             for _node in (0, 1)
         ]
         results = [n.communicate(timeout=240) for n in nodes]
@@ -252,10 +295,14 @@ def test_two_torchrun_nodes_on_loopback_record_both_node_ranks(tmp_path):
 # -- 6. resources and files --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_size_that_cannot_fit_is_refused_before_allocation(tmp_path):
     out = tmp_path / "run.csv"
-    result = commbench("sweep", "--backend", "gloo", "--nproc", "2", "--op", "all_gather", "--sizes", "8,512G",
-                       "--no-plot", "-o", str(out), timeout=180)  # fmt: skip
+    result = commbench(
+        *"sweep --backend gloo --nproc 2 --op all_gather --sizes 8,512G --no-plot -o".split(),
+        str(out),
+        timeout=180,
+    )
     assert result.returncode == 2, result.stderr
     error = result.stderr.strip().splitlines()
     assert len(error) == 1, result.stderr
@@ -271,9 +318,12 @@ def test_memory_estimate_against_host_memory(tmp_path):
     cpu = torch.device("cpu")
     assert memory_error([AllGather()], [1 << 30], 2, cpu, local_ranks=1) is None  # 4 GiB of 8+ available
     message = memory_error([AllGather()], [8, 64 << 30], 2, cpu, local_ranks=4)
-    assert message is not None and "all_gather at 64G needs about 256G per rank x 4 ranks on this host = 1024G" in message
+    assert (
+        message is not None and "all_gather at 64G needs about 256G per rank x 4 ranks on this host = 1024G" in message
+    )
 
 
+@pytest.mark.slow
 def test_an_existing_output_is_never_silently_overwritten(tmp_path):
     out = tmp_path / "run.csv"
     out.write_text("precious\n")
@@ -307,3 +357,29 @@ def test_the_board_names_gone_behind_and_stopped_ranks():
     assert "rank 2 is behind: it issued 11 collectives, the others 12" in found
     assert "rank 3 has stopped (failed in x)" in found
     assert "rank 4 never reported" in found
+
+
+class _FlakyStore(dict):
+    """A store whose set() fails a few times, as a loaded rendezvous server can."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def set(self, key: str, value: str) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise RuntimeError("connection reset by peer")
+        self[key] = value
+
+
+def test_the_heartbeat_outlives_a_transient_store_error():
+    store = _FlakyStore(failures=0)
+    board = ProgressBoard(store, 0, 2, 0.01, local=lambda: (0, "x"))
+    board.start()
+    store.failures = 3  # the next three beats fail
+    deadline = time.monotonic() + 30
+    while (store.failures > 0 or json.loads(store["0"])["beat"] < 6) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    board.finish("finished")
+    assert json.loads(store["0"])["beat"] >= 6, "the heartbeat stopped at the first store error"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from commbench.cli import main
 from commbench.analysis.plotting import build_charts
+from commbench.cli import main
 from commbench.results.reader import read_results
 from tests.synth_results import Case, synth_run
 from tests.test_cli import _one_line_error
@@ -18,10 +18,13 @@ from tests.test_plotting import CASES
 
 @pytest.fixture
 def runs(tmp_path: Path) -> list[Path]:
-    return [synth_run(tmp_path / "a.csv", CASES, seed=1, raw=False),
-            synth_run(tmp_path / "b.csv", CASES[:2], seed=2, raw=False, host="otherhost")]  # fmt: skip
+    return [
+        synth_run(tmp_path / "a.csv", CASES, seed=1, raw=False),
+        synth_run(tmp_path / "b.csv", CASES[:2], seed=2, raw=False, host="otherhost"),
+    ]
 
 
+@pytest.mark.slow
 def test_report_holds_every_chart_and_table(runs: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "out" / "report.html"
     result = CliRunner().invoke(main, ["report", *map(str, runs), "-o", str(out)])
@@ -32,8 +35,19 @@ def test_report_holds_every_chart_and_table(runs: list[Path], tmp_path: Path) ->
     assert images == [c.name for c in charts] and page.count("<img") == len(charts) == 3
     # provenance, one table per (op, phase) measured (all_gather, grouped_all_gather), the unavailable rows
     assert page.count("<table") == 4
-    assert [h for h in re.findall(r"<h3>([^<]+)</h3>", page)] == ["all_gather · comm", "grouped_all_gather · comm", "Not measured"]
-    for fact in ("commbench sweep --seed 1", "commbench sweep --seed 2", "testhost", "otherhost", "2.13.0+cpu", "gloo test"):
+    assert [h for h in re.findall(r"<h3>([^<]+)</h3>", page)] == [
+        "all_gather · comm",
+        "grouped_all_gather · comm",
+        "Not measured",
+    ]
+    for fact in (
+        "commbench sweep --seed 1",
+        "commbench sweep --seed 2",
+        "testhost",
+        "otherhost",
+        "2.13.0+cpu",
+        "gloo test",
+    ):
         assert fact in page
     assert "http" not in page.replace("http-equiv", "")  # nothing fetched from elsewhere
 
@@ -48,12 +62,18 @@ def test_report_in_svg_and_default_name(runs: list[Path]) -> None:
 def test_unwritable_report_destination_is_one_line(runs: list[Path], tmp_path: Path) -> None:
     blocker = tmp_path / "afile"
     blocker.write_text("x")
-    _one_line_error(CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(blocker / "sub" / "r.html")]), "cannot create the output folder")
+    _one_line_error(
+        CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(blocker / "sub" / "r.html")]),
+        "cannot create the output folder",
+    )
     _one_line_error(CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(tmp_path)]), "is a folder")
 
 
 def test_report_of_a_missing_file_is_one_line(tmp_path: Path) -> None:
-    _one_line_error(CliRunner().invoke(main, ["report", str(tmp_path / "gone.csv"), "-o", str(tmp_path / "r.html")]), "does not exist")
+    _one_line_error(
+        CliRunner().invoke(main, ["report", str(tmp_path / "gone.csv"), "-o", str(tmp_path / "r.html")]),
+        "does not exist",
+    )
 
 
 def test_a_run_with_only_wrong_rows_still_reports_its_table(tmp_path: Path) -> None:

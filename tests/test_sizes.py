@@ -10,7 +10,16 @@ from commbench.units import format_size, parse_size, parse_size_list, size_range
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("8", 8), ("1K", 1024), ("4k", 4096), ("64M", 64 << 20), ("1G", 1 << 30), ("2KB", 2048), ("3MiB", 3 << 20), (" 16 ", 16)],
+    [
+        ("8", 8),
+        ("1K", 1024),
+        ("4k", 4096),
+        ("64M", 64 << 20),
+        ("1G", 1 << 30),
+        ("2KB", 2048),
+        ("3MiB", 3 << 20),
+        (" 16 ", 16),
+    ],
 )
 def test_parse_size_units(text, expected):
     assert parse_size(text) == expected
@@ -43,4 +52,11 @@ def test_size_range_rejects_inverted_bounds_and_small_factor():
 
 
 def test_format_size():
-    assert [format_size(n) for n in (8, 1024, 1536, 64 << 20, 1 << 30, 1000)] == ["8B", "1K", "1.5K", "64M", "1G", "1000B"]
+    assert [format_size(n) for n in (8, 1024, 1536, 64 << 20, 1 << 30, 1000)] == [
+        "8B",
+        "1K",
+        "1.5K",
+        "64M",
+        "1G",
+        "1000B",
+    ]

@@ -14,7 +14,7 @@ def test_stats_from_fixed_samples():
     assert (s.time_us_min, s.time_us_p50, s.time_us_mean, s.time_us_max) == (1.0, 3.0, 3.0, 5.0)
     assert s.time_us_p95 == pytest.approx(4.8)  # linear interpolation, as numpy
     assert s.time_us_std == pytest.approx(math.sqrt(2.5))  # sample standard deviation
-    assert list(s.as_dict()) == ["time_us_min", "time_us_p50", "time_us_mean", "time_us_p95", "time_us_max", "time_us_std"]
+    assert list(s.as_dict()) == [f"time_us_{k}" for k in ("min", "p50", "mean", "p95", "max", "std")]
 
 
 def test_single_sample_has_zero_spread():

@@ -119,7 +119,9 @@ def _local(t: torch.Tensor, case: Case) -> torch.Tensor:
     return t
 
 
-def _close(what: str, actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, float], failures: list[str]) -> None:
+def _close(
+    what: str, actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, float], failures: list[str]
+) -> None:
     a, e = actual.detach().double(), expected.detach().double()
     if a.shape != e.shape:
         failures.append(f"{what}: shape {tuple(a.shape)} != {tuple(e.shape)}")
@@ -134,7 +136,9 @@ def _run_case(backend: Any, case_no: int, case: Case, strategy: str) -> tuple[li
     failures: list[str] = []
     grads: list[tuple[list[float], ...]] = []
     channels, ndim = case.rest[0], len(case.rest) + 1
-    ref = _reference_cls(ndim)(channels, affine=case.affine, track_running_stats=case.track, momentum=case.momentum).double()
+    ref = _reference_cls(ndim)(
+        channels, affine=case.affine, track_running_stats=case.track, momentum=case.momentum
+    ).double()
     if case.affine:
         g = torch.Generator().manual_seed(case_no)
         with torch.no_grad():
@@ -142,8 +146,14 @@ def _run_case(backend: Any, case_no: int, case: Case, strategy: str) -> tuple[li
             ref.bias.copy_(torch.randn(channels, generator=g, dtype=torch.float64))
     counting = CountingComm(backend)
     group = {"backend": counting, "default": None, "world": torch.distributed.group.WORLD}[case.group]
-    ours = SyncBatchNorm(channels, affine=case.affine, track_running_stats=case.track, momentum=case.momentum,
-                         strategy=strategy, process_group=group)  # fmt: skip
+    ours = SyncBatchNorm(
+        channels,
+        affine=case.affine,
+        track_running_stats=case.track,
+        momentum=case.momentum,
+        strategy=strategy,
+        process_group=group,
+    )
     if case.dtype == "float64":
         ours = ours.double()
     ours.load_state_dict(ref.state_dict())
@@ -176,18 +186,27 @@ def _run_case(backend: Any, case_no: int, case: Case, strategy: str) -> tuple[li
         if case.channels_last and not y.is_contiguous(memory_format=layout):
             failures.append(f"{where} output lost the channels_last layout")
         if case.group == "backend":
-            channels_bytes = (spec.forward_bytes(channels, world, stat_bytes), spec.backward_bytes(channels, world, stat_bytes))
+            channels_bytes = (
+                spec.forward_bytes(channels, world, stat_bytes),
+                spec.backward_bytes(channels, world, stat_bytes),
+            )
             if fwd != (spec.forward_calls, channels_bytes[0]) or bwd != (spec.backward_calls, channels_bytes[1]):
-                failures.append(f"{where} calls/bytes forward {fwd} backward {bwd}, declared "
-                                f"{(spec.forward_calls, channels_bytes[0])} {(spec.backward_calls, channels_bytes[1])}")  # fmt: skip
+                failures.append(
+                    f"{where} calls/bytes forward {fwd} backward {bwd}, declared "
+                    f"{(spec.forward_calls, channels_bytes[0])} {(spec.backward_calls, channels_bytes[1])}"
+                )
         if case.affine:
             # As lists: tensors would cross the result queue through shared memory of an exiting process.
-            grads.append(tuple(t.double().tolist() for t in (ours.weight.grad, ours.bias.grad, ref.weight.grad, ref.bias.grad)))
+            grads.append(
+                tuple(t.double().tolist() for t in (ours.weight.grad, ours.bias.grad, ref.weight.grad, ref.bias.grad))
+            )
         if case.track:
             _close(f"{where} running_mean", ours.running_mean, ref.running_mean, stol, failures)
             _close(f"{where} running_var", ours.running_var, ref.running_var, stol, failures)
             if int(ours.num_batches_tracked) != int(ref.num_batches_tracked):
-                failures.append(f"{where} num_batches_tracked {int(ours.num_batches_tracked)} != {int(ref.num_batches_tracked)}")
+                failures.append(
+                    f"{where} num_batches_tracked {int(ours.num_batches_tracked)} != {int(ref.num_batches_tracked)}"
+                )
 
     if case.eval_after:
         ours.eval()
@@ -226,6 +245,7 @@ def _exactness_worker(backend: Any, cases: list[Case]) -> dict[str, Any]:
     return {"failures": failures, "grads": grads}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_every_strategy_matches_batchnorm_on_the_whole_batch(world):
     results = run_ranks(_exactness_worker, world, CASES, timeout=300)

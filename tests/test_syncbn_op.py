@@ -3,17 +3,16 @@ its options, SyncBatchNorm's one-line errors, and `commbench syncbn` end to end.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
 from commbench.errors import UserError
-from commbench.run.harness import CollArgs, measure
+from commbench.ops import choose_variants
 from commbench.ops.sync_bn import SyncBN
+from commbench.run.harness import CollArgs, measure
+from commbench.run.watchdog import Watchdog
 from commbench.syncbn import SyncBatchNorm
 from commbench.syncbn.strategies import STRATEGIES
-from commbench.ops import choose_variants
-from commbench.run.watchdog import Watchdog
 from tests.distributed import commbench, run_ranks
 
 
@@ -31,19 +30,30 @@ def _measure_all(backend, op_cls, options, dtypes):
                 args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
                 op.setup(args, point)
                 for phase in op.phases:
-                    m = measure(op, args, phase, iters=2, warmup=1, window=1, check=True,
-                                watchdog=Watchdog(60, backend.rank), label="test")  # fmt: skip
+                    m = measure(
+                        op,
+                        args,
+                        phase,
+                        iters=2,
+                        warmup=1,
+                        window=1,
+                        check=True,
+                        watchdog=Watchdog(60, backend.rank),
+                        label="test",
+                    )
                     rows.append((variant, phase, dtype, m.wrong, m.calls, op.size_bytes(args, phase)))
     return rows
 
 
+@pytest.mark.slow
 def test_every_variant_and_phase_is_correct_with_the_declared_calls_and_bytes():
-    rows = run_ranks(_measure_all, 2, SyncBN, {"channels": "3,16", "batch": "2", "spatial": "3"},
-                     ("float32", "float64", "bfloat16"))[0]  # fmt: skip
+    rows = run_ranks(
+        _measure_all, 2, SyncBN, {"channels": "3,16", "batch": "2", "spatial": "3"}, ("float32", "float64", "bfloat16")
+    )[0]
     measured = [r for r in rows if r[1] != "unavailable"]
     assert {r[0] for r in measured} == set(STRATEGIES)
     assert len(measured) == 6 * 3 * 2 * 3
-    for variant, phase, dtype, wrong, calls, s_bytes in measured:
+    for variant, phase, dtype, wrong, calls, _s_bytes in measured:
         assert wrong == 0, (variant, phase, dtype)
         spec = STRATEGIES[variant]
         expected_calls = {"forward": spec.forward_calls, "backward": spec.backward_calls}
@@ -64,9 +74,15 @@ class CorruptedSyncBN(SyncBN):
                 args.state.x.grad[-1, -1, -1, -1] += 0.01
 
 
+@pytest.mark.slow
 def test_a_corrupted_sync_bn_result_is_caught():
-    rows = run_ranks(_measure_all, 2, CorruptedSyncBN, {"channels": "4", "batch": "2", "spatial": "2", "variant": "horovod"},
-                     ("float32",))[0]  # fmt: skip
+    rows = run_ranks(
+        _measure_all,
+        2,
+        CorruptedSyncBN,
+        {"channels": "4", "batch": "2", "spatial": "2", "variant": "horovod"},
+        ("float32",),
+    )[0]
     wrong = {phase: w for _, phase, _, w, _, _ in rows}
     # One element per rank per corrupted tensor, summed over the two ranks.
     assert wrong == {"forward": 2, "backward": 2, "forward_backward": 4}
@@ -152,16 +168,37 @@ def _eval_and_state_dict():
     assert torch.allclose(ours(one), ref(one), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_speedup_table_divides_horovod_time_by_each_strategy_time():
     import pandas as pd
 
     from commbench.analysis.syncbn_table import format_table
 
-    rows = [("forward", 32, "horovod", 200.0), ("forward", 32, "torch", 100.0), ("forward", 32, "apex", 400.0),
-            ("backward", 32, "horovod", 90.0), ("backward", 32, "torch", 30.0), ("backward", 32, "apex", 45.0)]  # fmt: skip
+    rows = [
+        ("forward", 32, "horovod", 200.0),
+        ("forward", 32, "torch", 100.0),
+        ("forward", 32, "apex", 400.0),
+        ("backward", 32, "horovod", 90.0),
+        ("backward", 32, "torch", 30.0),
+        ("backward", 32, "apex", 45.0),
+    ]
     frame = pd.DataFrame(
-        [{"op": "sync_bn", "status": "ok", "phase": p, "count": c, "variant": v, "time_us_p50": t, "run": "r",
-          "backend": "gloo", "world_size": 2, "dtype": "float32", "mode": "blocking"} for p, c, v, t in rows]  # fmt: skip
+        [
+            {
+                "op": "sync_bn",
+                "status": "ok",
+                "phase": p,
+                "count": c,
+                "variant": v,
+                "time_us_p50": t,
+                "run": "r",
+                "backend": "gloo",
+                "world_size": 2,
+                "dtype": "float32",
+                "mode": "blocking",
+            }
+            for p, c, v, t in rows
+        ]
     )
     lines = format_table(frame).splitlines()
     assert "speedup over horovod" in lines[0]
@@ -170,10 +207,14 @@ def test_speedup_table_divides_horovod_time_by_each_strategy_time():
     assert lines[3].split() == ["backward", "32", "30", "(3.00x)", "45", "(2.00x)", "90"]
 
 
+@pytest.mark.slow
 def test_syncbn_command_prints_the_comparison_and_charts_it(tmp_path):
     out = tmp_path / "sbn.csv"
-    run = commbench("syncbn", "--nproc", "2", "--channels", "4,8", "--batch", "2", "--spatial", "2", "-n", "2", "-w", "1",
-                    "--strategy", "horovod,apex", "--strategy", "allreduce", "-o", str(out), env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    run = commbench(
+        *"syncbn --nproc 2 --channels 4,8 --batch 2 --spatial 2 -n 2 -w 1 --strategy horovod,apex --strategy allreduce -o".split(),
+        str(out),
+        env={"OMP_NUM_THREADS": "1"},
+    )
     assert run.returncode == 0, run.stderr
     assert "speedup over horovod" in run.stdout
     table = [line.split() for line in run.stdout.splitlines() if line.startswith("  forward ")]
@@ -190,6 +231,7 @@ def test_syncbn_command_prints_the_comparison_and_charts_it(tmp_path):
     assert (calls["horovod", "forward"], calls["horovod", "backward"], calls["apex", "forward_backward"]) == (3, 2, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, message",
     [

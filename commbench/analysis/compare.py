@@ -23,9 +23,14 @@ from commbench.units import format_size
 
 # Metrics compare can gate on, and whether a larger value is better.
 METRICS: dict[str, bool] = {
-    "time_us_min": False, "time_us_p50": False, "time_us_mean": False, "time_us_p95": False,
-    "time_us_max": False, "algbw_gbps": True, "busbw_gbps": True,
-}  # fmt: skip
+    "time_us_min": False,
+    "time_us_p50": False,
+    "time_us_mean": False,
+    "time_us_p95": False,
+    "time_us_max": False,
+    "algbw_gbps": True,
+    "busbw_gbps": True,
+}
 
 U_TEST = "Mann-Whitney U on per-iteration samples (both runs kept --raw)"
 SPREAD_TEST = "the runs' own spread (p50 and std over iters; run sweep with --raw for the U test)"
@@ -39,11 +44,13 @@ class Threshold:
     relative: bool
 
     @classmethod
-    def parse(cls, text: str) -> "Threshold":
+    def parse(cls, text: str) -> Threshold:
         m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*", str(text))
         if not m:
-            raise UserError(f"malformed threshold {text!r}: use a percentage such as 5% or an absolute "
-                            f"amount in the metric's units such as 20")  # fmt: skip
+            raise UserError(
+                f"malformed threshold {text!r}: use a percentage such as 5% or an absolute "
+                f"amount in the metric's units such as 20"
+            )
         value = float(m.group(1))
         return cls(value / 100 if m.group(2) else value, bool(m.group(2)))
 
@@ -106,17 +113,21 @@ def _keyed(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     measured["world_size"] = measured["world_size"].astype("int64")
     dup = measured.duplicated(list(MATCH_COLUMNS), keep=False)
     if dup.any():
-        raise UserError(f"{path} holds {int(dup.sum())} rows that share a key with another (first: "
-                        f"{describe(tuple(measured[dup].iloc[0][list(MATCH_COLUMNS)]))}): compare one run "
-                        f"against one run")  # fmt: skip
+        raise UserError(
+            f"{path} holds {int(dup.sum())} rows that share a key with another (first: "
+            f"{describe(tuple(measured[dup].iloc[0][list(MATCH_COLUMNS)]))}): compare one run "
+            f"against one run"
+        )
     return measured.set_index(list(MATCH_COLUMNS))
 
 
 def describe(key: tuple) -> str:
     """op/variant/phase dtype mode size n=world: how a row is named in compare's output."""
     parts = dict(zip(MATCH_COLUMNS, key))
-    return (f"{parts['op']}/{parts['variant']}/{parts['phase']} {parts['dtype']} {parts['mode']} "
-            f"{format_size(int(parts['size_bytes']))} n={int(parts['world_size'])}")  # fmt: skip
+    return (
+        f"{parts['op']}/{parts['variant']}/{parts['phase']} {parts['dtype']} {parts['mode']} "
+        f"{format_size(int(parts['size_bytes']))} n={int(parts['world_size'])}"
+    )
 
 
 def _nothing_in_common(base: pd.DataFrame, cand: pd.DataFrame, baseline: Path, candidate: Path) -> UserError:
@@ -128,12 +139,18 @@ def _nothing_in_common(base: pd.DataFrame, cand: pd.DataFrame, baseline: Path, c
             shown = lambda vs: ",".join(sorted(map(str, vs))[:4])  # noqa: E731
             apart.append(f"{column} {shown(b)} vs {shown(c)}")
     why = "; ".join(apart) if apart else "no (op, variant, phase, dtype, mode, size, world size) is in both"
-    return UserError(f"{baseline} and {candidate} have no measured row in common ({why}): compare runs of the "
-                     f"same ops and sizes")  # fmt: skip
+    return UserError(
+        f"{baseline} and {candidate} have no measured row in common ({why}): compare runs of the same ops and sizes"
+    )
 
 
-def compare_runs(baseline: Path, candidate: Path, metric: str = "time_us_p50",
-                 threshold: Threshold | None = None, alpha: float = 0.05) -> Comparison:  # fmt: skip
+def compare_runs(
+    baseline: Path,
+    candidate: Path,
+    metric: str = "time_us_p50",
+    threshold: Threshold | None = None,
+    alpha: float = 0.05,
+) -> Comparison:
     """Match the two runs' rows and classify every change; rows in one run only are kept in lists."""
     if metric not in METRICS:
         raise UserError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
@@ -161,8 +178,10 @@ def _unavailable(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[str]:
     for side, frame in (("baseline", baseline), ("candidate", candidate)):
         for _, row in frame[frame["status"] == "unavailable"].iterrows():
             reasons.setdefault((row["op"], row["variant"]), (row["note"], []))[1].append(side)
-    return [f"{op}/{variant} unavailable in {'both runs' if len(sides) == 2 else 'the ' + sides[0]}: {note}"
-            for (op, variant), (note, sides) in sorted(reasons.items())]  # fmt: skip
+    return [
+        f"{op}/{variant} unavailable in {'both runs' if len(sides) == 2 else 'the ' + sides[0]}: {note}"
+        for (op, variant), (note, sides) in sorted(reasons.items())
+    ]
 
 
 def _classify(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Comparison) -> Delta:
@@ -198,19 +217,26 @@ def format_comparison(result: Comparison) -> str:
         *(f"# noise test {m}: {methods[m]}" for m in result.methods),
         f"# {'op/variant/phase dtype mode size n':<58} {'baseline':>10} {'candidate':>10} {'change':>8} "
         f"{'p':>7} {'test':>6}  verdict",
-    ]  # fmt: skip
+    ]
     for d in result.deltas:
         p = "" if math.isnan(d.p_value) else f"{d.p_value:.3g}"
-        lines.append(f"  {describe(d.key):<58} {d.baseline:>10.4g} {d.candidate:>10.4g} {d.change:>+8.1%} "
-                     f"{p:>7} {d.method:>6}  {d.verdict}")  # fmt: skip
-    for title, keys in (("only in the baseline", result.only_baseline), ("only in the candidate", result.only_candidate)):
+        lines.append(
+            f"  {describe(d.key):<58} {d.baseline:>10.4g} {d.candidate:>10.4g} {d.change:>+8.1%} "
+            f"{p:>7} {d.method:>6}  {d.verdict}"
+        )
+    for title, keys in (
+        ("only in the baseline", result.only_baseline),
+        ("only in the candidate", result.only_candidate),
+    ):
         if keys:
             lines.append(f"# {title} ({len(keys)} rows, not compared):")
             lines.extend(f"  {describe(k)}" for k in keys)
     lines.extend(f"# not compared: {note}" for note in result.not_compared)
     plural = {"regression": "regressions", "improvement": "improvements"}
-    counts = ", ".join(f"{result.count(v)} {plural.get(v, v) if result.count(v) > 1 else v}" for v in
-                       ("regression", "improvement", "within noise", "unchanged", "wrong results", "wrong in baseline")
-                       if result.count(v))  # fmt: skip
+    counts = ", ".join(
+        f"{result.count(v)} {plural.get(v, v) if result.count(v) > 1 else v}"
+        for v in ("regression", "improvement", "within noise", "unchanged", "wrong results", "wrong in baseline")
+        if result.count(v)
+    )
     lines.append(f"# {counts}; {'FAILED' if result.failed else 'passed'}")
     return "\n".join(lines)

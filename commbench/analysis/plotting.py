@@ -9,9 +9,9 @@ from __future__ import annotations
 import io
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -41,7 +41,9 @@ class Family:
 
     @property
     def axis_label(self) -> str:
-        return SIZE_AXIS_LABEL if self.workload == "size_bytes" else f"{self.workload_name} (the {self.workload} column)"
+        return (
+            SIZE_AXIS_LABEL if self.workload == "size_bytes" else f"{self.workload_name} (the {self.workload} column)"
+        )
 
     def format(self, value: float) -> str:
         return format_size(int(value)) if self.workload == "size_bytes" else str(int(value))
@@ -149,8 +151,9 @@ def _facts(group: pd.DataFrame) -> str:
     hosts = sorted({h for cell in group["hosts"].dropna() for h in str(cell).split(";") if h})
     host_text = ", ".join(hosts[:3]) + (f" +{len(hosts) - 3} more" if len(hosts) > 3 else "")
     worlds = ", ".join(str(int(w)) for w in sorted(group["world_size"].dropna().unique()))
-    return (f"n={worlds} ranks · {values('backend')} · {values('dtype')} · {values('mode')} · "
-            f"host {host_text or 'unknown'}")  # fmt: skip
+    return (
+        f"n={worlds} ranks · {values('backend')} · {values('dtype')} · {values('mode')} · host {host_text or 'unknown'}"
+    )
 
 
 def _series(group: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
@@ -197,7 +200,11 @@ def _size_chart(name: str, group: pd.DataFrame) -> Chart:
     busbw.set_ylabel("busbw (GB/s, from p50 time)")
     busbw.set_ylim(bottom=0)
     busbw.set_title("bus bandwidth")
-    what = f"at its one workload size S = {format_size(int(measured['size_bytes'].iloc[0]))}" if one_size else "against size"
+    what = (
+        f"at its one workload size S = {format_size(int(measured['size_bytes'].iloc[0]))}"
+        if one_size
+        else "against size"
+    )
     facts, left_out = _facts(measured), _left_out(group)
     fig.suptitle(f"{op} · {phase}\n{facts}", fontsize=11)
     if left_out:
@@ -299,8 +306,10 @@ def _speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | No
     ax.set_ylabel(f"speedup over {baseline} (p50 time of {baseline} / p50 time)")
     fig.suptitle(f"{op} · {phase}: speedup over {baseline} (above 1 = faster)\n{_facts(joined)}", fontsize=11)
     fig.tight_layout()
-    caption = (f"{op} ({phase}): each variant's speedup over {baseline} for the same work "
-               f"(equal {family.workload_name}); above 1 is faster; {_facts(joined)}.")  # fmt: skip
+    caption = (
+        f"{op} ({phase}): each variant's speedup over {baseline} for the same work "
+        f"(equal {family.workload_name}); above 1 is faster; {_facts(joined)}."
+    )
     return Chart(name=f"{name}-speedup", kind="speedup", figure=fig, caption=caption)
 
 

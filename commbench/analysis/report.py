@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 import commbench
-from commbench.errors import UserError
 from commbench.analysis.plotting import FORMATS, build_charts, ensure_folder, render
+from commbench.errors import UserError
 from commbench.results.reader import read_results
 from commbench.units import format_size
 
@@ -29,11 +29,38 @@ figure { margin: 1em 0 2em; } figure img { max-width: 100%; }
 figcaption { font-size: 13px; color: #555; } code { font-size: 12px; }
 """
 # Provenance: what a reviewer needs to judge where numbers came from, one row per run.
-PROVENANCE_COLUMNS = ("run", "source", "run_id", "backend", "world_size", "mode", "iters", "warmup", "hosts",
-                      "torch_version", "backend_version", "commbench_version", "command")
+PROVENANCE_COLUMNS = (
+    "run",
+    "source",
+    "run_id",
+    "backend",
+    "world_size",
+    "mode",
+    "iters",
+    "warmup",
+    "hosts",
+    "torch_version",
+    "backend_version",
+    "commbench_version",
+    "command",
+)
 # The per-(op, phase) result tables.
-RESULT_COLUMNS = ("size_bytes", "variant", "backend", "run", "world_size", "dtype", "mode", "time_us_min",
-                  "time_us_p50", "time_us_p95", "time_us_max", "busbw_gbps", "wrong", "status")
+RESULT_COLUMNS = (
+    "size_bytes",
+    "variant",
+    "backend",
+    "run",
+    "world_size",
+    "dtype",
+    "mode",
+    "time_us_min",
+    "time_us_p50",
+    "time_us_p95",
+    "time_us_max",
+    "busbw_gbps",
+    "wrong",
+    "status",
+)
 
 
 def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbench report") -> str:
@@ -55,8 +82,10 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
     ]
     for chart in build_charts(frame):
         data = base64.b64encode(render(chart, fmt)).decode("ascii")
-        parts.append(f"<figure><img alt='{html.escape(chart.name)}' src='data:{_MIME[fmt]};base64,{data}'>"
-                     f"<figcaption>{html.escape(chart.caption)}</figcaption></figure>")  # fmt: skip
+        parts.append(
+            f"<figure><img alt='{html.escape(chart.name)}' src='data:{_MIME[fmt]};base64,{data}'>"
+            f"<figcaption>{html.escape(chart.caption)}</figcaption></figure>"
+        )
     parts.append("<h2>Results</h2>")
     measured = frame[frame["status"] != "unavailable"]
     for (op, phase), rows in measured.groupby(["op", "phase"], sort=True):

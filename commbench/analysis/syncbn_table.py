@@ -24,9 +24,16 @@ def strategy_times(frame: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     rows["channels"] = rows["count"].astype(int)
-    rows["phase"] = pd.Categorical(rows["phase"], categories=[p for p in PHASES if p in set(rows["phase"])], ordered=True)
-    times = rows.pivot_table(index=[*GROUP_COLUMNS, "phase", "channels"], columns="variant",
-                             values="time_us_p50", aggfunc="median", observed=True)  # fmt: skip
+    rows["phase"] = pd.Categorical(
+        rows["phase"], categories=[p for p in PHASES if p in set(rows["phase"])], ordered=True
+    )
+    times = rows.pivot_table(
+        index=[*GROUP_COLUMNS, "phase", "channels"],
+        columns="variant",
+        values="time_us_p50",
+        aggfunc="median",
+        observed=True,
+    )
     order = [v for v in STRATEGY_NAMES if v in times.columns] + sorted(set(times.columns) - set(STRATEGY_NAMES))
     return times[order]
 
@@ -48,15 +55,23 @@ def format_table(frame: pd.DataFrame, baseline: str = BASELINE) -> str:
     blocks = []
     for key, block in times.groupby(level=list(range(len(GROUP_COLUMNS))), sort=False):
         facts = dict(zip(GROUP_COLUMNS, key))
-        lines = [f"# sync_bn on {int(facts['world_size'])} {facts['backend']} ranks, {facts['dtype']}, {facts['mode']}: "
-                 f"p50 time per phase in µs (speedup over {baseline}; above 1x = faster)",
-                 f"# {'phase':<17}{'C':>6}  " + "".join(f"{v:>{width}}" for v in block.columns)]  # fmt: skip
+        lines = [
+            f"# sync_bn on {int(facts['world_size'])} {facts['backend']} ranks, {facts['dtype']}, {facts['mode']}: "
+            f"p50 time per phase in µs (speedup over {baseline}; above 1x = faster)",
+            f"# {'phase':<17}{'C':>6}  " + "".join(f"{v:>{width}}" for v in block.columns),
+        ]
         for index, row in block.iterrows():
             phase, channels = index[-2], index[-1]
             cells = []
             for variant, time_us in row.items():
                 ratio = ratios.loc[index, variant]
-                cells.append("-" if pd.isna(time_us) else f"{time_us:.0f} ({ratio:.2f}x)" if variant != baseline else f"{time_us:.0f}")
+                cells.append(
+                    "-"
+                    if pd.isna(time_us)
+                    else f"{time_us:.0f} ({ratio:.2f}x)"
+                    if variant != baseline
+                    else f"{time_us:.0f}"
+                )
             lines.append(f"  {phase:<17}{channels:>6}  " + "".join(f"{c:>{width}}" for c in cells))
         blocks.append("\n".join(lines))
     return "\n".join(blocks)

@@ -6,9 +6,10 @@ import importlib
 import importlib.util
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from commbench.errors import UserError
 
@@ -20,7 +21,7 @@ def _package_dir(name: str) -> Path | None:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def torch_missing() -> str | None:
@@ -70,9 +71,21 @@ class BackendInfo:
 BACKENDS: dict[str, BackendInfo] = {
     info.name: info
     for info in (
-        BackendInfo("gloo", "commbench.backends.gloo:GlooBackend", "torch.distributed over Gloo (CPU tensors)", torch_missing),
-        BackendInfo("nccl", "commbench.backends.nccl:NcclBackend", "torch.distributed over NCCL (one GPU per rank)", cuda_missing),
-        BackendInfo("horovod", "commbench.backends.horovod:HorovodBackend", "Horovod (horovod.torch; Gloo on CPU, NCCL when built with it)", horovod_missing),
+        BackendInfo(
+            "gloo", "commbench.backends.gloo:GlooBackend", "torch.distributed over Gloo (CPU tensors)", torch_missing
+        ),
+        BackendInfo(
+            "nccl",
+            "commbench.backends.nccl:NcclBackend",
+            "torch.distributed over NCCL (one GPU per rank)",
+            cuda_missing,
+        ),
+        BackendInfo(
+            "horovod",
+            "commbench.backends.horovod:HorovodBackend",
+            "Horovod (horovod.torch; Gloo on CPU, NCCL when built with it)",
+            horovod_missing,
+        ),
     )
 }
 
@@ -92,6 +105,6 @@ def check_backend(name: str) -> BackendInfo:
     return info
 
 
-def load_backend(name: str) -> type["Backend"]:
+def load_backend(name: str) -> type[Backend]:
     module_name, _, attr = check_backend(name).target.partition(":")
     return getattr(importlib.import_module(module_name), attr)

@@ -51,7 +51,7 @@ class Backend(ABC):
 
     # -- life cycle ---------------------------------------------------------------------------
     @abstractmethod
-    def init(self, timeout_s: float, launch: "Launch") -> None:
+    def init(self, timeout_s: float, launch: Launch) -> None:
         """Join the process group of this launch; set rank, world_size, local_rank and device."""
 
     @abstractmethod

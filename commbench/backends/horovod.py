@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -42,14 +43,23 @@ def import_horovod() -> Any:
     if not (hvd.gloo_built() or hvd.mpi_built()):
         raise UserError(f"this Horovod was built without a controller (neither Gloo nor MPI); {INSTALL_HINT}")
     if os.environ.get("HOROVOD_CONTROLLER") == "gloo" and not hvd.gloo_built():
-        raise UserError(f"this Horovod was built without Gloo, which horovodrun --gloo and --nproc need (use mpirun, or {INSTALL_HINT})")
+        raise UserError(
+            f"this Horovod was built without Gloo, which horovodrun --gloo and --nproc need (use mpirun, or {INSTALL_HINT})"
+        )
     return hvd
 
 
 REQUIRED_APIS = (
-    "allgather_async", "grouped_allgather_async", "reducescatter_async", "grouped_reducescatter_async",
-    "allreduce_async_", "grouped_allreduce_async_", "synchronize", "allgather_object", "barrier",
-)  # fmt: skip
+    "allgather_async",
+    "grouped_allgather_async",
+    "reducescatter_async",
+    "grouped_reducescatter_async",
+    "allreduce_async_",
+    "grouped_allreduce_async_",
+    "synchronize",
+    "allgather_object",
+    "barrier",
+)
 
 
 class _Names:
@@ -109,7 +119,9 @@ def _split_into(outputs: list[torch.Tensor]) -> Callable[[Any], None]:
     def finish(result: Any) -> None:
         flat = result.reshape(-1)
         if flat.numel() != sum(o.numel() for o in outputs):
-            raise RuntimeError(f"horovod gathered {flat.numel()} elements where {sum(o.numel() for o in outputs)} were expected")
+            raise RuntimeError(
+                f"horovod gathered {flat.numel()} elements where {sum(o.numel() for o in outputs)} were expected"
+            )
         for out, part in zip(outputs, flat.split([o.numel() for o in outputs])):
             out.view(-1).copy_(part)
 
@@ -251,4 +263,3 @@ class HorovodBackend(Backend):
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-

@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from commbench import __version__
-from commbench.errors import ExitCode
 from commbench.cli.compare import compare
 from commbench.cli.env import env
 from commbench.cli.list import list_
@@ -16,7 +15,7 @@ from commbench.cli.plot import plot
 from commbench.cli.report import report
 from commbench.cli.sweep import sweep
 from commbench.cli.syncbn import syncbn
-
+from commbench.errors import ExitCode
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 

@@ -11,12 +11,25 @@ import click
 @click.command()
 @click.argument("baseline", type=click.Path(path_type=Path))
 @click.argument("candidate", type=click.Path(path_type=Path))
-@click.option("--threshold", default="5%", show_default=True,
-              help="Smallest change that counts: a percentage (5%) or an absolute amount in the metric's units (20).")
-@click.option("--metric", default="time_us_p50", show_default=True,
-              help="Column to compare: time_us_min/p50/mean/p95/max (lower is better) or algbw_gbps/busbw_gbps (higher is better).")
-@click.option("--alpha", type=float, default=0.05, show_default=True,
-              help="Significance level of the noise test: a change counts only when p < alpha.")
+@click.option(
+    "--threshold",
+    default="5%",
+    show_default=True,
+    help="Smallest change that counts: a percentage (5%) or an absolute amount in the metric's units (20).",
+)
+@click.option(
+    "--metric",
+    default="time_us_p50",
+    show_default=True,
+    help="Column to compare: time_us_min/p50/mean/p95/max (lower is better) or algbw_gbps/busbw_gbps (higher is better).",
+)
+@click.option(
+    "--alpha",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Significance level of the noise test: a change counts only when p < alpha.",
+)
 def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha: float) -> None:
     """Compare CANDIDATE.csv against BASELINE.csv row by row; exit 1 when anything regressed.
 

@@ -26,7 +26,8 @@ def env() -> None:
         "gloo": "built" if dist.is_available() and dist.is_gloo_available() else "not built",
         "cuda": torch.version.cuda or "none (CPU build)",
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "not usable (no CUDA)",
-        "devices": ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())) or f"cpu ({platform.processor() or platform.machine()})",
+        "devices": ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        or f"cpu ({platform.processor() or platform.machine()})",
     }
     lines["horovod"] = _distribution_version("horovod") or "not installed (bash scripts/install-horovod.sh)"
     for name, info in BACKENDS.items():

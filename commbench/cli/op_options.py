@@ -6,7 +6,8 @@ Adding an option to an op is declaring it in the op's module: it appears here by
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -30,7 +31,9 @@ def _split_csv(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
 
 
 launch_options = _compose(
-    click.option("--backend", default=None, help="gloo, nccl, horovod (default: nccl when a GPU is usable, else gloo)."),
+    click.option(
+        "--backend", default=None, help="gloo, nccl, horovod (default: nccl when a GPU is usable, else gloo)."
+    ),
     click.option(
         "--nproc",
         type=int,
@@ -50,7 +53,11 @@ launch_options = _compose(
 
 measure_options = _compose(
     click.option(
-        "--dtype", "dtypes", multiple=True, callback=_split_csv, help=f"Element type, repeatable: {', '.join(DTYPES)} (default float32)."
+        "--dtype",
+        "dtypes",
+        multiple=True,
+        callback=_split_csv,
+        help=f"Element type, repeatable: {', '.join(DTYPES)} (default float32).",
     ),
     click.option("--iters", "-n", type=int, default=20, show_default=True, help="Timed iterations per size."),
     click.option("--warmup", "-w", type=int, default=5, show_default=True, help="Untimed iterations per size."),
@@ -61,8 +68,12 @@ measure_options = _compose(
         show_default=True,
         help="blocking: barrier, then time issue+wait of one op; nonblocking: issue --window ops, wait all, time / window.",
     ),
-    click.option("--window", type=int, default=8, show_default=True, help="Ops in flight per sample in nonblocking mode."),
-    click.option("--check/--no-check", default=True, show_default=True, help="Verify every result and count wrong elements."),
+    click.option(
+        "--window", type=int, default=8, show_default=True, help="Ops in flight per sample in nonblocking mode."
+    ),
+    click.option(
+        "--check/--no-check", default=True, show_default=True, help="Verify every result and count wrong elements."
+    ),
     click.option("--raw", is_flag=True, help="Also write per-iteration, per-rank samples to <output>.raw.csv."),
 )
 

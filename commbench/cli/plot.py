@@ -11,8 +11,13 @@ from commbench.cli.options import chart_format_option, results_arguments
 
 @click.command()
 @results_arguments
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
-              help="Folder for the charts (default: <first CSV's stem>-charts/ beside it).")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder for the charts (default: <first CSV's stem>-charts/ beside it).",
+)
 @chart_format_option
 def plot(csvs: tuple[Path, ...], output: Path | None, fmt: str) -> None:
     """Chart result CSVs: latency and busbw against size per op and phase, speedups per variant family.

@@ -11,8 +11,13 @@ from commbench.cli.options import chart_format_option, results_arguments
 
 @click.command()
 @results_arguments
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
-              help="HTML file to write (default: <first CSV's stem>.html beside it).")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="HTML file to write (default: <first CSV's stem>.html beside it).",
+)
 @chart_format_option
 def report(csvs: tuple[Path, ...], output: Path | None, fmt: str) -> None:
     """Write one HTML file with provenance (versions, hosts, world size, command), every chart and the tables.

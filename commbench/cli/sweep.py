@@ -12,17 +12,31 @@ from commbench.units import parse_size, parse_size_list, size_range
 
 
 @click.command()
-@click.option("--op", "ops", multiple=True, help="Op to run, repeatable or comma-separated (default: every op in `commbench list`).")
+@click.option(
+    "--op",
+    "ops",
+    multiple=True,
+    help="Op to run, repeatable or comma-separated (default: every op in `commbench list`).",
+)
 @click.option("--min-bytes", "-b", default="8", show_default=True, help="Smallest size (units K, M, G).")
 @click.option("--max-bytes", "-e", default="64M", show_default=True, help="Largest size.")
-@click.option("--factor", "-f", type=float, default=2.0, show_default=True, help="Multiply the size by this between steps.")
+@click.option(
+    "--factor", "-f", type=float, default=2.0, show_default=True, help="Multiply the size by this between steps."
+)
 @click.option("--sizes", default=None, help="Explicit comma-separated sizes instead of -b/-e/-f, e.g. 1K,64K,4M.")
 @launch_options
 @measure_options
 @op_option_flags
 @plot_option
 def sweep(
-    ops: tuple[str, ...], min_bytes: str, max_bytes: str, factor: float, sizes: str | None, nproc: int | None, plot: bool, **options: object
+    ops: tuple[str, ...],
+    min_bytes: str,
+    max_bytes: str,
+    factor: float,
+    sizes: str | None,
+    nproc: int | None,
+    plot: bool,
+    **options: object,
 ) -> None:
     """Measure collectives over a range of sizes; one CSV row per (op, variant, phase, dtype, size).
 
@@ -38,7 +52,11 @@ def sweep(
       horovodrun -np 2 --gloo commbench sweep --backend horovod
     """
     ops = tuple(o.strip() for op in ops for o in op.split(",") if o.strip())
-    chosen = parse_size_list(sizes) if sizes is not None else size_range(parse_size(min_bytes), parse_size(max_bytes), factor)
+    chosen = (
+        parse_size_list(sizes)
+        if sizes is not None
+        else size_range(parse_size(min_bytes), parse_size(max_bytes), factor)
+    )
     op_options, variants = pop_op_options(options), pop_variants(options)
     cfg = build_config(ops=ops, sizes=chosen, op_options=op_options, variants=variants, **options)
     outcome = run(cfg, nproc)

@@ -14,16 +14,32 @@ from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 
 
 @click.command()
-@click.option("--channels", default="32,64,128,256,512,1024,2048", show_default=True, help="Channel counts C to sweep, comma-separated.")
+@click.option(
+    "--channels",
+    default="32,64,128,256,512,1024,2048",
+    show_default=True,
+    help="Channel counts C to sweep, comma-separated.",
+)
 @click.option("--batch", default="8", show_default=True, help="Samples per rank N of the (N, C, H, W) input.")
 @click.option("--spatial", default="8", show_default=True, help="Height = width of the input.")
-@click.option("--strategy", "strategies", multiple=True,
-              help="Only these strategies, repeatable or comma-separated (default: all; the native CUDA layers where they run).")
+@click.option(
+    "--strategy",
+    "strategies",
+    multiple=True,
+    help="Only these strategies, repeatable or comma-separated (default: all; the native CUDA layers where they run).",
+)
 @launch_options
 @measure_options
 @plot_option
-def syncbn(channels: str, batch: str, spatial: str, strategies: tuple[str, ...], nproc: int | None, plot: bool,
-           **options: object) -> None:  # fmt: skip
+def syncbn(
+    channels: str,
+    batch: str,
+    spatial: str,
+    strategies: tuple[str, ...],
+    nproc: int | None,
+    plot: bool,
+    **options: object,
+) -> None:
     """Compare SyncBatchNorm's communication strategies: time per phase and speedup over horovod.
 
     \b

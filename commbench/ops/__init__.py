@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from commbench.errors import UserError
 from commbench.ops.base import Op, OpOption, OpSpec
@@ -23,7 +23,12 @@ def registry() -> dict[str, type[Op]]:
     for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{__name__}.{module_info.name}")
         for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, Op) and "spec" in value.__dict__ and value.__module__ == module.__name__:
+            if (
+                isinstance(value, type)
+                and issubclass(value, Op)
+                and "spec" in value.__dict__
+                and value.__module__ == module.__name__
+            ):
                 if value.spec.name in found:
                     raise RuntimeError(f"two ops are named {value.spec.name!r}: {found[value.spec.name]} and {value}")
                 found[value.spec.name] = value
@@ -46,7 +51,9 @@ def op_options() -> list[OpOption]:
     for spec in specs():
         for option in spec.options:
             if by_flag.setdefault(option.flag, option) != option:
-                raise RuntimeError(f"{spec.name} declares {option.flag} differently from another op: share one OpOption")
+                raise RuntimeError(
+                    f"{spec.name} declares {option.flag} differently from another op: share one OpOption"
+                )
     return list(by_flag.values())
 
 

@@ -14,8 +14,9 @@ wrong elements afterwards. It never times itself: the harness owns the loop.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from commbench.lazy import torch
 from commbench.units import format_size
@@ -88,7 +89,7 @@ class Point:
     params: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of_size(cls, size_bytes: int) -> "Point":
+    def of_size(cls, size_bytes: int) -> Point:
         return cls(format_size(size_bytes), size_bytes)
 
 
@@ -133,7 +134,7 @@ class Op(ABC):
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options = dict(options or {})
 
-    def unavailable(self, variant: str, backend: "Backend") -> str | None:
+    def unavailable(self, variant: str, backend: Backend) -> str | None:
         """Why a variant cannot run on this backend, or None when it can."""
         return None
 
@@ -155,25 +156,25 @@ class Op(ABC):
         return int(self.memory_factor * point.size_bytes)
 
     @abstractmethod
-    def setup(self, args: "CollArgs", point: Point) -> None:
+    def setup(self, args: CollArgs, point: Point) -> None:
         """Allocate args.input/output/expected for args.variant and set args.count (elements of S)."""
 
     @abstractmethod
-    def fill(self, args: "CollArgs") -> None:
+    def fill(self, args: CollArgs) -> None:
         """Write the rank-dependent inputs and clear the outputs, so a stale result cannot pass the check."""
 
-    def before(self, args: "CollArgs", phase: str) -> None:
+    def before(self, args: CollArgs, phase: str) -> None:
         """Untimed preparation before each timed sample (e.g. a forward pass before a timed backward)."""
 
     @abstractmethod
-    def issue(self, args: "CollArgs", phase: str) -> None:
+    def issue(self, args: CollArgs, phase: str) -> None:
         """Issue the collective calls of one iteration, passing each wait object to args.issue()."""
 
     @abstractmethod
-    def wrong(self, args: "CollArgs", phase: str) -> int:
+    def wrong(self, args: CollArgs, phase: str) -> int:
         """Wrong elements on this rank after one checked iteration."""
 
-    def size_bytes(self, args: "CollArgs", phase: str) -> int:
+    def size_bytes(self, args: CollArgs, phase: str) -> int:
         """S: the bytes one iteration moves, as the spec defines it.
 
         By default S is args.count elements (setup() counts them as the op defines S); ops whose

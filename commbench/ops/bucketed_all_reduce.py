@@ -7,7 +7,8 @@ elements (per dtype, apex's message_size), all-reduces each, divides by n and co
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from commbench.ops.base import REDUCE_FACTOR, OpOption, OpSpec, Point, count_wrong
 from commbench.ops.bucketer import AllReduceBucketer, average_
@@ -27,7 +28,9 @@ MESSAGE_SIZE = OpOption(
 
 # Every variant of one dtype moves the same numbers: compute them once (maxsize=1 bounds the memory).
 @functools.lru_cache(maxsize=1)
-def average_reference(numels: tuple[int, ...], rank: int, n: int, dtype: Any, device: Any) -> tuple[list[Any], list[Any]]:
+def average_reference(
+    numels: tuple[int, ...], rank: int, n: int, dtype: Any, device: Any
+) -> tuple[list[Any], list[Any]]:
     """This rank's gradients, and the expected averages: from the value formula alone, over every rank."""
     grads, expected = [], []
     for i, k in enumerate(numels):

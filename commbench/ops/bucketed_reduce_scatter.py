@@ -8,7 +8,8 @@ every gradient, summed over ranks. One iteration reduces the whole workload, one
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.lazy import torch
@@ -38,7 +39,9 @@ def parse_caps_mb(text: str) -> tuple[float, ...]:
                 f"--bucket-cap-mb {item!r} is not a number: give megabytes such as 1,5,25,100 (0 disables bucketing)"
             ) from None
         if not cap >= 0 or cap == float("inf"):
-            raise UserError(f"--bucket-cap-mb {item!r} must be a finite number of megabytes >= 0 (0 disables bucketing)")
+            raise UserError(
+                f"--bucket-cap-mb {item!r} must be a finite number of megabytes >= 0 (0 disables bucketing)"
+            )
         caps.append(cap)
     return tuple(dict.fromkeys(caps))
 

@@ -6,8 +6,9 @@ backend and can be unit-tested without a process group. docs/ops.md describes th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
 
@@ -161,7 +162,9 @@ class AllReduceBucketer:
                 works.append(FollowedBy(self.all_reduce(flat), lambda flat=flat: average_(flat, self.world_size)))
                 continue
             flat = torch.cat([t.reshape(-1) for t in members])
-            works.append(FollowedBy(self.all_reduce(flat), lambda flat=flat, members=members: self._unflatten(flat, members)))
+            works.append(
+                FollowedBy(self.all_reduce(flat), lambda flat=flat, members=members: self._unflatten(flat, members))
+            )
         return works
 
     def _unflatten(self, flat: torch.Tensor, members: list[torch.Tensor]) -> None:

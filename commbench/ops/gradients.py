@@ -7,7 +7,8 @@ are derived independently of any bucketing bookkeeping.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
 from commbench.ops.base import Op, OpOption, Point

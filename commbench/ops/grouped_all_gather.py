@@ -7,7 +7,8 @@ result whose row r is rank r's tensor k.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
 from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong
@@ -54,7 +55,10 @@ class GroupedAllGather(Op):
         if variant not in ("coalesced", "grouped"):
             return None
         if backend.grouping != variant:
-            how = {"coalesced": "torch's coalescing manager (gloo, nccl)", "grouped": "Horovod's grouped_allgather (--backend horovod)"}
+            how = {
+                "coalesced": "torch's coalescing manager (gloo, nccl)",
+                "grouped": "Horovod's grouped_allgather (--backend horovod)",
+            }
             return f"needs {how[variant]}; the {backend.name} backend groups collectives as {backend.grouping or 'nothing'}"
         return backend.group_unavailable()
 
@@ -81,7 +85,9 @@ class GroupedAllGather(Op):
             args.output = list(args.state.split(numels, dim=1))
         else:
             args.output = [torch.empty(n, k, dtype=dtype, device=device) for k in numels]
-        args.expected = [torch.stack([stat_values(r, i, k, dtype, device) for r in range(n)]) for i, k in enumerate(numels)]
+        args.expected = [
+            torch.stack([stat_values(r, i, k, dtype, device) for r in range(n)]) for i, k in enumerate(numels)
+        ]
         args.count = n * sum(numels)
 
     def fill(self, args: CollArgs) -> None:

@@ -9,8 +9,9 @@ statistics to go on), so the harness's completion step only synchronises the dev
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.lazy import torch
@@ -54,7 +55,9 @@ def _positive_int(options: Mapping[str, str], option: OpOption, default: int) ->
 
 
 def _channels(options: Mapping[str, str]) -> tuple[int, ...]:
-    items = [c.strip() for c in options.get(CHANNELS.key, "").split(",") if c.strip()] or [str(c) for c in DEFAULT_CHANNELS]
+    items = [c.strip() for c in options.get(CHANNELS.key, "").split(",") if c.strip()] or [
+        str(c) for c in DEFAULT_CHANNELS
+    ]
     channels = []
     for item in items:
         if not item.isdigit() or int(item) < 1:
@@ -181,10 +184,13 @@ class SyncBN(Op):
         # This rank's own grad_weight / grad_bias (not summed over ranks), as the layers leave them.
         x_hat = (y_all[mine].detach() - ref.bias.view(1, -1, 1, 1)) / ref.weight.view(1, -1, 1, 1)
         return {
-            "output": y_all[mine].detach(), "grad_input": x_all.grad[mine],
-            "grad_weight": (dy * x_hat.detach()).sum(dims), "grad_bias": dy.sum(dims),
-            "running_mean": ref.running_mean, "running_var": ref.running_var,
-        }  # fmt: skip
+            "output": y_all[mine].detach(),
+            "grad_input": x_all.grad[mine],
+            "grad_weight": (dy * x_hat.detach()).sum(dims),
+            "grad_bias": dy.sum(dims),
+            "running_mean": ref.running_mean,
+            "running_var": ref.running_var,
+        }
 
     def fill(self, args: CollArgs) -> None:
         layer: _Layer = args.state
@@ -219,7 +225,9 @@ class SyncBN(Op):
         if phase != "backward":
             found["output"] = layer.y
         if phase != "forward":
-            found.update(grad_input=layer.x.grad, grad_weight=layer.module.weight.grad, grad_bias=layer.module.bias.grad)
+            found.update(
+                grad_input=layer.x.grad, grad_weight=layer.module.weight.grad, grad_bias=layer.module.bias.grad
+            )
         wrong = 0
         for key, actual in found.items():
             expected = args.expected[key]

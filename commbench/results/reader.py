@@ -7,8 +7,8 @@ pandas is imported here, so the CLI imports this module only inside the commands
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pandas as pd
 
@@ -18,11 +18,38 @@ from commbench.results.schema import COLUMNS, KEY_COLUMNS, RAW_COLUMNS, SCHEMA_V
 # What charts, reports and compare actually use. A CSV that has these reads even when the writer
 # later grows optional columns; every other column of COLUMNS is filled in as empty when absent.
 REQUIRED_COLUMNS = (
-    "schema_version", "run_id", *KEY_COLUMNS, "world_size", "backend",
-    "time_us_min", "time_us_p50", "time_us_p95", "time_us_max", "time_us_std", "busbw_gbps", "status",
-)  # fmt: skip
-TEXT_COLUMNS = ("run_id", "op", "variant", "phase", "dtype", "mode", "backend", "status", "note", "hosts",
-                "node_ranks", "api", "torch_version", "backend_version", "commbench_version", "command", "timestamp")
+    "schema_version",
+    "run_id",
+    *KEY_COLUMNS,
+    "world_size",
+    "backend",
+    "time_us_min",
+    "time_us_p50",
+    "time_us_p95",
+    "time_us_max",
+    "time_us_std",
+    "busbw_gbps",
+    "status",
+)
+TEXT_COLUMNS = (
+    "run_id",
+    "op",
+    "variant",
+    "phase",
+    "dtype",
+    "mode",
+    "backend",
+    "status",
+    "note",
+    "hosts",
+    "node_ranks",
+    "api",
+    "torch_version",
+    "backend_version",
+    "commbench_version",
+    "command",
+    "timestamp",
+)
 # The key compare matches rows on: the CSV key plus the world size, so n=2 never meets n=8.
 MATCH_COLUMNS = (*KEY_COLUMNS, "world_size")
 
@@ -50,14 +77,18 @@ def read_one(path: Path) -> pd.DataFrame:
     frame = _read_csv(path, "results file")
     columns = set(frame.columns)
     if columns == set(RAW_COLUMNS):
-        raise UserError(f"{path} holds per-iteration samples (--raw); pass the summary CSV "
-                        f"{path.name.replace('.raw.csv', '.csv')} instead")  # fmt: skip
+        raise UserError(
+            f"{path} holds per-iteration samples (--raw); pass the summary CSV "
+            f"{path.name.replace('.raw.csv', '.csv')} instead"
+        )
     # The version is checked before the columns: another version may have renamed them.
     if "schema_version" in columns:
         versions = sorted({v for v in frame["schema_version"].dropna()})
         if versions and versions != [str(SCHEMA_VERSION)]:
-            raise UserError(f"{path} has schema_version {', '.join(versions)}; this commbench reads "
-                            f"schema_version {SCHEMA_VERSION}: read it with the commbench that wrote it")  # fmt: skip
+            raise UserError(
+                f"{path} has schema_version {', '.join(versions)}; this commbench reads "
+                f"schema_version {SCHEMA_VERSION}: read it with the commbench that wrote it"
+            )
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         hint = " (not a commbench results CSV?)" if len(missing) > len(REQUIRED_COLUMNS) // 2 else ""

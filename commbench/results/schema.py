@@ -10,22 +10,23 @@ import csv
 import io
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from commbench.errors import UserError
+from commbench.results.stats import STAT_COLUMNS
 
 SCHEMA_VERSION = 1
 
 # The tidy schema: one row per (op, variant, phase, dtype, mode, size). docs/csv-schema.md explains each column.
 COLUMNS = (
-    "schema_version", "run_id", "timestamp",
-    "op", "variant", "phase", "dtype", "mode", "size_bytes", "count", "world_size", "backend", "api", "calls",
-    "iters", "warmup", "window",
-    "time_us_min", "time_us_p50", "time_us_mean", "time_us_p95", "time_us_max", "time_us_std",
-    "algbw_gbps", "busbw_gbps", "wrong", "status", "note",
-    "hosts", "node_ranks", "torch_version", "backend_version", "commbench_version", "command",
-)  # fmt: skip
+    *"schema_version run_id timestamp".split(),
+    *"op variant phase dtype mode size_bytes count world_size backend api calls iters warmup window".split(),
+    *STAT_COLUMNS,
+    *"algbw_gbps busbw_gbps wrong status note".split(),
+    *"hosts node_ranks torch_version backend_version commbench_version command".split(),
+)
 RAW_COLUMNS = ("run_id", "op", "variant", "phase", "dtype", "mode", "size_bytes", "iteration", "rank", "time_us")
 KEY_COLUMNS = ("op", "variant", "phase", "dtype", "mode", "size_bytes")
 
@@ -77,7 +78,7 @@ class CsvAppender:
         try:
             # "x" creates or fails: a file that appeared after check_writable (another run picked the
             # same name) is refused here rather than truncated.
-            self._file = open(self.path, "w" if overwrite else "x", newline="", encoding="utf-8")
+            self._file = open(self.path, "w" if overwrite else "x", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close())
         except FileExistsError:
             raise UserError(f"{self.path} already exists; choose another --output or pass --overwrite") from None
         except OSError as exc:

@@ -4,9 +4,10 @@ table and the progress line. Rows are built here, next to the schema they fill."
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import commbench
 from commbench.results import table

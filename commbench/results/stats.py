@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:
@@ -30,7 +30,7 @@ class Stats:
     time_us_std: float
 
     @classmethod
-    def from_samples(cls, samples_us: Sequence[float]) -> "Stats":
+    def from_samples(cls, samples_us: Sequence[float]) -> Stats:
         s = sorted(samples_us)
         return cls(
             time_us_min=s[0],
@@ -43,6 +43,9 @@ class Stats:
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+STAT_COLUMNS = tuple(f.name for f in fields(Stats))
 
 
 def bandwidth_gbps(size_bytes: int, time_us: float, bus_factor: float) -> tuple[float, float]:

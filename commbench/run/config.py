@@ -75,7 +75,7 @@ class SweepConfig:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "SweepConfig":
+    def from_json(cls, text: str) -> SweepConfig:
         data = json.loads(text)
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -119,7 +119,12 @@ def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> RunFacts:
     An error found by one rank (its memory, rank 0's output file) stops every rank: the rank that
     found it raises a UserError with the message, the others a quiet PeerError.
     """
-    mine = {"fingerprint": cfg.fingerprint(), "error": error, "node": backend.node_info(), "run_id": uuid.uuid4().hex[:12]}
+    mine = {
+        "fingerprint": cfg.fingerprint(),
+        "error": error,
+        "node": backend.node_info(),
+        "run_id": uuid.uuid4().hex[:12],
+    }
     everyone = backend.all_gather_object(mine)
     if (message := _inconsistent(everyone)) is not None:
         if backend.rank == 0:  # one report, not one per rank

@@ -77,14 +77,14 @@ class Measurement:
     apis: str  # the API names those calls used
 
 
-def _step(op: "Op", args: CollArgs, phase: str, window: int) -> None:
+def _step(op: Op, args: CollArgs, phase: str, window: int) -> None:
     for _ in range(window):
         op.issue(args, phase)
     complete(args)
 
 
 def measure(
-    op: "Op",
+    op: Op,
     args: CollArgs,
     phase: str,
     *,
@@ -92,7 +92,7 @@ def measure(
     warmup: int,
     window: int,
     check: bool,
-    watchdog: "Watchdog",
+    watchdog: Watchdog,
     label: str,
 ) -> Measurement:
     """Warm up, time `iters` samples of `window` back-to-back ops each, then check one fresh iteration.

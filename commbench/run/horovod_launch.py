@@ -28,7 +28,9 @@ def spawn_horovod(cfg: SweepConfig, nproc: int) -> int:
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
         from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
     except ImportError as exc:
-        raise UserError(f"the horovod backend needs Horovod ({exc}); install it with `bash scripts/install-horovod.sh`") from None
+        raise UserError(
+            f"the horovod backend needs Horovod ({exc}); install it with `bash scripts/install-horovod.sh`"
+        ) from None
     slots = get_host_assignments(parse_hosts(f"localhost:{nproc}"), nproc)
     # Bound to 127.0.0.1 (horovodrun binds every interface): a local sweep opens nothing outside.
     server = RendezvousHTTPServer(("127.0.0.1", 0), RendezvousHandler, 0)
@@ -49,10 +51,15 @@ def spawn_horovod(cfg: SweepConfig, nproc: int) -> int:
     def rank_env(rank: int) -> dict[str, str]:
         s = slots[rank]
         return {
-            **common, "HOROVOD_HOSTNAME": s.hostname, "HOROVOD_RANK": str(s.rank), "HOROVOD_SIZE": str(s.size),
-            "HOROVOD_LOCAL_RANK": str(s.local_rank), "HOROVOD_LOCAL_SIZE": str(s.local_size),
-            "HOROVOD_CROSS_RANK": str(s.cross_rank), "HOROVOD_CROSS_SIZE": str(s.cross_size),
-        }  # fmt: skip
+            **common,
+            "HOROVOD_HOSTNAME": s.hostname,
+            "HOROVOD_RANK": str(s.rank),
+            "HOROVOD_SIZE": str(s.size),
+            "HOROVOD_LOCAL_RANK": str(s.local_rank),
+            "HOROVOD_LOCAL_SIZE": str(s.local_size),
+            "HOROVOD_CROSS_RANK": str(s.cross_rank),
+            "HOROVOD_CROSS_SIZE": str(s.cross_size),
+        }
 
     try:
         return spawn(cfg, nproc, rank_env=rank_env)

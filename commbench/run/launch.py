@@ -17,8 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import click
 
@@ -82,8 +83,15 @@ def host_store(timeout_s: float) -> tuple[Any, int]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
     port = sock.getsockname()[1]
-    store = dist.TCPStore("127.0.0.1", port, None, True, timeout=datetime.timedelta(seconds=timeout_s),
-                          wait_for_workers=False, master_listen_fd=sock.detach())  # fmt: skip
+    store = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        None,
+        True,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),
+    )
     return store, port
 
 
@@ -126,8 +134,11 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
             proc = subprocess.Popen(
                 [sys.executable, "-m", "commbench.run.worker"],
                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-            )  # fmt: skip
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
             procs.append(proc)
             for stream, err in ((proc.stdout, False), (proc.stderr, True)):
                 t = threading.Thread(target=_relay, args=(stream, err, lock), daemon=True)
@@ -166,8 +177,11 @@ def _supervise(procs: list[subprocess.Popen[str]], timeout_s: float, store: Any)
         for rank, code in enumerate(codes):
             if code is not None and code < 0 and rank not in reported:
                 reported.add(rank)
-                click.echo(f"commbench: rank {rank} (pid {procs[rank].pid}) was killed by {_signal_name(-code)}"
-                           f"{_last_step(store, rank)}", err=True)  # fmt: skip
+                click.echo(
+                    f"commbench: rank {rank} (pid {procs[rank].pid}) was killed by {_signal_name(-code)}"
+                    f"{_last_step(store, rank)}",
+                    err=True,
+                )
         if failed is None:
             bad = [c for c in codes if c not in (None, 0)]
             if bad:
@@ -178,7 +192,10 @@ def _supervise(procs: list[subprocess.Popen[str]], timeout_s: float, store: Any)
             return failed if failed is not None else 0
         if time.monotonic() > deadline:
             alive = [i for i, c in enumerate(codes) if c is None]
-            click.echo(f"commbench: rank(s) {', '.join(map(str, alive))} did not stop after a peer failed; killing them", err=True)
+            click.echo(
+                f"commbench: rank(s) {', '.join(map(str, alive))} did not stop after a peer failed; killing them",
+                err=True,
+            )
             _stop(procs, signal.SIGKILL)
             return failed
         time.sleep(0.05)

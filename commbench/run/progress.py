@@ -13,12 +13,14 @@ anyway (the watchdog's label and the backend's call counter, one integer increme
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from commbench.launchers import Launch
@@ -78,8 +80,15 @@ def read_record(store: Store, rank: int) -> RankRecord | None:
 class ProgressBoard:
     """Publishes this rank's record in the background; diagnose() names the peers at fault."""
 
-    def __init__(self, store: Store | None, rank: int, world_size: int, interval_s: float,
-                 local: Callable[[], tuple[int, str]], stale_s: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: Store | None,
+        rank: int,
+        world_size: int,
+        interval_s: float,
+        local: Callable[[], tuple[int, str]],
+        stale_s: float | None = None,
+    ) -> None:
         self.store = store
         self.rank = rank
         self.world_size = world_size
@@ -112,10 +121,8 @@ class ProgressBoard:
     def step(self, label: str) -> None:
         """Publish now, at the start of a case (outside timing), so a record is never a case behind."""
         if self.store is not None and not self._stop.is_set():
-            try:
+            with contextlib.suppress(Exception):
                 self._publish(label)
-            except Exception:
-                pass
 
     def _publish(self, label: str | None = None) -> None:
         issued, current = self.local()
@@ -135,10 +142,8 @@ class ProgressBoard:
         if self._thread is not None:  # so a late heartbeat cannot overwrite the final state
             self._thread.join(timeout=self.interval_s + 1)
         self.state = state
-        try:
+        with contextlib.suppress(Exception):
             self._publish()
-        except Exception:
-            pass
 
     def _read_all(self) -> dict[int, RankRecord | None]:
         with self._lock:
@@ -166,8 +171,7 @@ class ProgressBoard:
                 findings.append(f"rank {rank} has stopped ({rec.state})")
                 counted[rank] = (rec.issued, rec.label)  # where it stopped still tells who fell behind
             elif before is not None and before.beat == rec.beat:
-                findings.append(f"rank {rank} is gone (no heartbeat for {self.stale_s:.1f}s; "
-                                f"last seen in {rec.label})")  # fmt: skip
+                findings.append(f"rank {rank} is gone (no heartbeat for {self.stale_s:.1f}s; last seen in {rec.label})")
             else:
                 counted[rank] = (rec.issued, rec.label)
         most = max(n for n, _ in counted.values())
@@ -175,8 +179,10 @@ class ProgressBoard:
         for rank in behind:
             n, where = counted[rank]
             who = "this rank" if rank == self.rank else f"rank {rank}"
-            findings.append(f"{who} is behind: it issued {n} collectives, the others {most}, "
-                            f"so it never issued the one they wait in (it is in {where})")  # fmt: skip
+            findings.append(
+                f"{who} is behind: it issued {n} collectives, the others {most}, "
+                f"so it never issued the one they wait in (it is in {where})"
+            )
         if not findings:
             return "every rank is alive and issued the same collectives (a transport stall, not a missing rank)"
         return "; ".join(findings)

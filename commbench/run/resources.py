@@ -7,8 +7,8 @@ failure can leave the process group wedged; a one-line refusal with the estimate
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -41,8 +41,9 @@ def largest_need(ops: Sequence[Op], sizes: Sequence[int], world_size: int) -> tu
     return max(cases, key=lambda c: c[0])
 
 
-def memory_error(ops: Sequence[Op], sizes: Sequence[int], world_size: int, device: torch.device,
-                 local_ranks: int | None = None) -> str | None:  # fmt: skip
+def memory_error(
+    ops: Sequence[Op], sizes: Sequence[int], world_size: int, device: torch.device, local_ranks: int | None = None
+) -> str | None:
     """Why the sweep cannot fit on this rank's host or device, or None when it fits (or cannot tell)."""
     if not ops:
         return None

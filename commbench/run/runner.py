@@ -123,7 +123,11 @@ def _sweep_op(
     torch_dtype = getattr(torch, dtype)
 
     def unavailable(variant: str) -> str | None:
-        return backend.dtype_unavailable(torch_dtype) or op.dtype_unavailable(torch_dtype) or op.unavailable(variant, backend)
+        return (
+            backend.dtype_unavailable(torch_dtype)
+            or op.dtype_unavailable(torch_dtype)
+            or op.unavailable(variant, backend)
+        )
 
     chosen = choose_variants(op.variants, cfg.variants)
     for variant in chosen:
@@ -148,17 +152,36 @@ def _sweep_op(
                 board.step(label)
                 try:
                     m = measure(
-                        op, args, phase, iters=cfg.iters, warmup=cfg.warmup, window=window, check=cfg.check,
-                        watchdog=watchdog, label=label,
-                    )  # fmt: skip
+                        op,
+                        args,
+                        phase,
+                        iters=cfg.iters,
+                        warmup=cfg.warmup,
+                        window=window,
+                        check=cfg.check,
+                        watchdog=watchdog,
+                        label=label,
+                    )
                 except RuntimeError as exc:
                     raise CollectiveFailure(f"rank {backend.rank}: {label} failed: {_first_sentence(exc)}") from exc
                 if sink:
                     sink.measured(
                         Measured(
-                            op.name, variant, phase, dtype, s_bytes, args.count, op.bus_factor(backend.world_size),
-                            m.samples_us, m.per_rank_us, m.wrong, m.calls, m.apis, window, note,
-                        )  # fmt: skip
+                            op.name,
+                            variant,
+                            phase,
+                            dtype,
+                            s_bytes,
+                            args.count,
+                            op.bus_factor(backend.world_size),
+                            m.samples_us,
+                            m.per_rank_us,
+                            m.wrong,
+                            m.calls,
+                            m.apis,
+                            window,
+                            note,
+                        )
                     )
                 wrong_total += max(m.wrong, 0)
     return wrong_total

@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from commbench.errors import ExitCode
 

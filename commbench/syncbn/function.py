@@ -12,8 +12,9 @@ from commbench.syncbn.stats import check_enough_values, per_channel, reduce_dims
 from commbench.syncbn.strategies import Strategy
 
 
-def _normalize(xs: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor, weight: torch.Tensor | None,
-               bias: torch.Tensor | None) -> torch.Tensor:  # fmt: skip
+def _normalize(
+    xs: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
+) -> torch.Tensor:
     scale = invstd if weight is None else invstd * weight.to(invstd.dtype)
     out = (xs - per_channel(mean, xs.dim())) * per_channel(scale, xs.dim())
     return out if bias is None else out + per_channel(bias.to(invstd.dtype), xs.dim())
@@ -33,9 +34,18 @@ class SyncBatchNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                running_mean: torch.Tensor | None, running_var: torch.Tensor | None, eps: float, momentum: float,
-                strategy: Strategy, comm: Communicator) -> torch.Tensor:  # fmt: skip
+    def forward(
+        ctx: Any,
+        input: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        running_mean: torch.Tensor | None,
+        running_var: torch.Tensor | None,
+        eps: float,
+        momentum: float,
+        strategy: Strategy,
+        comm: Communicator,
+    ) -> torch.Tensor:
         xs = input.to(stat_dtype(input.dtype))
         stats = strategy.forward(comm, xs, eps)
         # Every rank holds the same global count, so every rank raises together: no peer is left waiting.

@@ -24,8 +24,16 @@ class SyncBatchNorm(_BatchNorm):
     when track_running_stats=False, as torch.nn.SyncBatchNorm).
     """
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, strategy: str = "torch", process_group: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        strategy: str = "torch",
+        process_group: Any = None,
+    ) -> None:
         chosen = get_strategy(strategy)  # a bad name fails before any state is built
         super().__init__(num_features, eps, momentum, affine, track_running_stats)
         self.strategy = chosen
@@ -52,8 +60,12 @@ class SyncBatchNorm(_BatchNorm):
         if not self.training:
             # No communication in eval mode; without running statistics this rank's batch is used.
             use_batch = self.running_mean is None and self.running_var is None
-            return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias, use_batch, 0.0, self.eps)
+            return F.batch_norm(
+                input, self.running_mean, self.running_var, self.weight, self.bias, use_batch, 0.0, self.eps
+            )
         running_mean = self.running_mean if self.track_running_stats else None
         running_var = self.running_var if self.track_running_stats else None
         comm = communicator(self.process_group)
-        return SyncBatchNormFunction.apply(input, self.weight, self.bias, running_mean, running_var, self.eps, momentum, self.strategy, comm)
+        return SyncBatchNormFunction.apply(
+            input, self.weight, self.bias, running_mean, running_var, self.eps, momentum, self.strategy, comm
+        )

@@ -87,7 +87,7 @@ def chan_merge(counts: torch.Tensor, means: torch.Tensor, variances: torch.Tenso
         m2 += n_j * v_j + (avg - m_j).square() * (n * n_j * f)
         avg = (n * avg + n_j * m_j) * f
         n += n_j
-    total = int(round(n))
+    total = round(n)
     return GlobalStats(total, avg, m2 / n if n > 0 else m2)
 
 

@@ -48,11 +48,13 @@ class Strategy(ABC):
     def forward(self, comm: Communicator, xs: torch.Tensor, eps: float) -> GlobalStats:
         """Local statistics of xs (in the statistics' type), exchanged and merged over every rank."""
 
-    def backward(self, comm: Communicator, sum_dy: torch.Tensor, sum_dy_xmu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(
+        self, comm: Communicator, sum_dy: torch.Tensor, sum_dy_xmu: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(sum_dy, sum_dy_xmu) summed over ranks; the default is one all-reduce of both (2C)."""
         combined = torch.cat([sum_dy, sum_dy_xmu])
         comm.all_reduce(combined).wait()
-        return combined[: sum_dy.numel()], combined[sum_dy.numel():]
+        return combined[: sum_dy.numel()], combined[sum_dy.numel() :]
 
     def forward_bytes(self, channels: int, world_size: int, stat_bytes: int) -> int:
         """Every gathering strategy gathers count, mean and a spread (2C+1 values) from every rank."""
@@ -89,7 +91,9 @@ class TorchLegacyStrategy(Strategy):
         counts, means, invstds = (torch.stack(parts) for parts in lists)
         return merge_from_invstd(counts.view(-1), means, invstds, eps)
 
-    def backward(self, comm: Communicator, sum_dy: torch.Tensor, sum_dy_xmu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(
+        self, comm: Communicator, sum_dy: torch.Tensor, sum_dy_xmu: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         sum_dy, sum_dy_xmu = sum_dy.clone(), sum_dy_xmu.clone()
         _wait_all([comm.all_reduce(sum_dy), comm.all_reduce(sum_dy_xmu)])
         return sum_dy, sum_dy_xmu
@@ -141,7 +145,9 @@ class HorovodGroupedStrategy(HorovodStrategy):
         comm.all_gather_group(outs, sent).wait()
         return self._merge(comm, outs, eps)
 
-    def backward(self, comm: Communicator, sum_dy: torch.Tensor, sum_dy_xmu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(
+        self, comm: Communicator, sum_dy: torch.Tensor, sum_dy_xmu: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         sum_dy, sum_dy_xmu = sum_dy.clone(), sum_dy_xmu.clone()
         comm.all_reduce_group([sum_dy, sum_dy_xmu]).wait()
         return sum_dy, sum_dy_xmu
@@ -169,7 +175,7 @@ class AllReduceStrategy(Strategy):
         mean, meansqr = vec[:channels], vec[channels:]
         # E[x^2] - mean^2 can round below zero when the variance is tiny next to the mean.
         var = (meansqr - mean.square()).clamp_min(0)
-        return GlobalStats(int(round(total.item())), mean, var)
+        return GlobalStats(round(total.item()), mean, var)
 
     def forward_bytes(self, channels: int, world_size: int, stat_bytes: int) -> int:
         return (1 + 2 * channels) * stat_bytes
@@ -177,7 +183,14 @@ class AllReduceStrategy(Strategy):
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
-    for s in (TorchStrategy(), TorchLegacyStrategy(), ApexStrategy(), HorovodStrategy(), HorovodGroupedStrategy(), AllReduceStrategy())
+    for s in (
+        TorchStrategy(),
+        TorchLegacyStrategy(),
+        ApexStrategy(),
+        HorovodStrategy(),
+        HorovodGroupedStrategy(),
+        AllReduceStrategy(),
+    )
 }
 
 
@@ -186,4 +199,6 @@ def get_strategy(name: str) -> Strategy:
     try:
         return STRATEGIES[name]
     except KeyError:
-        raise ValueError(f"unknown SyncBatchNorm strategy {name!r}; valid strategies: {', '.join(STRATEGIES)}") from None
+        raise ValueError(
+            f"unknown SyncBatchNorm strategy {name!r}; valid strategies: {', '.join(STRATEGIES)}"
+        ) from None
