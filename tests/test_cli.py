@@ -150,3 +150,17 @@ def test_variant_filter_and_int_dtype_on_an_op_that_cannot_use_it(tmp_path):
     assert set(df[df.op == "all_gather"].variant) == {"list"}
     bn = df[df.op == "sync_bn"]
     assert list(bn.variant) == ["apex"] and list(bn.status) == ["unavailable"] and "floating" in bn.note.iloc[0]
+
+
+@pytest.mark.slow
+def test_nonblocking_rows_of_variants_that_wait_inside_are_honest(tmp_path):
+    out = tmp_path / "nb.csv"
+    proc = commbench(
+        *"sweep --op bucketed_reduce_scatter --variant per_tensor,flat --tensors 3x1K --mode nonblocking".split(),
+        *"--window 4 -n 2 -w 1 --no-plot -o".split(),
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = pd.read_csv(out, keep_default_na=False).set_index("variant")
+    assert rows.loc["per_tensor", "window"] == 4 and rows.loc["per_tensor", "note"] == ""
+    assert rows.loc["flat", "window"] == 1 and "window 1" in rows.loc["flat", "note"]

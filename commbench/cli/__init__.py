@@ -29,7 +29,7 @@ class CommbenchGroup(click.Group):
             return super().main(*args, **kwargs)
         except _NO_ARGS_IS_HELP as exc:  # bare `commbench`: show the help, not an error line
             click.echo(exc.format_message())
-            sys.exit(0)
+            sys.exit(ExitCode.OK)
         except click.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx else "commbench"
             click.echo(f"commbench: error: {exc.format_message()} (see `{command} --help`)", err=True)

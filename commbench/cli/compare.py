@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from commbench.errors import ExitCode
+
 
 @click.command()
 @click.argument("baseline", type=click.Path(path_type=Path))
@@ -46,4 +48,4 @@ def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha:
 
     result = compare_runs(baseline, candidate, metric, Threshold.parse(threshold), alpha)
     click.echo(format_comparison(result))
-    sys.exit(1 if result.failed else 0)
+    sys.exit(ExitCode.FAILED if result.failed else ExitCode.OK)
