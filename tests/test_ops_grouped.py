@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from commbench.backends.gloo import GlooBackend
 from commbench.ops.base import Point
 from commbench.ops.grouped_all_gather import MAX_CHANNELS, GroupedAllGather, channels_for
 from commbench.run.harness import CollArgs, complete
@@ -88,6 +89,13 @@ def test_a_corrupted_result_is_caught_in_every_variant():
 
 
 def test_memory_estimate_follows_the_clamped_channels_not_the_requested_size():
+    backend = GlooBackend()
+    backend.world_size = 2
+    args = CollArgs(backend=backend, dtype=torch.float32, variant="separate")
     op = GroupedAllGather()
-    assert op.memory_bytes(Point.of_size(1 << 40), 2) == op.memory_bytes(Point.of_size(1 << 30), 2) < 1 << 20
-    assert GroupedAllGather({"tensors": "2x1K"}).memory_bytes(Point.of_size(8), 2) == 4 * 2048 * 2 * 8
+    assert op.memory_bytes(args, Point.of_size(1 << 40)) == op.memory_bytes(args, Point.of_size(1 << 30))
+    small, large = (GroupedAllGather({"tensors": t}) for t in ("2x1K", "2x1M"))
+    assert small.memory_bytes(args, Point.of_size(8)) == small.memory_bytes(args, Point.of_size(1 << 30))
+    assert (
+        large.memory_bytes(args, Point.of_size(8)) - small.memory_bytes(args, Point.of_size(8)) >= 2 * 2 * (1 << 20) * 4
+    )

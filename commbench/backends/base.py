@@ -104,6 +104,14 @@ class Backend(ABC):
         """reduce_scatter_flat of every (output, input) pair as one grouped operation."""
         raise NotImplementedError(self.group_unavailable())
 
+    # -- memory -------------------------------------------------------------------------------
+    def scratch_bytes(self, call: str, full_bytes: int, in_flight: int = 1) -> int:
+        """Bytes the transport allocates inside calls of one kind beyond the caller's tensors (a flattened
+        copy, a returned output), with in_flight of them issued before any completes. call: the method's
+        name (all_gather_list, ...); full_bytes: the call's larger side (the gathered output, the
+        reduce-scatter input, the all-reduce buffer). Read by the memory check before anything is allocated."""
+        return 0
+
     # -- control ------------------------------------------------------------------------------
     @abstractmethod
     def barrier(self) -> None:

@@ -249,6 +249,20 @@ class HorovodBackend(Backend):
             _copy_into(list(outputs)),
         )
 
+    def scratch_bytes(self, call: str, full_bytes: int, in_flight: int = 1) -> int:
+        # Horovod returns a new tensor per call, copied into the caller's (the gathered output, the shard),
+        # and the list reduce-scatter stacks its inputs first; allreduce_ works in place.
+        n = self.world_size
+        fraction = {
+            "all_gather_flat": 1.0,
+            "all_gather_list": 1.0,
+            "all_gather_group": 1.0,
+            "reduce_scatter_flat": 1 / n,
+            "reduce_scatter_group": 1 / n,
+            "reduce_scatter_list": 1 + 1 / n,
+        }.get(call, 0.0)
+        return int(fraction * full_bytes) * in_flight
+
     # -- control ------------------------------------------------------------------------------
     def barrier(self) -> None:
         self.hvd.barrier()

@@ -30,6 +30,11 @@ class NcclBackend(TorchDistBackend):
     def init_kwargs(self) -> dict[str, Any]:
         return {"device_id": self.device}
 
+    def scratch_bytes(self, call: str, full_bytes: int, in_flight: int = 1) -> int:
+        # ProcessGroupNCCL moves the list forms through one flat copy per call (newLikeFlat), held in the
+        # caching allocator until the call completes; the flat forms and all_reduce need none.
+        return full_bytes * in_flight if call in ("all_gather_list", "reduce_scatter_list") else 0
+
     def coalescing_device(self) -> torch.device | None:
         return self.device
 

@@ -102,10 +102,23 @@ def count_wrong(actual: Any, expected: Any, tolerance: tuple[float, float] | Non
     """
     if actual.shape != expected.shape:
         return max(actual.numel(), expected.numel())
-    a, e = actual.double(), expected.double()
     rtol, atol = tolerance or ({torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}.get(expected.dtype, 0.0), 0.0)
-    ok = torch.isclose(a, e, rtol=rtol, atol=atol) if rtol or atol else a == e
+    if not (rtol or atol):
+        return int((actual != expected).sum().item())  # exact: no float64 copies of either
+    ok = torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol)
     return int((~ok).sum().item())
+
+
+# glibc's malloc serves requests below its mmap threshold, which rises with use up to 32 MiB on 64-bit
+# hosts, from per-thread heaps that keep freed memory resident and fragment: temporaries of such sizes
+# that come and go every iteration leave up to about twice their size resident (bench/memory.py, the
+# bucketed reduce-scatters). Larger ones are unmapped when freed.
+HEAP_LIMIT = 32 << 20
+
+
+def heap_kept(device: Any, temporaries: Sequence[float]) -> int:
+    """Host bytes the C allocator may keep resident after these per-iteration temporaries are freed."""
+    return int(2 * sum(t for t in temporaries if t < HEAP_LIMIT)) if device.type == "cpu" else 0
 
 
 def elements_for(size_bytes: int, element_size: int, multiple: int) -> int:
@@ -122,8 +135,7 @@ class Op(ABC):
     name: ClassVar[str]
     variants: tuple[str, ...]
     phases: ClassVar[tuple[str, ...]]
-    # Peak bytes this op holds per rank, in units of S: input, output and the expected result, plus
-    # the temporaries fill() builds. Ops with another footprint set their own or override memory_bytes.
+    # Peak bytes per rank in units of S, for ops that do not override memory_bytes: a generous bound.
     memory_factor: ClassVar[float] = 4.0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -151,8 +163,11 @@ class Op(ABC):
         """The workloads to measure; ops with a workload of their own return theirs."""
         return [Point.of_size(s) for s in requested]
 
-    def memory_bytes(self, point: Point, world_size: int) -> int:
-        """Estimated peak bytes per rank at a point, checked before anything is allocated."""
+    def memory_bytes(self, args: CollArgs, point: Point) -> int:
+        """Peak bytes per rank above the runtime that setup(args, point) and measuring it will reach: the
+        op's buffers, any copy it keeps, and what the transport allocates for its calls
+        (args.backend.scratch_bytes, args.window calls in flight). Estimated before anything is
+        allocated: args holds only backend, dtype, variant and window."""
         return int(self.memory_factor * point.size_bytes)
 
     @abstractmethod

@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, elements_for
+from commbench.ops.values import CHUNK_TEMPORARY_BYTES, Values, summed
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
 
 
-def values(rank: int, g: Any, shard: int) -> Any:
-    """Rank r's input at flat index g (shard s = g // shard): ((g + s) % 7) + 1 + (r % 2), small and exact."""
-    return (g + g // shard) % 7 + 1 + rank % 2
+def shard_values(rank: int, s: int, shard: int) -> Values:
+    """Rank r's input in shard s at index j, flat index g = s x shard + j: (g + s) % 7 + 1 + r % 2, small and exact."""
+    return Values(lambda j: (j + s * shard + s) % 7 + 1 + rank % 2, period=7)
 
 
 class ReduceScatterBase(Op):
@@ -27,21 +28,23 @@ class ReduceScatterBase(Op):
         variants=("flat", "list"),
     )
 
+    def memory_bytes(self, args: CollArgs, point: Point) -> int:
+        # Input (S) and output (S/n); the result is checked against values computed chunk by chunk.
+        s = point.size_bytes
+        call = "reduce_scatter_flat" if args.variant == "flat" else "reduce_scatter_list"
+        return s + s // args.world_size + args.backend.scratch_bytes(call, s, args.window) + CHUNK_TEMPORARY_BYTES
+
     def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
         args.count = elements_for(point.size_bytes, args.element_size, n)
-        shard = args.count // n
         flat = torch.empty(args.count, dtype=args.dtype, device=args.device)
         args.input = flat if args.variant == "flat" else list(flat.chunk(n))
-        args.output = torch.empty(shard, dtype=args.dtype, device=args.device)
-        mine = torch.arange(args.rank * shard, (args.rank + 1) * shard, device=args.device)
-        args.expected = sum(values(r, mine, shard) for r in range(n)).to(args.dtype)
+        args.output = torch.empty(args.count // n, dtype=args.dtype, device=args.device)
 
     def fill(self, args: CollArgs) -> None:
-        n, shard = args.world_size, args.output.numel()
-        mine = values(args.rank, torch.arange(n * shard, device=args.device), shard).to(args.dtype)
-        for dst, src in zip(self._inputs(args), mine.chunk(n)):
-            dst.copy_(src)
+        shard = args.output.numel()
+        for s, dst in enumerate(self._inputs(args)):
+            shard_values(args.rank, s, shard).write(dst)
         args.output.zero_()
 
     def issue(self, args: CollArgs, phase: str) -> None:
@@ -51,7 +54,8 @@ class ReduceScatterBase(Op):
             args.issue(args.backend.reduce_scatter_list(args.output, args.input))
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        return count_wrong(args.output, args.expected)
+        shard = args.output.numel()
+        return summed([shard_values(q, args.rank, shard) for q in range(args.world_size)]).wrong(args.output)
 
     @staticmethod
     def _inputs(args: CollArgs) -> list[Any]:

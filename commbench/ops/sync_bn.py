@@ -130,11 +130,11 @@ class SyncBN(Op):
         """The channel counts C: this op's workload is set by --channels, not by byte sizes."""
         return [Point(f"C={c}", 0, {"channels": c}) for c in self.channels]
 
-    def memory_bytes(self, point: Point, world_size: int) -> int:
+    def memory_bytes(self, args: CollArgs, point: Point) -> int:
         # Per rank: x, y, dy, grad (and float copies), plus the whole batch in float64 for the
         # reference, with its output and grad.
         elements = self.batch * point.params["channels"] * self.spatial**2
-        return elements * 8 * (8 + 3 * world_size)
+        return elements * 8 * (8 + 3 * args.world_size)
 
     def setup(self, args: CollArgs, point: Point) -> None:
         channels = args.count = point.params["channels"]

@@ -19,7 +19,7 @@ from commbench.ops.base import Op, Point
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
 from commbench.run.config import Outcome, RunFacts, SweepConfig, agree
-from commbench.run.harness import CollArgs, measure
+from commbench.run.harness import CollArgs, measure, unavailable, window_for
 from commbench.run.progress import ProgressBoard, connect_store
 from commbench.run.resources import memory_error
 from commbench.run.watchdog import Watchdog, bounded
@@ -57,7 +57,7 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     watchdog.arm("agreeing on the configuration across ranks")
     path = None
     # Every rank checks its own host or device; rank 0 alone owns the output file.
-    error = memory_error(ops, cfg.sizes, backend.world_size, backend.device, launch.local_world_size)
+    error = memory_error(ops, cfg, backend, launch.local_world_size)
     if lead and error is None:
         try:
             path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
@@ -121,26 +121,17 @@ def _sweep_op(
     seen: set[tuple[str, str, int]] = set()
     wrong_total = 0
     torch_dtype = getattr(torch, dtype)
-
-    def unavailable(variant: str) -> str | None:
-        return (
-            backend.dtype_unavailable(torch_dtype)
-            or op.dtype_unavailable(torch_dtype)
-            or op.unavailable(variant, backend)
-        )
-
     chosen = choose_variants(op.variants, cfg.variants)
     for variant in chosen:
-        if (reason := unavailable(variant)) is not None and sink:
+        if (reason := unavailable(op, variant, backend, torch_dtype)) is not None and sink:
             sink.unavailable(op.name, variant, dtype, reason)
-    variants = [v for v in chosen if unavailable(v) is None]
+    variants = [v for v in chosen if unavailable(op, v, backend, torch_dtype) is None]
     for point in op.points(cfg.sizes):
         for variant in variants:
-            args = CollArgs(backend=backend, dtype=torch_dtype, variant=variant)
+            window = window_for(op, variant, cfg.window_per_sample)
+            args = CollArgs(backend=backend, dtype=torch_dtype, variant=variant, window=window)
             op.setup(args, point)
-            waits_inside = op.completes_internally(variant)
-            window = 1 if waits_inside else cfg.window_per_sample
-            note = WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else ""
+            note = WAITS_INSIDE_NOTE if op.completes_internally(variant) and cfg.mode == "nonblocking" else ""
             for phase in op.phases:
                 s_bytes = op.size_bytes(args, phase)
                 if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
