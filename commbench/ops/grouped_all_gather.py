@@ -69,13 +69,17 @@ class GroupedAllGather(Op):
         return super().points(requested)
 
     def memory_bytes(self, args: CollArgs, point: Point) -> int:
-        # Inputs, outputs (n x), concat's packed input, and the transport's scratch for the gathers in flight.
-        mine = sum(self._numels(args, point)) * args.element_size
-        gathered = args.world_size * mine
-        packed = mine * args.window if args.variant == "concat" else 0
-        call = "all_gather_flat" if args.variant in ("separate", "concat") else "all_gather_group"
-        scratch = args.backend.scratch_bytes(call, gathered, args.window)
-        return mine + gathered + packed + scratch + CHUNK_TEMPORARY_BYTES
+        # Inputs, outputs (n x), concat's packed input, and the transport's copies for the gathers in flight.
+        numels = self._numels(args, point)
+        n, e = args.world_size, args.element_size
+        mine, gathered = sum(numels) * e, n * sum(numels) * e
+        if args.variant == "separate":  # one gather per tensor: the transport may copy any of them
+            scratch = args.backend.scratch_bytes("all_gather_flat", n * max(numels) * e, len(numels) * args.window)
+        elif args.variant == "concat":
+            scratch = mine * args.window + args.backend.scratch_bytes("all_gather_flat", gathered, args.window)
+        else:
+            scratch = args.backend.scratch_bytes("all_gather_group", gathered, args.window)
+        return mine + gathered + scratch + CHUNK_TEMPORARY_BYTES
 
     def setup(self, args: CollArgs, point: Point) -> None:
         n, dtype, device = args.world_size, args.dtype, args.device
