@@ -35,6 +35,11 @@ launch_options = _compose(
     click.option("--output", "-o", default="", help="CSV path (default: results/<timestamp>-<backend>-n<world>.csv)."),
     click.option("--overwrite", is_flag=True, help="Replace an existing --output file instead of refusing."),
     click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds a collective may take before the rank ends with a diagnosis."),
+    # Read by start() from the context, so the commands' signatures and SweepConfig stay as they are.
+    click.option("--master-addr", default=None, expose_value=False, callback=lambda ctx, _, v: ctx.meta.update(master_addr=v),
+                 help="Under srun or mpirun: rank 0's host, reachable from every rank (default: 127.0.0.1 on one host, else SLURM's first node)."),
+    click.option("--master-port", type=int, default=None, expose_value=False, callback=lambda ctx, _, v: ctx.meta.update(master_port=v),
+                 help="Under srun or mpirun: the rendezvous port (default: derived from the job id, else 29500)."),
 )
 
 measure_options = _compose(
@@ -82,9 +87,12 @@ def start(cfg: SweepConfig, nproc: int | None) -> int:
 
     from commbench.launch import launched_by_torchrun, spawn
     from commbench.launch_horovod import check_not_torchrun, launched_by_horovodrun, spawn_horovod
+    from commbench.launchers import MPI_KINDS, detect_launch, export_torch_env
     from commbench.results import check_writable, default_output
     from commbench.worker import run_worker
 
+    ctx = click.get_current_context(silent=True)
+    launch = detect_launch(**{k: ctx.meta.get(k) for k in ("master_addr", "master_port") if ctx is not None})
     if launched_by_horovodrun():
         if nproc is not None:
             raise UserError("--nproc is for spawning local ranks; under horovodrun use -np instead")
@@ -93,6 +101,11 @@ def start(cfg: SweepConfig, nproc: int | None) -> int:
         check_not_torchrun(cfg.backend)
         if nproc is not None:
             raise UserError("--nproc is for spawning local ranks; under torchrun use --nproc_per_node instead")
+        return run_worker(cfg)
+    if launch.kind in ("slurm", *MPI_KINDS):  # one rank of srun or mpirun: torch's env:// variables from theirs
+        if nproc is not None:
+            raise UserError(f"--nproc is for spawning local ranks; under {launch.kind} the launcher's task count sets the ranks")
+        export_torch_env(launch)
         return run_worker(cfg)
     nproc = default_nproc(cfg.backend) if nproc is None else nproc
     if nproc < 1:
