@@ -107,6 +107,7 @@ class RunFacts:
     run_id: str
     hosts: str
     node_ranks: str
+    rank_hosts: tuple[str, ...]  # every rank's host, by rank
 
 
 class PeerError(Exception):
@@ -137,10 +138,16 @@ def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> RunFacts:
             raise UserError(message)
         raise PeerError(message)
     nodes = [e["node"] for e in everyone]
+    # Where the launcher does not number the nodes (mpirun over several hosts), hosts are numbered in rank order.
+    numbered = {host: i for i, host in enumerate(dict.fromkeys(n["host"] for n in nodes))}
     return RunFacts(
         run_id=everyone[0]["run_id"],
-        hosts=";".join(sorted({n["host"] for n in nodes})),
-        node_ranks=";".join(f"{n['rank']}@{n['host']}/{n['node_rank']}" for n in nodes),
+        hosts=";".join(sorted(numbered)),
+        node_ranks=";".join(
+            f"{n['rank']}@{n['host']}/{numbered[n['host']] if n['node_rank'] is None else n['node_rank']}"
+            for n in nodes
+        ),
+        rank_hosts=tuple(n["host"] for n in nodes),
     )
 
 
