@@ -26,7 +26,7 @@ IFACE = "cb0"
 pytestmark = pytest.mark.slow
 
 
-def _netns_unavailable() -> str | None:
+def netns_unavailable() -> str | None:
     if os.geteuid() != 0:
         return "network namespaces need root"
     for tool in ("ip", "tc", "unshare"):
@@ -37,7 +37,7 @@ def _netns_unavailable() -> str | None:
     return None
 
 
-def _script(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess[str]:
+def two_hosts_sh(*args: str, check: bool = True, **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(SCRIPT), *args],
         capture_output=True,
@@ -58,13 +58,13 @@ def _namespaces() -> set[str]:
 
 @pytest.fixture
 def two_hosts():
-    if (reason := _netns_unavailable()) is not None:
+    if (reason := netns_unavailable()) is not None:
         pytest.skip(reason)
     try:
-        up = _script("up")
+        up = two_hosts_sh("up")
         yield up.stderr
     finally:
-        _script("down", check=False)
+        two_hosts_sh("down", check=False)
         assert not set(HOSTS) & _namespaces(), "two-hosts.sh down left a namespace behind"
 
 
@@ -89,7 +89,7 @@ def test_the_hosts_are_reachable_only_from_each_other(two_hosts):
         assert f"198.18.0.{i}/24" in addrs
         routes = subprocess.run(["ip", "-n", host, "route"], capture_output=True, text=True, check=True).stdout
         assert [r.split()[0] for r in routes.splitlines()] == ["198.18.0.0/24"]  # no default route: nowhere else to go
-    names = _script("run", HOSTS[1], "sh", "-c", "hostname; getent hosts " + HOSTS[0]).stdout.split()
+    names = two_hosts_sh("run", HOSTS[1], "sh", "-c", "hostname; getent hosts " + HOSTS[0]).stdout.split()
     assert names == [HOSTS[1], "198.18.0.1", HOSTS[0]]
     assert "link:" in two_hosts  # `up` says how the link is shaped (netem, or tbf where the kernel has no netem)
 
@@ -137,3 +137,33 @@ def test_two_torchrun_nodes_on_two_hosts(two_hosts, tmp_path):
         received, sent = (now - then for now, then in zip(_link_bytes(host), before[host]))
         assert received > 64 * 1024 and sent > 64 * 1024, (host, received, sent)
     print(f"hosts={frame.hosts.iloc[0]} node_ranks={frame.node_ranks.iloc[0]}")
+
+
+GROUP_SIZES = (64 * 1024, 1 << 20, 4 << 20)
+
+
+def test_intra_and_inter_host_groups_on_two_hosts(two_hosts, tmp_path):
+    """intra groups stay inside each host; inter groups cross the link, and only they load it."""
+    frames, crossed = {}, {}
+    sizes = ",".join(str(s) for s in GROUP_SIZES)
+    for kind in ("intra", "inter"):
+        out = tmp_path / f"{kind}.csv"
+        before = _link_bytes(HOSTS[0])
+        run_on_both_hosts(f"sweep --op all_gather --variant flat --sizes {sizes} -n 5 -w 1 --group {kind}", out)
+        crossed[kind] = sum(now - then for now, then in zip(_link_bytes(HOSTS[0]), before))
+        frames[kind] = frame = pd.read_csv(out)
+        assert (frame.status == "ok").all() and (frame.wrong == 0).all()
+        assert set(frame.group) == {kind} and set(frame.group_size) == {2} and set(frame.world_size) == {4}
+        assert list(frame.size_bytes) == list(GROUP_SIZES)
+    # Each inter group moves half of S each way per all_gather, over (1 warm-up + 5 timed + 1 check) iterations,
+    # and two groups share the link; intra groups send only the control traffic (barriers, results) across.
+    moved = sum(GROUP_SIZES) // 2 * 7 * 2 * 2
+    assert crossed["inter"] > moved, crossed
+    assert crossed["intra"] < moved / 20, crossed
+    intra, inter = (frames[k].set_index("size_bytes").time_us_p50 for k in ("intra", "inter"))
+    print("all_gather p50, inter / intra over the shaped link:")
+    for size in GROUP_SIZES:
+        print(
+            f"  {size:>9} bytes: intra {intra[size]:9.1f} us, inter {inter[size]:9.1f} us, ratio {inter[size] / intra[size]:.2f}"
+        )
+    print(f"bytes across the link: intra {crossed['intra']}, inter {crossed['inter']}")

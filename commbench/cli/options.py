@@ -13,6 +13,7 @@ import click
 
 from commbench.errors import UserError
 from commbench.run.config import DTYPES, MODES, Outcome, SweepConfig
+from commbench.run.groups import GROUPS
 
 F = Callable[..., Any]
 
@@ -87,6 +88,14 @@ measure_options = _compose(
         "--check/--no-check", default=True, show_default=True, help="Verify every result and count wrong elements."
     ),
     click.option("--raw", is_flag=True, help="Also write per-iteration, per-rank samples to <output>.raw.csv."),
+    click.option(
+        "--group",
+        type=click.Choice(GROUPS),
+        default="world",
+        show_default=True,
+        help="Ranks each op runs among: world (all), intra (one group per host, all groups at once), "
+        "inter (one group per local rank index, across hosts).",
+    ),
 )
 
 # Reading results back (plot, report) and charting after a run (sweep, syncbn).
