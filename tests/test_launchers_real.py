@@ -200,3 +200,32 @@ def test_a_batch_script_is_one_process_and_spawns_its_own_ranks(slurm, tmp_path)
     )
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert_same_as_torchrun(out, 2, tmp_path, subprocess.CompletedProcess([], proc.returncode, log, proc.stderr))
+
+
+def test_the_example_batch_script_measures_and_charts_into_a_folder_named_after_the_job(slurm, tmp_path):
+    """scripts/slurm/commbench.sbatch as a user submits it, on the test cluster's one node without
+    GPUs: its GPU request is left out and gloo replaces nccl through the script's arguments."""
+    script = tmp_path / "commbench.sbatch"
+    text = (REPO / "scripts" / "slurm" / "commbench.sbatch").read_text()
+    script.write_text("".join(line for line in text.splitlines(keepends=True) if "--gpus-per-node" not in line))
+    log = tmp_path / "job.out"
+    env = _clean_env(
+        SLURM_CONF=str(slurm.conf),
+        COMMBENCH_RESULTS=str(tmp_path / "results"),
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # `commbench` as the job finds it
+    )
+    submit = "sbatch -W -N1 --ntasks-per-node=2 --cpus-per-task=1 -o".split()
+    proc = subprocess.run(
+        [*submit, str(log), str(script), *SWEEP[1:], "--backend", "gloo"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=REPO,
+    )
+    job = proc.stdout.split()[-1] if proc.stdout.startswith("Submitted batch job") else "?"
+    out = tmp_path / "results" / f"commbench-{job}" / "sweep.csv"
+    output = log.read_text() if log.exists() else ""
+    assert_same_as_torchrun(out, 2, tmp_path, subprocess.CompletedProcess([], proc.returncode, output, proc.stderr))
+    assert f"2 tasks; results in {out.parent}" in output
+    assert sorted(p.name for p in (out.parent / "sweep-charts").iterdir()) == ["all_gather-comm.png"]
