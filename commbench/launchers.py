@@ -77,12 +77,12 @@ HOROVOD_LAUNCH_HINT = (
 )
 # How to set the number of ranks under each launcher, for the refusal of --nproc there.
 RANK_COUNT_OPTION = {
-    "torchrun": "torchrun's --nproc_per_node",
-    "horovodrun": "horovodrun's -np",
-    "slurm": "srun's -n / --ntasks",
-    "openmpi": "mpirun's -np",
-    "mpich": "mpiexec's -n",
-    "mvapich": "mpirun's -np",
+    "torchrun": "--nproc_per_node",
+    "horovodrun": "-np",
+    "slurm": "srun -n / --ntasks",
+    "openmpi": "mpirun -np",
+    "mpich": "mpiexec -n",
+    "mvapich": "mpirun -np",
 }
 
 

@@ -436,10 +436,10 @@ def _cli_error(monkeypatch, env: dict[str, str], args: str) -> str:
 
 def test_nproc_under_srun_or_mpirun_is_refused(monkeypatch):
     assert _cli_error(monkeypatch, SRUN_ONE_NODE, "--nproc 2") == (
-        "--nproc is for spawning local ranks; under slurm use srun's -n / --ntasks instead"
+        "--nproc is for spawning local ranks; under slurm use srun -n / --ntasks instead"
     )
     monkeypatch.delenv("SLURM_PROCID")
-    assert "under openmpi use mpirun's -np instead" in _cli_error(monkeypatch, OMPI, "--nproc 2")
+    assert "under openmpi use mpirun -np instead" in _cli_error(monkeypatch, OMPI, "--nproc 2")
 
 
 def test_master_addr_without_srun_or_mpirun_is_refused(monkeypatch):
