@@ -56,7 +56,8 @@ class TorchDistBackend(Backend):
         return {}
 
     def init(self, timeout_s: float, launch: Launch) -> None:
-        # The rendezvous (MASTER_ADDR, MASTER_PORT) comes from the environment, as torchrun sets it.
+        # The rendezvous (MASTER_ADDR, MASTER_PORT) comes from the environment, as torchrun sets it
+        # (under srun and mpirun, start() exports it from the Launch first).
         self.rank, self.world_size = launch.rank, launch.world_size
         self.local_rank, self.node_rank = launch.local_rank, launch.node_rank
         self.device = self.select_device()
