@@ -11,8 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# Set by commbench's spawner in every rank it starts.
-CONFIG_ENV = "COMMBENCH_CONFIG"
+# Set by commbench's spawner in every rank it starts (the configuration itself goes in on stdin).
 LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
 # Set by horovodrun (Gloo) for each slot, and by mpirun under Horovod's MPI controller.
 HOROVODRUN_ENV = ("HOROVOD_RANK", "HOROVOD_SIZE")
@@ -67,7 +66,7 @@ def launched_by_horovodrun(env: Mapping[str, str] | None = None) -> bool:
 def detect(env: Mapping[str, str] | None = None) -> Launch:
     """This process's Launch, from its environment."""
     env = os.environ if env is None else env
-    spawned = CONFIG_ENV in env
+    spawned = LAUNCHER_PID_ENV in env
     master = {
         "master_addr": env.get("MASTER_ADDR") or None,
         "master_port": _int(env, "MASTER_PORT") or None,

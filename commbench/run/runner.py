@@ -38,7 +38,12 @@ def run_rank(cfg: SweepConfig, launch: Launch) -> Outcome:
     backend = load_backend(cfg.backend)()
     # The transport's own timeout is only a backstop: the watchdog fires first with the step's label and
     # a diagnosis, where NCCL's would abort the process with neither.
-    backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S, launch)
+    try:
+        backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S, launch)
+    except RuntimeError as exc:  # torch.distributed's errors: the store or a peer cannot be reached
+        raise CollectiveFailure(
+            f"rank {launch.rank}: could not join the process group: {_first_sentence(exc)}"
+        ) from exc
     try:
         return _sweep(cfg, launch, backend, ops)
     finally:
