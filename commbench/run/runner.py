@@ -75,7 +75,8 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
         wrong_total = 0
         for op in ops:
             if sink:
-                sink.section(f"{op.name} on {backend.world_size} ranks")
+                names = {"op": [op.name], "variant": op.variants, "phase": op.phases, "dtype": cfg.dtypes}
+                sink.section(f"{op.name} on {backend.world_size} ranks", names)
             for dtype in cfg.dtypes:
                 wrong_total += _sweep_op(cfg, backend, op, dtype, watchdog, sink, board)
     except CollectiveFailure as exc:
