@@ -215,6 +215,7 @@ def test_unwritable_output_folder_is_one_line(run_csv: Path, tmp_path: Path) -> 
         "cannot create the output folder",
     )
     _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker)]), "is a file")
+    _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", ""]), "--output is empty")
 
 
 @pytest.mark.slow

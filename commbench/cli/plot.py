@@ -21,9 +21,15 @@ def plot(csvs: tuple[Path, ...], output: str | None, fmt: str) -> None:
     One line per (backend, variant, run): give several CSVs to see runs side by side. Latency shows
     the p50 time with a band from the fastest iteration to p95; busbw is computed from the p50 time.
     """
-    from commbench.analysis.plotting import charts_folder, plot_results
     from commbench.results.schema import output_path
 
-    folder = output_path(output, lambda given: given or charts_folder(csvs[0]))
+    def beside_first(given: Path | None) -> Path:
+        from commbench.analysis.plotting import charts_folder
+
+        return given or charts_folder(csvs[0])
+
+    folder = output_path(output, beside_first)  # before matplotlib is imported: a mistake fails at once
+    from commbench.analysis.plotting import plot_results
+
     for path in plot_results(list(csvs), folder, fmt):
         click.echo(str(path))

@@ -23,9 +23,10 @@ def report(csvs: tuple[Path, ...], output: str | None, fmt: str) -> None:
 
     Charts are embedded, so the file stands alone: attach it to a review or a ticket.
     """
-    from commbench.analysis.report import write_report
     from commbench.results.schema import output_path
 
     name = csvs[0].with_suffix(".html").name
     out = output_path(output, lambda folder: (folder or csvs[0].parent) / name)
+    from commbench.analysis.report import write_report
+
     click.echo(str(write_report(list(csvs), out, fmt)))
