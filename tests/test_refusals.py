@@ -4,6 +4,7 @@ is spawned and before torch is imported; and what a spawned run is handed instea
 from __future__ import annotations
 
 import dataclasses
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from commbench.cli import main
 from commbench.errors import ExitCode
 from commbench.run.config import SweepConfig
 from tests.distributed import REPO, torchrun
+from tests.distributed import commbench as commbench_process
 from tests.test_cli import _one_line_error
 
 QUICK = ("--op", "all_gather", "--sizes", "8", "-n", "1", "-w", "0", "--no-plot")
@@ -169,3 +171,16 @@ def test_when_rank_0_refuses_its_peers_say_nothing(tmp_path: Path) -> None:
         "commbench: error: cannot write /proc/commbench-x.csv: No such file or directory; choose another --output"
     ]
     assert "is gone" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_rank_that_cannot_join_exits_3_not_1(tmp_path: Path) -> None:
+    """Exit 1 means wrong results; a rank whose rendezvous never answers is a lost collective (3)."""
+    with socket.socket() as closed:  # bound, never listening: every connection is refused
+        closed.bind(("127.0.0.1", 0))
+        env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+        env["MASTER_PORT"] = str(closed.getsockname()[1])
+        proc = commbench_process("sweep", *QUICK, "--timeout", "1", "-o", str(tmp_path / "x.csv"), env=env)
+    assert proc.returncode == ExitCode.COLLECTIVE_FAILURE, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("commbench: rank 1: could not join the process group:")
+    assert "Traceback (most recent call last)" not in proc.stderr
