@@ -50,8 +50,7 @@ from dataclasses import dataclass
 
 from commbench.errors import UserError
 
-# Set by commbench's spawner in every rank it starts.
-CONFIG_ENV = "COMMBENCH_CONFIG"
+# Set by commbench's spawner in every rank it starts (the configuration itself goes in on stdin).
 LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
 # The host name a rank reports (hosts, node_ranks, --group) instead of its real one: a test hook
 # that makes ranks on one machine count as several hosts.
@@ -156,7 +155,7 @@ def detect(
 
 
 def _detect(env: Mapping[str, str], master_addr: str | None, master_port: int | None, scontrol: bool) -> Launch:
-    spawned = CONFIG_ENV in env
+    spawned = LAUNCHER_PID_ENV in env
     if launched_by_horovodrun(env):
         master = {"master_addr": env.get("MASTER_ADDR") or None, "master_port": _opt_int(env, "MASTER_PORT")}
         if _has(env, *HOROVODRUN_ENV):

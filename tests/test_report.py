@@ -69,7 +69,15 @@ def test_unwritable_report_destination_is_one_line(runs: list[Path], tmp_path: P
         CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(blocker / "sub" / "r.html")]),
         "cannot create the output folder",
     )
-    _one_line_error(CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(tmp_path)]), "is a folder")
+    _one_line_error(CliRunner().invoke(main, ["report", str(runs[0]), "-o", ""]), "--output is empty")
+
+
+def test_a_folder_as_destination_gets_the_default_name_inside(runs: list[Path], tmp_path: Path) -> None:
+    for given, folder in ((tmp_path, tmp_path), (f"{tmp_path}/new/", tmp_path / "new")):
+        result = CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(given)])
+        assert result.exit_code == 0, result.output
+        assert result.output.strip() == str(folder / runs[0].with_suffix(".html").name)
+        assert (folder / runs[0].with_suffix(".html").name).read_text().startswith("<!doctype html>")
 
 
 def test_report_of_a_missing_file_is_one_line(tmp_path: Path) -> None:

@@ -260,7 +260,7 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
     """Per (op, phase): the measured p50s (with their interval where known) and each fitted line."""
     from matplotlib.figure import Figure
 
-    from commbench.analysis.plotting import Chart, _log_time_axis, _size_axis
+    from commbench.analysis.plotting import Chart, _latency_axis, _size_axis
 
     rows = ok_rows(frame)
     charts = []
@@ -299,7 +299,7 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
             )
             sizes_seen += list(mine["size_bytes"])
         _size_axis(ax, sizes_seen)
-        _log_time_axis(ax)
+        _latency_axis(ax)
         ax.set_ylabel("time per op (us, p50)")
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
         fig.suptitle(f"{op} · {phase}: latency-bandwidth model T(S) = alpha + S / beta", fontsize=11)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from typing import Any
 
 import click
@@ -41,6 +42,9 @@ class CommbenchGroup(click.Group):
         except click.Abort:
             click.echo("commbench: aborted", err=True)
             sys.exit(ExitCode.INTERRUPTED)
+        except Exception:  # a bug: keep its traceback, but never exit 1, which means wrong results
+            traceback.print_exc()
+            sys.exit(ExitCode.INTERNAL)
 
 
 @click.group(cls=CommbenchGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -22,6 +22,15 @@ if TYPE_CHECKING:
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64")
 MODES = ("blocking", "nonblocking")
+# The ranges of the numeric options, checked once here (the CLI, the launcher and every rank build
+# a SweepConfig). --iters and --warmup: each rank keeps a sample per iteration and sends them all
+# in one message per case. --window: wait objects in flight at once. --timeout: the rendezvous
+# store and Gloo count whole milliseconds and a rank needs a moment to connect, so under a second
+# a sweep cannot start; a collective still running after a week has hung.
+ITERS_RANGE = (1, 1_000_000)
+WARMUP_RANGE = (0, 1_000_000)
+WINDOW_RANGE = (1, 1024)
+TIMEOUT_RANGE_S = (1.0, 7 * 24 * 3600.0)
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,7 @@ class SweepConfig:
     mode: str = "blocking"
     window: int = 8
     check: bool = True
-    output: str = ""  # as the user gave it; "" for the default name
+    output: str | None = None  # as the user gave it; None for the default name
     overwrite: bool = False
     raw: bool = False
     timeout: float = 300.0
@@ -57,18 +66,14 @@ class SweepConfig:
         for dtype in self.dtypes:
             if dtype not in DTYPES:
                 raise UserError(f"unknown dtype {dtype!r}; valid dtypes: {', '.join(DTYPES)}")
-        if self.iters < 1:
-            raise UserError(f"--iters must be at least 1 (got {self.iters})")
-        if self.warmup < 0:
-            raise UserError(f"--warmup cannot be negative (got {self.warmup})")
+        in_range("--iters", self.iters, ITERS_RANGE)
+        in_range("--warmup", self.warmup, WARMUP_RANGE)
         if self.mode not in MODES:
             raise UserError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
-        if self.window < 1:
-            raise UserError(f"--window must be at least 1 (got {self.window})")
+        in_range("--window", self.window, WINDOW_RANGE)
         if self.group not in GROUPS:
             raise UserError(f"unknown group {self.group!r}; valid groups: {', '.join(GROUPS)}")
-        if not self.timeout > 0:
-            raise UserError(f"--timeout must be a positive number of seconds (got {self.timeout})")
+        in_range("--timeout", self.timeout, TIMEOUT_RANGE_S, "seconds")
 
     @property
     def window_per_sample(self) -> int:
@@ -94,6 +99,16 @@ class SweepConfig:
             for key, value in asdict(self).items()
             if key not in ("output", "command")
         }
+
+
+def in_range(flag: str, value: float, bounds: tuple[float, float], unit: str = "") -> None:
+    """Refuse a value outside [low, high] (NaN and infinities included) in one line naming the range."""
+    low, high = bounds
+    if not low <= value <= high:  # False for NaN
+        shown = [f"{x:,}" if isinstance(x, int) else f"{x:g}" for x in (low, high, value)]
+        raise UserError(
+            f"{flag} must be between {shown[0]} and {shown[1]}{' ' + unit if unit else ''} (got {shown[2]})"
+        )
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,12 @@ def run_rank(cfg: SweepConfig, launch: Launch) -> Outcome:
     backend = load_backend(cfg.backend)()
     # The transport's own timeout is only a backstop: the watchdog fires first with the step's label and
     # a diagnosis, where NCCL's would abort the process with neither.
-    backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S, launch)
+    try:
+        backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S, launch)
+    except RuntimeError as exc:  # torch.distributed's errors: the store or a peer cannot be reached
+        raise CollectiveFailure(
+            f"rank {launch.rank}: could not join the process group: {_first_sentence(exc)}"
+        ) from exc
     try:
         return _sweep(cfg, launch, backend, ops)
     finally:
@@ -73,7 +78,8 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
         wrong_total = 0
         for op in ops:
             if sink:
-                sink.section(f"{op.name} on {backend.world_size} ranks{_in_groups(grouping)}")
+                names = {"op": [op.name], "variant": op.variants, "phase": op.phases, "dtype": cfg.dtypes}
+                sink.section(f"{op.name} on {backend.world_size} ranks{_in_groups(grouping)}", names)
             for dtype in cfg.dtypes:
                 wrong_total += _sweep_op(cfg, grouping, op, dtype, watchdog, sink, board)
     except CollectiveFailure as exc:
