@@ -191,52 +191,60 @@ def _size_axis(ax, sizes: Iterable[float], family: Family | None = None) -> None
 def _size_chart(name: str, group: pd.DataFrame) -> Chart:
     measured = ok_rows(group)
     op, phase = measured["op"].iloc[0], measured["phase"].iloc[0]
-    fig = Figure(figsize=(12, 4.8))
-    latency, busbw = fig.subplots(1, 2)
+    # A latency-only op (a barrier: S = 0) has no bandwidth: one panel, and the caption says why.
+    latency_only = measured["busbw_gbps"].isna().all()
+    fig = Figure(figsize=(6.5 if latency_only else 12, 4.8))
+    latency, busbw = (fig.subplots(), None) if latency_only else fig.subplots(1, 2)
     series = list(_series(measured))
     one_size = measured["size_bytes"].nunique() == 1
     (_draw_bars if one_size else _draw_lines)(latency, busbw, series)
     latency.set_title("latency")
-    busbw.set_ylabel("busbw (GB/s, from p50 time)")
-    busbw.set_ylim(bottom=0)
-    busbw.set_title("bus bandwidth")
+    if busbw is not None:
+        busbw.set_ylabel("busbw (GB/s, from p50 time)")
+        busbw.set_ylim(bottom=0)
+        busbw.set_title("bus bandwidth")
     what = (
         f"at its one workload size S = {format_size(int(measured['size_bytes'].iloc[0]))}"
         if one_size
         else "against size"
     )
+    if latency_only:
+        what += " (latency only: S = 0, no bandwidth)"
     facts, left_out = _facts(measured), _left_out(group)
     fig.suptitle(f"{op} · {phase}\n{facts}", fontsize=11)
     if left_out:
         fig.text(0.5, -0.02, left_out, ha="center", fontsize=8, color="dimgray")
-    caption = f"{op} ({phase}): latency and busbw {what}; {facts}." + (f" {left_out}" if left_out else "")
+    shown = "latency" if latency_only else "latency and busbw"
+    caption = f"{op} ({phase}): {shown} {what}; {facts}." + (f" {left_out}" if left_out else "")
     fig.tight_layout()
     return Chart(name=name, kind="size", figure=fig, caption=caption)
 
 
 def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]]) -> None:
-    """A line per series against size: p50 with a min..p95 band for latency, busbw beside it."""
+    """A line per series against size: p50 with a min..p95 band for latency, busbw beside it (unless None)."""
     for label, rows in series:
         size = rows["size_bytes"]
         (line,) = latency.plot(size, rows["time_us_p50"], marker="o", markersize=3, label=label)
         # min..p95: the fastest iteration bounds the low side; p95 rather than max on the high
         # side, because one descheduled iteration on a shared machine would swamp the chart.
         latency.fill_between(size, rows["time_us_min"], rows["time_us_p95"], color=line.get_color(), alpha=0.18)
-        busbw.plot(size, rows["busbw_gbps"], marker="o", markersize=3, label=label, color=line.get_color())
+        if busbw is not None:
+            busbw.plot(size, rows["busbw_gbps"], marker="o", markersize=3, label=label, color=line.get_color())
     sizes = pd.concat([rows["size_bytes"] for _, rows in series])
-    _size_axis(latency, sizes)
-    _size_axis(busbw, sizes)
+    for ax in (latency, busbw):
+        if ax is not None:
+            _size_axis(ax, sizes)
     latency.set_yscale("log")
     # Plain numbers (200, 1000, 5000) read faster than 2x10^2 on a latency axis.
     latency.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}" if y >= 1 else f"{y:g}"))
     latency.yaxis.set_minor_formatter(NullFormatter())
     latency.set_ylabel("time per op (µs): p50 line, min..p95 band")
-    busbw.legend(fontsize="small", loc="upper left")
+    (busbw or latency).legend(fontsize="small", loc="upper left")
 
 
 def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]]) -> None:
-    """A bar per series when every row has one size (a fixed workload): a line would be a dot."""
+    """A bar per series when every row has one size (a fixed workload): a line would be a dot; busbw unless None."""
     labels = [label for label, _ in series]
     rows = pd.concat([r for _, r in series])
     colors = [f"C{i}" for i in range(len(series))]
@@ -245,10 +253,12 @@ def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]]) -> None:
     latency.bar(labels, p50, yerr=spread, color=colors, capsize=4)
     latency.set_ylabel("time per op (µs): p50 bar, min..p95 whisker")
     latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}"))
-    busbw.bar(labels, rows["busbw_gbps"].to_numpy(), color=colors)
+    if busbw is not None:
+        busbw.bar(labels, rows["busbw_gbps"].to_numpy(), color=colors)
     for ax in (latency, busbw):
-        ax.tick_params(axis="x", labelrotation=20)
-        ax.grid(True, axis="y", alpha=0.3)
+        if ax is not None:
+            ax.tick_params(axis="x", labelrotation=20)
+            ax.grid(True, axis="y", alpha=0.3)
 
 
 def _left_out(group: pd.DataFrame) -> str:

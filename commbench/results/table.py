@@ -24,8 +24,13 @@ def line(row: dict[str, Any]) -> str:
     return (
         f"  {row['op']:<20} {row['variant']:<16} {row['phase']:<16} {row['dtype']:<8} "
         f"{format_size(row['size_bytes']):>7} {row['count']:>10} {row['time_us_p50']:>10.1f} "
-        f"{row['time_us_p95']:>10.1f} {row['algbw_gbps']:>8.3f} {row['busbw_gbps']:>8.3f} {wrong:>6}"
+        f"{row['time_us_p95']:>10.1f} {_gbps(row['algbw_gbps'])} {_gbps(row['busbw_gbps'])} {wrong:>6}"
     )
+
+
+def _gbps(value: float) -> str:
+    """A bandwidth cell; '-' where the op has none (a barrier moves no bytes)."""
+    return f"{value:>8.3f}" if value == value else f"{'-':>8}"
 
 
 def progress(done: int, what: str) -> None:

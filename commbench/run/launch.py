@@ -25,6 +25,7 @@ import click
 
 from commbench.errors import ExitCode, UserError
 from commbench.launchers import CONFIG_ENV, HOROVOD_LAUNCH_HINT, LAUNCHER_PID_ENV, Launch
+from commbench.ops import build_ops, world_error
 from commbench.results.schema import check_writable, default_output
 from commbench.run.config import Outcome, SweepConfig
 
@@ -54,6 +55,9 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch) -> Outcome:
     nproc = default_nproc(cfg.backend) if nproc is None else nproc
     if nproc < 1:
         raise UserError(f"--nproc must be at least 1 (got {nproc})")
+    # Options that depend on the number of ranks (--root) are checked before any rank starts.
+    if (error := world_error(build_ops(cfg.ops, cfg.op_options, cfg.variants), nproc)) is not None:
+        raise UserError(error)
     path = Path(cfg.output) if cfg.output else default_output(cfg.backend, nproc)
     check_writable(path, cfg.overwrite)
     # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.

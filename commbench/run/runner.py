@@ -14,7 +14,7 @@ from commbench.backends import load_backend
 from commbench.backends.base import Backend
 from commbench.errors import ExitCode, UserError
 from commbench.launchers import Launch
-from commbench.ops import build_ops, choose_variants
+from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
@@ -57,7 +57,9 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     watchdog.arm("agreeing on the configuration across ranks")
     path = None
     # Every rank checks its own host or device; rank 0 alone owns the output file.
-    error = memory_error(ops, cfg.sizes, backend.world_size, backend.device, launch.local_world_size)
+    error = world_error(ops, backend.world_size) or memory_error(
+        ops, cfg.sizes, backend.world_size, backend.device, launch.local_world_size
+    )
     if lead and error is None:
         try:
             path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
@@ -140,7 +142,8 @@ def _sweep_op(
             op.setup(args, point)
             waits_inside = op.completes_internally(variant)
             window = 1 if waits_inside else cfg.window_per_sample
-            note = WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else ""
+            notes = [WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "", op.note(args)]
+            note = "; ".join(n for n in notes if n)
             for phase in op.phases:
                 s_bytes = op.size_bytes(args, phase)
                 if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
