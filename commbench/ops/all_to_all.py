@@ -28,7 +28,7 @@ DEFAULT_IMBALANCE = 0.5
 IMBALANCE = OpOption(
     "--imbalance",
     "all_to_all uneven: the skew of the per-peer splits, the sigma of log-normal destination weights; "
-    f"0 splits evenly, 0.5 is moderate (a rank receives up to about 1.5x the mean), 1 is strong. [default: {DEFAULT_IMBALANCE}]",
+    f"0 splits evenly, 0.5 is moderate (on 2-8 ranks the busiest receives 1.4-1.9x the mean), 1 is strong. [default: {DEFAULT_IMBALANCE}]",
 )
 
 

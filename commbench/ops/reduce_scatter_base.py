@@ -51,14 +51,18 @@ class ReduceScatterBase(Op):
         n, shard = args.world_size, args.output.numel()
         if args.variant != "inplace":  # in place, the output is part of the input written below
             args.output.zero_()
-        mine = values(args.rank, torch.arange(n * shard, device=args.device), shard).to(args.dtype)
+        mine = args.state
+        if mine is None:
+            mine = values(args.rank, torch.arange(n * shard, device=args.device), shard).to(args.dtype)
         for dst, src in zip(self._inputs(args), mine.chunk(n)):
             dst.copy_(src)
 
     def before(self, args: CollArgs, phase: str) -> None:
         # In place, the result overwrites this rank's input shard: refill (untimed) so every sample
-        # reduces the same numbers, as all_reduce does.
+        # reduces the same numbers, as all_reduce does; from a copy kept once, since this runs per sample.
         if args.variant == "inplace":
+            if args.state is None:
+                args.state = args.input.clone()
             self.fill(args)
 
     def issue(self, args: CollArgs, phase: str) -> None:
