@@ -10,7 +10,9 @@ import math
 import pandas as pd
 import pytest
 import torch
+from click.testing import CliRunner
 
+from commbench.cli import main
 from commbench.errors import UserError
 from commbench.ops import registry
 from commbench.ops.all_gather import AllGather
@@ -260,3 +262,13 @@ def test_every_new_op_is_registered_with_its_variants():
     for name, spec in ((n, registry()[n].spec) for n in expected):
         if spec.bus_factor is not None:
             assert math.isclose(spec.bus_factor(4), FACTORS[name](4))
+
+
+def test_list_shows_s_and_the_factor_of_every_new_op():
+    out = CliRunner().invoke(main, ["list"]).output
+    for name in ("all_to_all", "broadcast", "reduce", "gather", "scatter", "sendrecv", "barrier"):
+        assert f"  {name} " in out
+    assert "variants: single, list, uneven" in out and "variants: pair, ring" in out
+    assert "uneven: the realised total of the rank's splits" in out and "log-normal" in out
+    assert "S = 0; busbw factor none (latency only" in out
+    assert "variants: flat, list, inplace" in out

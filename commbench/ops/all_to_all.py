@@ -106,8 +106,8 @@ class AllToAll(Op):
 
     spec = OpSpec(
         name="all_to_all",
-        summary="rank r sends chunk p of its count elements to rank p; uneven draws the splits as MoE "
-        "routing does (seeded, --imbalance)",
+        summary="rank r sends chunk p of its count elements to rank p; uneven splits them as MoE routing "
+        "does: seeded log-normal destination popularity shared by all senders, skew --imbalance",
         s_definition="S = bytes each rank sends in total = count x element size (count = n x per-peer count; "
         "uneven: the realised total of the rank's splits)",
         bus_factor=GATHER_FACTOR,
