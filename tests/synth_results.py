@@ -50,6 +50,7 @@ def synth_run(
     sigma: float = 0.05,
     run_id: str | None = None,
     host: str = "testhost",
+    group: str = "world",
 ) -> Path:
     """Write a results CSV (and its .raw.csv when raw) for the cases; returns the CSV path."""
     rng = random.Random(seed)
@@ -64,6 +65,8 @@ def synth_run(
         "dtype": dtype,
         "mode": "blocking",
         "world_size": world_size,
+        "group": group,
+        "group_size": world_size if group == "world" else world_size // 2,
         "backend": backend,
         "iters": iters,
         "warmup": 2,

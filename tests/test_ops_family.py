@@ -6,6 +6,7 @@ nccl-tests in a real sweep's CSV, the uneven splits are seeded, and bad options 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -213,7 +214,7 @@ def test_a_real_sweeps_csv_has_the_bus_factor_of_each_op(n, tmp_path):
 @pytest.mark.parametrize(
     "args, fragments",
     [
-        (["--op", "broadcast", "--root", "2", "--nproc", "2"], ["--root 2 is not a rank of this 2-rank run", "0 to 1"]),
+        (["--op", "broadcast", "--root", "2", "--nproc", "2"], ["--root 2 is not one of the 2 ranks", "0 to 1"]),
         (["--op", "gather,scatter", "--root", "7", "--nproc", "3"], ["--root 7", "0 to 2"]),
         (["--op", "reduce", "--root", "-1"], ["--root '-1' is not a rank"]),
         (["--op", "scatter", "--root", "first"], ["--root 'first' is not a rank"]),
@@ -242,7 +243,7 @@ def test_a_root_beyond_the_ranks_of_a_launcher_is_one_line(tmp_path):
     """Under torchrun the ranks find out themselves; rank 0 says it once."""
     proc = torchrun(2, "sweep", "--op", "reduce", "--root", "2", "--sizes", "8", "-o", str(tmp_path / "x.csv"))
     errors = [line for line in proc.stderr.splitlines() if line.startswith("commbench: error:")]
-    assert len(errors) == 1 and "--root 2 is not a rank of this 2-rank run" in errors[0], proc.stderr[-3000:]
+    assert len(errors) == 1 and "--root 2 is not one of the 2 ranks" in errors[0], proc.stderr[-3000:]
     assert not (tmp_path / "x.csv").exists()
 
 
@@ -272,3 +273,63 @@ def test_list_shows_s_and_the_factor_of_every_new_op():
     assert "uneven: the realised total of the rank's splits" in out and "log-normal" in out
     assert "S = 0; busbw factor none (latency only" in out
     assert "variants: flat, list, inplace" in out
+
+
+FAMILY = (
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "sendrecv",
+    "barrier",
+    "all_gather",
+    "reduce_scatter_base",
+)
+
+
+def _family_in_groups(backend, folder: str, root: str) -> list[str]:
+    """The runner's sweep of the family in intra and inter groups of four ranks as two hosts of two."""
+    from commbench.launchers import detect
+    from commbench.ops import build_ops
+    from commbench.run.config import PeerError, SweepConfig
+    from commbench.run.runner import _sweep
+    from tests.test_groups import _as_host_of_two
+
+    _as_host_of_two(backend)
+    outcomes = []
+    for kind in ("intra", "inter"):
+        path = str(Path(folder) / f"{kind}.csv")
+        options = {"root": root, "imbalance": "1"}
+        cfg = SweepConfig(
+            backend="gloo", ops=FAMILY, sizes=(1024,), iters=2, warmup=1, group=kind, output=path, op_options=options
+        )
+        try:
+            _sweep(cfg, detect(), backend, build_ops(cfg.ops, options, ()))
+            outcomes.append(path)
+        except UserError as exc:
+            outcomes.append(f"UserError: {exc.format_message()}")
+        except PeerError:
+            outcomes.append("PeerError")
+    return outcomes
+
+
+@pytest.mark.slow
+def test_roots_and_peers_are_ranks_of_the_group(tmp_path):
+    """In groups, --root 1 and the sendrecv peers are group ranks (rank 1 of {0, 2} is world rank 2)."""
+    for kind, path in zip(("intra", "inter"), run_ranks(_family_in_groups, 4, str(tmp_path), "1")[0]):
+        frame = pd.read_csv(path)
+        assert set(frame.op) == set(FAMILY) and set(frame.group) == {kind} and set(frame.group_size) == {2}
+        assert (frame.status == "ok").all() and (frame.wrong == 0).all(), frame[["op", "variant", "status", "note"]]
+
+
+@pytest.mark.slow
+def test_a_root_beyond_the_group_is_refused_by_rank_0_alone(tmp_path):
+    results = run_ranks(_family_in_groups, 4, str(tmp_path), "2")
+    message = "UserError: --root 2 is not one of the 2 ranks: give a rank from 0 to 1"
+    assert results[0] == [
+        f"{message} (under --group intra, ranks count within each group)",
+        f"{message} (under --group inter, ranks count within each group)",
+    ]
+    assert all(r == ["PeerError", "PeerError"] for r in results[1:])
+    assert not list(tmp_path.iterdir())  # nothing written

@@ -205,7 +205,9 @@ def test_sweep_charts_its_csv_when_the_ranks_are_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: tuple[str, ...], charted: bool
 ) -> None:
     # The ranks are stood in for (test_cli runs real ones): what is tested is the wiring after them.
-    def ranks_finished(cfg: SweepConfig, nproc: int | None) -> Outcome:
+    def ranks_finished(
+        cfg: SweepConfig, nproc: int | None, master_addr: str | None, master_port: int | None
+    ) -> Outcome:
         return Outcome(0, synth_run(Path(cfg.output), CASES[:1], seed=1, raw=False))
 
     monkeypatch.setattr(sys.modules["commbench.cli.sweep"], "run", ranks_finished)  # the group shadows the module name

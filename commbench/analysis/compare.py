@@ -127,6 +127,7 @@ def describe(key: tuple) -> str:
     return (
         f"{parts['op']}/{parts['variant']}/{parts['phase']} {parts['dtype']} {parts['mode']} "
         f"{format_size(int(parts['size_bytes']))} n={int(parts['world_size'])}"
+        + ("" if parts["group"] == "world" else f" --group {parts['group']}")
     )
 
 
@@ -138,7 +139,7 @@ def _nothing_in_common(base: pd.DataFrame, cand: pd.DataFrame, baseline: Path, c
         if not b & c:
             shown = lambda vs: ",".join(sorted(map(str, vs))[:4])  # noqa: E731
             apart.append(f"{column} {shown(b)} vs {shown(c)}")
-    why = "; ".join(apart) if apart else "no (op, variant, phase, dtype, mode, size, world size) is in both"
+    why = "; ".join(apart) if apart else "no (op, variant, phase, dtype, mode, size, world size, group) is in both"
     return UserError(
         f"{baseline} and {candidate} have no measured row in common ({why}): compare runs of the same ops and sizes"
     )

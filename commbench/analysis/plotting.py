@@ -87,6 +87,11 @@ def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png") -> list
     charts = build_charts(read_results(csv_paths))
     if not charts:
         raise UserError(f"nothing to plot in {', '.join(map(str, csv_paths))}: no row has status ok")
+    return write_charts(charts, out_dir, fmt)
+
+
+def write_charts(charts: list[Chart], out_dir: Path, fmt: str) -> list[Path]:
+    """One file per chart in out_dir (created); returns the paths written."""
     out_dir = ensure_folder(Path(out_dir))
     written = []
     for chart in charts:
@@ -234,13 +239,17 @@ def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]]) -> None:
     for ax in (latency, busbw):
         if ax is not None:
             _size_axis(ax, sizes)
-    latency.set_yscale("log")
-    # Plain numbers (200, 1000, 5000) read faster than 2x10^2 on a latency axis.
-    latency.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}" if y >= 1 else f"{y:g}"))
-    latency.yaxis.set_minor_formatter(NullFormatter())
+    _log_time_axis(latency)
     latency.set_ylabel("time per op (µs): p50 line, min..p95 band")
     (busbw or latency).legend(fontsize="small", loc="upper left")
+
+
+def _log_time_axis(ax) -> None:
+    """A log time axis labelled in plain numbers (200, 1,000, 5,000), which read faster than 2x10^2."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}" if y >= 1 else f"{y:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]]) -> None:

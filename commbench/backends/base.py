@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
+from commbench.launchers import HOST_ENV
+
 if TYPE_CHECKING:
     from commbench.launchers import Launch
 
@@ -61,7 +63,7 @@ class Backend(ABC):
 
     def __init__(self) -> None:
         self.rank = 0
-        self.node_rank = 0
+        self.node_rank: int | None = 0  # None where the launcher does not say
         self.world_size = 1
         self.local_rank = 0
         self.device = torch.device("cpu")
@@ -208,4 +210,5 @@ class Backend(ABC):
 
     def node_info(self) -> dict[str, Any]:
         """Where this rank runs, for provenance and diagnosis."""
-        return {"rank": self.rank, "host": socket.gethostname(), "node_rank": self.node_rank, "pid": os.getpid()}
+        host = os.environ.get(HOST_ENV) or socket.gethostname()
+        return {"rank": self.rank, "host": host, "node_rank": self.node_rank, "pid": os.getpid()}

@@ -11,6 +11,7 @@ from commbench import __version__
 from commbench.cli.compare import compare
 from commbench.cli.env import env
 from commbench.cli.list import list_
+from commbench.cli.model import model
 from commbench.cli.plot import plot
 from commbench.cli.report import report
 from commbench.cli.sweep import sweep
@@ -61,3 +62,4 @@ main.add_command(plot)
 main.add_command(report)
 main.add_command(compare)
 main.add_command(syncbn)
+main.add_command(model)

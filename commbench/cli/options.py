@@ -13,6 +13,7 @@ import click
 
 from commbench.errors import UserError
 from commbench.run.config import DTYPES, MODES, Outcome, SweepConfig
+from commbench.run.groups import GROUPS
 
 F = Callable[..., Any]
 
@@ -49,6 +50,18 @@ launch_options = _compose(
         show_default=True,
         help="Seconds a collective may take before the rank ends with a diagnosis.",
     ),
+    click.option(
+        "--master-addr",
+        default=None,
+        help="Under srun or mpirun: rank 0's host, reachable from every rank "
+        "(default: MASTER_ADDR, else 127.0.0.1 on one host, else SLURM's first node).",
+    ),
+    click.option(
+        "--master-port",
+        type=click.IntRange(1, 65535),
+        default=None,
+        help="Under srun or mpirun: the rendezvous port (default: MASTER_PORT, else derived from the job id, else 29500).",
+    ),
 )
 
 measure_options = _compose(
@@ -75,6 +88,14 @@ measure_options = _compose(
         "--check/--no-check", default=True, show_default=True, help="Verify every result and count wrong elements."
     ),
     click.option("--raw", is_flag=True, help="Also write per-iteration, per-rank samples to <output>.raw.csv."),
+    click.option(
+        "--group",
+        type=click.Choice(GROUPS),
+        default="world",
+        show_default=True,
+        help="Ranks each op runs among: world (all), intra (one group per host, all groups at once), "
+        "inter (one group per local rank index, across hosts).",
+    ),
 )
 
 # Reading results back (plot, report) and charting after a run (sweep, syncbn).
@@ -111,12 +132,12 @@ def build_config(
     )
 
 
-def run(cfg: SweepConfig, nproc: int | None) -> Outcome:
+def run(cfg: SweepConfig, nproc: int | None, master_addr: str | None, master_port: int | None) -> Outcome:
     """Run the sweep as one rank of a launcher's job, or by spawning local ranks."""
     from commbench.launchers import detect
     from commbench.run.launch import start
 
-    return start(cfg, nproc, detect())
+    return start(cfg, nproc, detect(master_addr=master_addr, master_port=master_port))
 
 
 def chart_after(outcome: Outcome, plot: bool) -> None:

@@ -47,10 +47,7 @@ class RootedOp(Op):
 
     def world_error(self, world_size: int) -> str | None:
         if self.root >= world_size:
-            return (
-                f"--root {self.root} is not a rank of this {world_size}-rank run: "
-                f"give a rank from 0 to {world_size - 1}"
-            )
+            return f"--root {self.root} is not one of the {world_size} ranks: give a rank from 0 to {world_size - 1}"
         return None
 
     def note(self, args: CollArgs) -> str:

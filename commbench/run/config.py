@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
+from commbench.run.groups import GROUPS, layout, refusal
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -42,6 +44,7 @@ class SweepConfig:
     timeout: float = 300.0
     op_options: dict[str, str] = field(default_factory=dict)
     variants: tuple[str, ...] = ()  # --variant: only these, for each op that has any of them
+    group: str = "world"  # --group: world, intra or inter (commbench/run/groups.py)
     command: str = ""
 
     def __post_init__(self) -> None:
@@ -63,6 +66,8 @@ class SweepConfig:
             raise UserError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
         if self.window < 1:
             raise UserError(f"--window must be at least 1 (got {self.window})")
+        if self.group not in GROUPS:
+            raise UserError(f"unknown group {self.group!r}; valid groups: {', '.join(GROUPS)}")
         if not self.timeout > 0:
             raise UserError(f"--timeout must be a positive number of seconds (got {self.timeout})")
 
@@ -107,17 +112,22 @@ class RunFacts:
     run_id: str
     hosts: str
     node_ranks: str
+    rank_hosts: tuple[str, ...]  # every rank's host, by rank
 
 
 class PeerError(Exception):
     """Another rank reported the error; it prints it, this rank exits quietly."""
 
 
-def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> RunFacts:
+def agree(
+    backend: Backend, cfg: SweepConfig, error: str | None, ranks_error: Callable[[int], str | None] | None = None
+) -> RunFacts:
     """Compare the configuration across ranks, share any rank's refusal, and rank 0's run facts.
 
     An error found by one rank (its memory, rank 0's output file) stops every rank: the rank that
-    found it raises a UserError with the message, the others a quiet PeerError.
+    found it raises a UserError with the message, the others a quiet PeerError. What every rank
+    sees (options that differ between ranks, a --group the hosts cannot form, ranks_error(n): an
+    option the ops cannot use on the n ranks of each group, such as --root) rank 0 reports.
     """
     mine = {
         "fingerprint": cfg.fingerprint(),
@@ -126,7 +136,13 @@ def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> RunFacts:
         "run_id": uuid.uuid4().hex[:12],
     }
     everyone = backend.all_gather_object(mine)
-    if (message := _inconsistent(everyone)) is not None:
+    hosts = [e["node"]["host"] for e in everyone]
+    message = _inconsistent(everyone) or refusal(cfg.group, hosts)
+    if message is None and ranks_error is not None:
+        message = ranks_error(len(layout(cfg.group, hosts)[0]))
+        if message is not None and cfg.group != "world":
+            message += f" (under --group {cfg.group}, ranks count within each group)"
+    if message is not None:
         if backend.rank == 0:  # one report, not one per rank
             raise UserError(message)
         raise PeerError(message)
@@ -137,10 +153,16 @@ def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> RunFacts:
             raise UserError(message)
         raise PeerError(message)
     nodes = [e["node"] for e in everyone]
+    # Where the launcher does not number the nodes (mpirun over several hosts), hosts are numbered in rank order.
+    numbered = {host: i for i, host in enumerate(dict.fromkeys(hosts))}
     return RunFacts(
         run_id=everyone[0]["run_id"],
-        hosts=";".join(sorted({n["host"] for n in nodes})),
-        node_ranks=";".join(f"{n['rank']}@{n['host']}/{n['node_rank']}" for n in nodes),
+        hosts=";".join(sorted(numbered)),
+        node_ranks=";".join(
+            f"{n['rank']}@{n['host']}/{numbered[n['host']] if n['node_rank'] is None else n['node_rank']}"
+            for n in nodes
+        ),
+        rank_hosts=tuple(hosts),
     )
 
 

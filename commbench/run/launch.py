@@ -1,4 +1,5 @@
-"""How a sweep starts: in-process under a launcher (torchrun), or by spawning local ranks.
+"""How a sweep starts: in-process under a launcher (torchrun, horovodrun, srun, mpirun), or by
+spawning local ranks.
 
 Spawned ranks rendezvous through a TCPStore that this process hosts on 127.0.0.1, with Gloo and
 NCCL bound to the loopback interface, so a bare `commbench sweep` opens nothing beyond this
@@ -24,7 +25,15 @@ from typing import IO, Any
 import click
 
 from commbench.errors import ExitCode, UserError
-from commbench.launchers import CONFIG_ENV, HOROVOD_LAUNCH_HINT, LAUNCHER_PID_ENV, Launch
+from commbench.launchers import (
+    CONFIG_ENV,
+    HOROVOD_LAUNCH_HINT,
+    LAUNCHER_PID_ENV,
+    RANK_COUNT_OPTION,
+    TORCH_ENV_KINDS,
+    Launch,
+    export_torch_env,
+)
 from commbench.ops import build_ops, world_error
 from commbench.results.schema import check_writable, default_output
 from commbench.run.config import Outcome, SweepConfig
@@ -49,8 +58,11 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch) -> Outcome:
         if cfg.backend == "horovod" and launch.kind != "horovodrun":
             raise UserError(HOROVOD_LAUNCH_HINT)
         if nproc is not None:
-            how = "-np" if launch.kind == "horovodrun" else "--nproc_per_node"
+            how = RANK_COUNT_OPTION[launch.kind]
             raise UserError(f"--nproc is for spawning local ranks; under {launch.kind} use {how} instead")
+        if launch.kind in TORCH_ENV_KINDS:
+            # torch's env:// rendezvous reads torchrun's variables; srun and mpirun set their own.
+            export_torch_env(launch)
         return run_worker(cfg, launch)
     nproc = default_nproc(cfg.backend) if nproc is None else nproc
     if nproc < 1:

@@ -19,6 +19,7 @@ from commbench.ops.base import Op, Point
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
 from commbench.run.config import Outcome, RunFacts, SweepConfig, agree
+from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import CollArgs, measure
 from commbench.run.progress import ProgressBoard, connect_store
 from commbench.run.resources import memory_error
@@ -57,24 +58,24 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     watchdog.arm("agreeing on the configuration across ranks")
     path = None
     # Every rank checks its own host or device; rank 0 alone owns the output file.
-    error = world_error(ops, backend.world_size) or memory_error(
-        ops, cfg.sizes, backend.world_size, backend.device, launch.local_world_size
-    )
+    error = memory_error(ops, cfg.sizes, backend.world_size, backend.device, launch.local_world_size)
     if lead and error is None:
         try:
             path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
         except UserError as exc:
             error = exc.format_message()
-    facts = agree(backend, cfg, error)
+    facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
+    watchdog.arm(f"creating the --group {cfg.group} process groups")
+    grouping = form_groups(backend, cfg.group, facts.rank_hosts)
     watchdog.disarm()
-    sink = _open_sink(cfg, backend, facts, path) if lead and path is not None else None
+    sink = _open_sink(cfg, backend, facts, path, grouping) if lead and path is not None else None
     try:
         wrong_total = 0
         for op in ops:
             if sink:
-                sink.section(f"{op.name} on {backend.world_size} ranks")
+                sink.section(f"{op.name} on {backend.world_size} ranks{_in_groups(grouping)}")
             for dtype in cfg.dtypes:
-                wrong_total += _sweep_op(cfg, backend, op, dtype, watchdog, sink, board)
+                wrong_total += _sweep_op(cfg, grouping, op, dtype, watchdog, sink, board)
     except CollectiveFailure as exc:
         watchdog.disarm()  # this path diagnoses; the watchdog must not race it with a second report
         detail = bounded(board.diagnose, 4 * watchdog.poll_s + 5)
@@ -93,11 +94,13 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, path)
 
 
-def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path) -> Sink:
+def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, grouping: Grouping) -> Sink:
     base = {
         "run_id": facts.run_id,
         "mode": cfg.mode,
         "world_size": backend.world_size,
+        "group": grouping.kind,
+        "group_size": grouping.size,
         "backend": cfg.backend,
         "iters": cfg.iters,
         "warmup": cfg.warmup,
@@ -109,24 +112,36 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path) -> Sin
     }
     print(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
-        f"{backend.world_size} ranks on {facts.hosts}, mode {cfg.mode}, {cfg.iters} iters, "
+        f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, {cfg.iters} iters, "
         f"{cfg.warmup} warm-up; results -> {path}",
         flush=True,
     )
     return Sink(path, base, cfg.overwrite, cfg.raw)
 
 
+def _in_groups(grouping: Grouping) -> str:
+    return "" if grouping.kind == "world" else f", --group {grouping.kind} (groups of {grouping.size})"
+
+
 def _sweep_op(
-    cfg: SweepConfig, backend: Backend, op: Op, dtype: str, watchdog: Watchdog, sink: Sink | None, board: ProgressBoard
+    cfg: SweepConfig,
+    grouping: Grouping,
+    op: Op,
+    dtype: str,
+    watchdog: Watchdog,
+    sink: Sink | None,
+    board: ProgressBoard,
 ) -> int:
     """Every point x variant x phase of one op in one dtype; variants interleave per point for fairness."""
     seen: set[tuple[str, str, int]] = set()
     wrong_total = 0
     torch_dtype = getattr(torch, dtype)
+    backend = grouping.backend  # the ops see their group's ranks
 
     def unavailable(variant: str) -> str | None:
         return (
-            backend.dtype_unavailable(torch_dtype)
+            grouping.unavailable
+            or backend.dtype_unavailable(torch_dtype)
             or op.dtype_unavailable(torch_dtype)
             or op.unavailable(variant, backend)
         )
@@ -166,7 +181,7 @@ def _sweep_op(
                         label=label,
                     )
                 except RuntimeError as exc:
-                    raise CollectiveFailure(f"rank {backend.rank}: {label} failed: {_first_sentence(exc)}") from exc
+                    raise CollectiveFailure(f"rank {board.rank}: {label} failed: {_first_sentence(exc)}") from exc
                 if sink:
                     sink.measured(
                         Measured(
