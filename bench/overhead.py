@@ -11,15 +11,12 @@ Target: <= 1.05 at every size.
 
 from __future__ import annotations
 
-import argparse
-import multiprocessing as mp
-import os
-import socket
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
+from ranks import arguments, join_group, run_ranks
 
 SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20]
 
@@ -36,27 +33,13 @@ def bare_loop(backend, out: torch.Tensor, inp: torch.Tensor, iters: int) -> list
     return times
 
 
-def rank_main(rank: int, world: int, port: int, rounds: int, iters: int, queue) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        GLOO_SOCKET_IFNAME="lo",
-    )
-    from commbench.backends.gloo import GlooBackend
-    from commbench.launchers import detect
+def rank_main(rank: int, world: int, port: int, queue, rounds: int, iters: int) -> None:
     from commbench.ops.all_gather import AllGather
     from commbench.ops.base import Point
     from commbench.run.harness import CollArgs, measure
     from commbench.run.watchdog import Watchdog
 
-    torch.set_num_threads(1)  # as commbench's spawner does: two ranks share the cores
-    if hasattr(os, "sched_setaffinity"):  # one core per rank: fewer migrations, less noise for both loops
-        os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
-    backend = GlooBackend()
-    backend.init(300, detect())
+    backend = join_group(rank, world, port)
     watchdog = Watchdog(300, rank)
     op = AllGather()
     results = []
@@ -97,25 +80,9 @@ def rank_main(rank: int, world: int, port: int, rounds: int, iters: int, queue) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--iters", type=int, default=20)
+    parser = arguments(__doc__)
     opts = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [
-        ctx.Process(target=rank_main, args=(r, opts.ranks, port, opts.rounds, opts.iters, queue))
-        for r in range(opts.ranks)
-    ]
-    for p in procs:
-        p.start()
-    results = queue.get()
-    for p in procs:
-        p.join()
+    results = run_ranks(rank_main, opts.ranks, opts.rounds, opts.iters)
     print(f"# all_gather (flat) on {opts.ranks} Gloo ranks, {opts.rounds} interleaved rounds x {opts.iters} iters")
     print(f"{'size':>10} {'harness p50 (us)':>18} {'bare p50 (us)':>15} {'harness/bare (median of rounds)':>32}")
     worst = 0.0

@@ -30,6 +30,7 @@ class Case:
     status: str = "ok"
     factors_by_size: dict[int, float] = field(default_factory=dict)
     bytes_scale: float = 1.0  # S = size x this, count = size / 4: variants moving other bytes for one workload
+    latency_only: bool = False  # a barrier: algbw and busbw empty (give sizes=(0,))
 
 
 def base_time_us(size: int) -> float:
@@ -93,7 +94,8 @@ def synth_run(
                 "phase": case.phase,
                 "size_bytes": int(size * case.bytes_scale),
             }
-            algbw, busbw = bandwidth_gbps(key["size_bytes"], stats.time_us_p50, (world_size - 1) / world_size)
+            factor = None if case.latency_only else (world_size - 1) / world_size
+            algbw, busbw = bandwidth_gbps(key["size_bytes"], stats.time_us_p50, factor)
             wrong = 3 if case.status == "wrong" else 0
             writer.write(
                 {

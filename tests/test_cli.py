@@ -127,7 +127,11 @@ def test_sweep_under_torchrun(tmp_path, nproc):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     df = pd.read_csv(out)
     core = df[df.op.isin(["all_gather", "reduce_scatter_base"])]
-    assert len(core) == 2 * 2 * 3
+    assert len(core) == 2 * 3 * 3  # flat, list, inplace at each size
+    assert (df.wrong.fillna(0) == 0).all()  # every op checks out under torchrun, the new family included
+    assert {"all_to_all", "broadcast", "reduce", "gather", "scatter", "sendrecv", "barrier"} <= set(
+        df[df.status == "ok"].op
+    )
     assert (core.world_size == nproc).all() and (core.wrong == 0).all()
     # sizes round to a multiple of the world size, and the bytes moved are reported
     assert (core["count"] % nproc == 0).all()

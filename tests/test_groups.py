@@ -165,7 +165,7 @@ def test_groups_of_one_rank_are_unavailable_rows_saying_why(tmp_path):
     proc = commbench("sweep", "--op", "all_gather", "--sizes", "8", "--group", "inter", "--no-plot", "-o", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     frame = pd.read_csv(out)
-    assert set(frame.status) == {"unavailable"} and set(frame.variant) == {"flat", "list"}
+    assert set(frame.status) == {"unavailable"} and set(frame.variant) == {"flat", "list", "inplace"}
     assert set(frame.group) == {"inter"} and set(frame.group_size) == {1}
     assert set(frame.note) == {
         "--group inter makes groups of one rank (every rank is on one host): nothing to exchange"

@@ -320,3 +320,17 @@ def test_sync_bn_strategies_are_compared_at_equal_channels_not_equal_bytes(tmp_p
     assert list(ax.get_lines()[0].get_xdata()) == [s // 4 for s in SIZES]  # the channel counts
     assert all(1.7 < v < 2.3 for v in ax.get_lines()[0].get_ydata())
     assert ax.get_xlabel().startswith("channels C")
+
+
+def test_a_latency_only_op_gets_a_latency_chart_without_a_bandwidth_panel(tmp_path: Path) -> None:
+    cases = [Case("barrier", "barrier", sizes=(0,), latency_only=True), Case("all_gather", "flat")]
+    frame = read_results([synth_run(tmp_path / "b.csv", cases, seed=5, raw=False)])
+    assert frame[frame.op == "barrier"].busbw_gbps.isna().all()  # the CSV cells are empty
+    charts = {c.name: c for c in build_charts(frame)}
+    (latency,) = charts["barrier-comm"].figure.axes
+    assert len(latency.patches) == 1 and "latency only" in charts["barrier-comm"].caption
+    assert len(charts["all_gather-comm"].figure.axes) == 2
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "b.csv"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "<h3>barrier · comm</h3>" in out.read_text()

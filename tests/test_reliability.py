@@ -288,7 +288,7 @@ def test_two_torchrun_nodes_on_loopback_record_both_node_ranks(tmp_path):
     assert [n.returncode for n in nodes] == [0, 0], results
     frame = _read(out)
     host = socket.gethostname()
-    assert len(frame) == 4 and (frame["world_size"] == 2).all()
+    assert len(frame) == 2 * 3 and (frame["world_size"] == 2).all()  # 2 sizes x flat, list, inplace
     assert set(frame["node_ranks"]) == {f"0@{host}/0;1@{host}/1"}
 
 

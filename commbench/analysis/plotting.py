@@ -265,10 +265,13 @@ def _size_chart(name: str, group: pd.DataFrame) -> Chart:
     series = sorted(_series(measured), key=palette.order)
     one_size = measured["size_bytes"].nunique() == 1
     multiples = not one_size and len(series) > MAX_BANDS
+    # A latency-only op (a barrier: S = 0) has no bandwidth: one panel, and the caption says why.
+    latency_only = bool(measured["busbw_gbps"].isna().all())
     variants = len(palette.variants)
-    fig = Figure(figsize=(12, 4.8 + (2.6 * math.ceil(variants / 4) if multiples else 0)), layout="constrained")
+    width = 6.5 if latency_only else 12
+    fig = Figure(figsize=(width, 4.8 + (2.6 * math.ceil(variants / 4) if multiples else 0)), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=(4.8, 2.6 * math.ceil(variants / 4))) if multiples else (fig, None)
-    latency, busbw = top.subplots(1, 2)
+    latency, busbw = (top.subplots(), None) if latency_only else top.subplots(1, 2)
     if one_size:
         _draw_bars(latency, busbw, series, palette)
     else:
@@ -276,19 +279,23 @@ def _size_chart(name: str, group: pd.DataFrame) -> Chart:
     if bottom is not None:
         _draw_multiples(bottom, series, palette)
     latency.set_title("latency" + (" (min..p95 bands below, per variant)" if multiples else ""))
-    busbw.set_ylabel("busbw (GB/s, from p50 time)")
-    busbw.set_ylim(bottom=0)
-    busbw.set_title("bus bandwidth")
+    if busbw is not None:
+        busbw.set_ylabel("busbw (GB/s, from p50 time)")
+        busbw.set_ylim(bottom=0)
+        busbw.set_title("bus bandwidth")
     what = (
         f"at its one workload size S = {format_size(int(measured['size_bytes'].iloc[0]))}"
         if one_size
         else "against size"
     )
+    if latency_only:
+        what += " (latency only: S = 0, no bandwidth)"
     facts, left_out = _facts(measured), _left_out(group)
     fig.suptitle(f"{op} · {phase}\n{facts}", fontsize=11)
     if left_out:
         fig.text(0.5, -0.03, left_out, ha="center", fontsize=8, color="dimgray")
-    caption = f"{op} ({phase}): latency and busbw {what}; {facts}." + (f" {left_out}" if left_out else "")
+    shown = "latency" if latency_only else "latency and busbw"
+    caption = f"{op} ({phase}): {shown} {what}; {facts}." + (f" {left_out}" if left_out else "")
     return Chart(name=name, kind="size", figure=fig, caption=caption)
 
 
@@ -319,13 +326,15 @@ def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette:
         latency.plot(rows["size_bytes"], rows["time_us_p50"], markersize=4, label=label, **style)
         if bands:
             draw_band(latency, rows, color=style["color"])
-        busbw.plot(rows["size_bytes"], rows["busbw_gbps"], markersize=4, label=label, **style)
+        if busbw is not None:
+            busbw.plot(rows["size_bytes"], rows["busbw_gbps"], markersize=4, label=label, **style)
     sizes = pd.concat([rows["size_bytes"] for _, rows in series])
-    _size_axis(latency, sizes)
-    _size_axis(busbw, sizes)
+    for ax in (latency, busbw):
+        if ax is not None:
+            _size_axis(ax, sizes)
     _latency_axis(latency)
     latency.set_ylabel("time per op (µs): p50 line" + (", min..p95 band" if bands else ""))
-    _legend_outside(busbw)
+    _legend_outside(busbw or latency)
 
 
 def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Palette) -> None:
@@ -412,6 +421,8 @@ def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette: 
     _bars(latency, series, palette, p50, [f"{p:,.0f}" for p in p50], yerr=spread, capsize=3, ecolor="dimgray")
     latency.set_ylabel("time per op (µs): p50 bar, min..p95 whisker")
     latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}"))
+    if busbw is None:  # latency only (a barrier): its panel keeps the legend
+        return
     busbw_values = [float(rows["busbw_gbps"].iloc[0]) for _, rows in series]
     _bars(busbw, series, palette, busbw_values, [f"{b:.3g}" for b in busbw_values])
     if latency.get_legend() is not None:  # one legend per figure, beside the last panel

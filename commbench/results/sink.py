@@ -25,7 +25,7 @@ class Measured:
     dtype: str
     size_bytes: int
     count: int
-    bus_factor: float
+    bus_factor: float | None  # None: latency only, no bandwidth
     samples_us: Sequence[float]  # per iteration, the max over ranks
     per_rank_us: Sequence[Sequence[float]]
     wrong: int  # summed over ranks; -1 when the check was skipped

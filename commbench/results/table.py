@@ -40,7 +40,8 @@ def _text(key: str) -> Callable[[dict[str, Any]], str]:
 
 
 def _number(key: str, spec: str) -> Callable[[dict[str, Any]], str]:
-    return lambda row: format(row[key], spec)
+    """A number cell; '-' where the row has none (a barrier moves no bytes: no bandwidth)."""
+    return lambda row: "-" if row[key] is None or row[key] != row[key] else format(row[key], spec)
 
 
 TEXT_COLUMNS = ("op", "variant", "phase", "dtype")

@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
-from commbench.run.groups import GROUPS, refusal
+from commbench.run.groups import GROUPS, layout, refusal
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -133,12 +134,15 @@ class PeerError(Exception):
     """Another rank reported the error; it prints it, this rank exits quietly."""
 
 
-def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> RunFacts:
+def agree(
+    backend: Backend, cfg: SweepConfig, error: str | None, ranks_error: Callable[[int], str | None] | None = None
+) -> RunFacts:
     """Compare the configuration across ranks, share any rank's refusal, and rank 0's run facts.
 
     An error found by one rank (its memory, rank 0's output file) stops every rank: the rank that
     found it raises a UserError with the message, the others a quiet PeerError. What every rank
-    sees (options that differ between ranks, a --group the hosts cannot form) rank 0 reports.
+    sees (options that differ between ranks, a --group the hosts cannot form, ranks_error(n): an
+    option the ops cannot use on the n ranks of each group, such as --root) rank 0 reports.
     """
     mine = {
         "fingerprint": cfg.fingerprint(),
@@ -148,7 +152,12 @@ def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> RunFacts:
     }
     everyone = backend.all_gather_object(mine)
     hosts = [e["node"]["host"] for e in everyone]
-    if (message := _inconsistent(everyone) or refusal(cfg.group, hosts)) is not None:
+    message = _inconsistent(everyone) or refusal(cfg.group, hosts)
+    if message is None and ranks_error is not None:
+        message = ranks_error(len(layout(cfg.group, hosts)[0]))
+        if message is not None and cfg.group != "world":
+            message += f" (under --group {cfg.group}, ranks count within each group)"
+    if message is not None:
         if backend.rank == 0:  # one report, not one per rank
             raise UserError(message)
         raise PeerError(message)

@@ -33,6 +33,7 @@ from commbench.launchers import (
     Launch,
     export_torch_env,
 )
+from commbench.ops import build_ops, world_error
 from commbench.results.schema import resolve_output
 from commbench.run.config import Outcome, SweepConfig
 
@@ -73,6 +74,9 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
     if nproc is not None and nproc < 1:
         raise UserError(f"--nproc must be at least 1 (got {nproc})")
     nproc = default_nproc(cfg.backend) if nproc is None else nproc
+    # Options that depend on the number of ranks (--root) are checked before any rank starts.
+    if (error := world_error(build_ops(cfg.ops, cfg.op_options, cfg.variants), nproc)) is not None:
+        raise UserError(error)
     path = resolve_output(cfg.output, cfg.backend, nproc, cfg.overwrite, cfg.raw)
     _check_host(cfg, nproc, oversubscribe)
     # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.

@@ -14,7 +14,7 @@ from commbench.backends import load_backend
 from commbench.backends.base import Backend
 from commbench.errors import ExitCode, UserError
 from commbench.launchers import Launch
-from commbench.ops import build_ops, choose_variants
+from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
@@ -69,7 +69,7 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
             path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
         except UserError as exc:
             error = exc.format_message()
-    facts = agree(backend, cfg, error)
+    facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
     watchdog.arm(f"creating the --group {cfg.group} process groups")
     grouping = form_groups(backend, cfg.group, facts.rank_hosts)
     watchdog.disarm()
@@ -163,7 +163,8 @@ def _sweep_op(
             op.setup(args, point)
             waits_inside = op.completes_internally(variant)
             window = 1 if waits_inside else cfg.window_per_sample
-            note = WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else ""
+            notes = [WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "", op.note(args)]
+            note = "; ".join(n for n in notes if n)
             for phase in op.phases:
                 s_bytes = op.size_bytes(args, phase)
                 if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
