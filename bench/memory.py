@@ -31,18 +31,15 @@ import math
 import statistics
 from typing import Any
 
-import gloo_ranks
 import torch
+from ranks import join_group, run_ranks
 
-OPS = (
-    "all_gather",
-    "reduce_scatter_base",
-    "all_reduce",
-    "grouped_all_gather",
-    "bucketed_reduce_scatter",
-    "bucketed_all_reduce",
-    "sync_bn",
-)
+
+def measurable_ops() -> list[str]:
+    """Every registered op with buffers: the latency-only ones (barrier, no bus factor) hold none."""
+    from commbench.ops import registry
+
+    return [name for name, cls in registry().items() if cls.spec.bus_factor is not None]
 
 
 def workload(op: str, size: int, world: int, element_size: int) -> tuple[dict[str, str], int]:
@@ -95,37 +92,40 @@ def held_bytes(root: Any) -> int:
     return sum(storages.values())
 
 
-def rank_main(backend: Any, case: dict[str, Any]) -> dict[str, Any]:
+def rank_main(rank: int, world: int, port: int, queue: Any, case: dict[str, Any]) -> None:
+    from commbench.backends.copies import copies_of
     from commbench.ops import load_op
-    from commbench.run.harness import CollArgs, complete, measure, window_for
+    from commbench.ops.base import MemoryCase
+    from commbench.run.harness import CollArgs, complete, measure
     from commbench.run.resources import peak_bytes, reset_peak
     from commbench.run.watchdog import Watchdog
 
+    backend = join_group(rank, world, port)
     device = backend.device
     rss_at_check = reset_peak(device)  # where the memory guard reads what is available
     dtype = getattr(torch, case["dtype"])
     element_size = torch.empty((), dtype=dtype).element_size()
-    watchdog = Watchdog(900, backend.rank)
+    watchdog = Watchdog(900, rank)
     variant = case["variant"]
 
-    def run(size: int) -> tuple[Any, Any, Any, int]:
-        options, requested = workload(case["op"], size, backend.world_size, element_size)
+    def run(size: int) -> tuple[Any, Any, Any, int, int]:
+        options, requested = workload(case["op"], size, world, element_size)
         op = load_op(case["op"])(options)
         point = op.points([requested])[-1]
-        window = window_for(op, variant, case["window"])
-        args = CollArgs(backend=backend, dtype=dtype, variant=variant, window=window)
+        window = op.window_for(variant, case["window"])
+        args = CollArgs(backend=backend, dtype=dtype, variant=variant)
         op.setup(args, point)
         wrong = 0
         for phase in op.phases:
             m = measure(op, args, phase, iters=2, warmup=1, window=window, check=True, watchdog=watchdog, label="")
             wrong += m.wrong
-        return op, point, args, wrong
+        return op, point, args, window, wrong
 
     run(8)
     gc.collect()
     growth = peak_bytes(device) - rss_at_check
     base = reset_peak(device)
-    op, point, args, wrong = run(case["size"])
+    op, point, args, window, wrong = run(case["size"])
     peak = peak_bytes(device) - base
     buffers = held_bytes([args.input, args.output, args.expected, args.state])
     calls = 0
@@ -133,17 +133,28 @@ def rank_main(backend: Any, case: dict[str, Any]) -> dict[str, Any]:
         start = reset_peak(device)
         op.fill(args)
         op.before(args, phase)
-        for _ in range(args.window):
+        for _ in range(window):
             op.issue(args, phase)
         complete(args)
         calls = max(calls, peak_bytes(device) - start)
-    estimate = op.memory_bytes(CollArgs(backend=backend, dtype=dtype, variant=variant, window=args.window), point)
-    return {"peak": peak, "buffers": buffers, "calls": calls, "estimate": estimate, "wrong": wrong, "growth": growth}
+    memory_case = MemoryCase(world, variant, element_size, window, copies_of("gloo"), on_host=True)
+    mine = {
+        "peak": peak,
+        "buffers": buffers,
+        "calls": calls,
+        "estimate": op.memory_bytes(memory_case, point),
+        "wrong": wrong,
+        "growth": growth,
+    }
+    everyone = backend.all_gather_object(mine)
+    if rank == 0:
+        queue.put(everyone)
+    backend.close()
 
 
 def run_case(case: dict[str, Any], ranks: int) -> dict[str, Any]:
     """The case's figures on the rank with the highest peak (wrong: summed over ranks)."""
-    results = gloo_ranks.run(rank_main, ranks, case)
+    results = run_ranks(rank_main, ranks, case)
     worst = max(results, key=lambda r: r["peak"])
     return {**worst, "wrong": sum(r["wrong"] for r in results), "growth": max(r["growth"] for r in results)}
 
@@ -170,7 +181,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="256M")
     parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--ops", default=",".join(measurable_ops()), help="default: every op that moves data")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--window", type=int, default=1, help="ops in flight per sample (non-blocking mode's window)")
     opts = parser.parse_args()

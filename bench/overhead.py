@@ -11,14 +11,12 @@ Target: <= 1.05 at every size.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
 
-import gloo_ranks
 import torch
 import torch.distributed as dist
+from ranks import arguments, join_group, run_ranks
 
 SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20]
 
@@ -35,15 +33,13 @@ def bare_loop(backend, out: torch.Tensor, inp: torch.Tensor, iters: int) -> list
     return times
 
 
-def rank_main(backend, rounds: int, iters: int) -> list[tuple[int, float, float, float]]:
+def rank_main(rank: int, world: int, port: int, queue, rounds: int, iters: int) -> None:
     from commbench.ops.all_gather import AllGather
     from commbench.ops.base import Point
     from commbench.run.harness import CollArgs, measure
     from commbench.run.watchdog import Watchdog
 
-    rank = backend.rank
-    if hasattr(os, "sched_setaffinity"):  # one core per rank: fewer migrations, less noise for both loops
-        os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
+    backend = join_group(rank, world, port)
     watchdog = Watchdog(300, rank)
     op = AllGather()
     results = []
@@ -78,16 +74,15 @@ def rank_main(backend, rounds: int, iters: int) -> list[tuple[int, float, float,
                     bare_us += [max(col) for col in zip(*everyone)]
             ratios.append(statistics.median(harness_us[-iters:]) / statistics.median(bare_us[-iters:]))
         results.append((size, statistics.median(harness_us), statistics.median(bare_us), statistics.median(ratios)))
-    return results
+    if rank == 0:
+        queue.put(results)
+    backend.close()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--iters", type=int, default=20)
+    parser = arguments(__doc__)
     opts = parser.parse_args()
-    results = gloo_ranks.run(rank_main, opts.ranks, opts.rounds, opts.iters)[0]
+    results = run_ranks(rank_main, opts.ranks, opts.rounds, opts.iters)
     print(f"# all_gather (flat) on {opts.ranks} Gloo ranks, {opts.rounds} interleaved rounds x {opts.iters} iters")
     print(f"{'size':>10} {'harness p50 (us)':>18} {'bare p50 (us)':>15} {'harness/bare (median of rounds)':>32}")
     worst = 0.0

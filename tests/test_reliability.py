@@ -293,7 +293,7 @@ def test_two_torchrun_nodes_on_loopback_record_both_node_ranks(tmp_path):
     assert [n.returncode for n in nodes] == [0, 0], results
     frame = _read(out)
     host = socket.gethostname()
-    assert len(frame) == 4 and (frame["world_size"] == 2).all()
+    assert len(frame) == 2 * 3 and (frame["world_size"] == 2).all()  # 2 sizes x flat, list, inplace
     assert set(frame["node_ranks"]) == {f"0@{host}/0;1@{host}/1"}
 
 
@@ -311,9 +311,9 @@ def test_a_size_that_cannot_fit_is_refused_before_allocation(tmp_path):
     assert result.returncode == 2, result.stderr
     error = result.stderr.strip().splitlines()
     assert len(error) == 1, result.stderr
-    # input S/2, output S and Gloo's flat copy of the output: 2.5 S per rank
-    assert error[0].startswith("commbench: error: all_gather at 64G needs about 160G per rank x 2 ranks"), error
-    assert "available on this host (MemAvailable)" in error[0]
+    # Refused by the launcher: input S/2, output S and Gloo's flat copy of the output, 2.5 S per rank.
+    assert error[0].startswith("commbench: error: 2 ranks would need about 3"), error
+    assert "plus 160G each for all_gather at 64G" in error[0] and "available on this host (MemAvailable)" in error[0]
     assert not out.exists()
 
 
@@ -328,7 +328,7 @@ def test_memory_estimate_against_host_memory(tmp_path, monkeypatch):
 
     def need(size: int, op: Op = op, **options: object) -> int:
         cfg = SweepConfig(backend="gloo", ops=(op.name,), sizes=(8, size), **options)  # type: ignore[arg-type]
-        largest = resources.largest_need([op], cfg, backend)
+        largest = resources.largest_need([op], cfg, 2, on_host=True)
         assert largest is not None
         return largest[0]
 

@@ -13,12 +13,18 @@ import torch
 from commbench.ops import values
 from commbench.ops.all_gather import AllGather
 from commbench.ops.all_reduce import AllReduce
+from commbench.ops.all_to_all import AllToAll
 from commbench.ops.base import Op, Point
+from commbench.ops.broadcast import Broadcast
 from commbench.ops.bucketed_all_reduce import BucketedAllReduce
 from commbench.ops.bucketed_reduce_scatter import BucketedReduceScatter
 from commbench.ops.bucketer import average_
+from commbench.ops.gather import Gather
 from commbench.ops.grouped_all_gather import GroupedAllGather
+from commbench.ops.reduce import Reduce
 from commbench.ops.reduce_scatter_base import ReduceScatterBase
+from commbench.ops.scatter import Scatter
+from commbench.ops.sendrecv import SendRecv
 from commbench.ops.values import Values, summed
 from commbench.run.harness import CollArgs
 
@@ -42,8 +48,18 @@ def old_gradient_values(rank: int, tensor: int, numel: int, index: Any) -> Any:
     return ((index + 7 * tensor) % 13 + 1 + rank % 3) * (index < numel)
 
 
+def old_chunk_values(rank: int, splits: list[int], sending: bool, dtype: Any) -> Any:
+    sizes = torch.tensor(splits)
+    peer = torch.repeat_interleave(torch.arange(len(splits)), sizes)
+    index = torch.arange(int(sizes.sum())) - (torch.cumsum(sizes, 0) - sizes)[peer]
+    values = (3 * rank + 5 * peer + index) % 13 + 1 if sending else (3 * peer + 5 * rank + index) % 13 + 1
+    return values.to(dtype)
+
+
 class FakeBackend:
     """Enough of a backend for setup, fill and the check, without a process group."""
+
+    reduce_keeps_non_root = True
 
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank, self.world_size, self.device = rank, world_size, torch.device("cpu")
@@ -65,7 +81,7 @@ class Case:
 
 
 def _listed(x: Any) -> list[Any]:
-    return [x] if torch.is_tensor(x) else list(x)
+    return [] if x is None else [x] if torch.is_tensor(x) else list(x)
 
 
 def _gather_inputs(r, n, dtype, args):
@@ -148,6 +164,62 @@ def _rows(args):
     return list(args.output)
 
 
+def _per_rank(args):
+    return args.count // args.backend.world_size
+
+
+def _broadcast_inputs(r, n, dtype, args):
+    return [old_contribution(0, args.count, dtype) if r == 0 else torch.zeros(args.count, dtype=dtype)]
+
+
+def _broadcast(r, n, dtype, args):
+    return [old_contribution(0, args.count, dtype)]
+
+
+def _reduced_at_root(r, n, dtype, args):
+    return _reduced(r, n, dtype, args) if r == 0 else _reduce_inputs(r, n, dtype, args)
+
+
+def _own(r, n, dtype, args):
+    return [old_contribution(r, _per_rank(args), dtype)]
+
+
+def _every(r, n, dtype, args):
+    return [torch.cat([old_contribution(q, _per_rank(args), dtype) for q in range(n)])]
+
+
+def _gather_result(r, n, dtype, args):
+    return [*(_every(r, n, dtype, args) if r == 0 else []), *_own(r, n, dtype, args)]
+
+
+def _gather_results(args):
+    return [*_listed(args.output), args.input]
+
+
+def _scatter_inputs_root(r, n, dtype, args):
+    return _every(r, n, dtype, args) if r == 0 else []
+
+
+def _scatter_result(r, n, dtype, args):
+    return [*_own(r, n, dtype, args), *(_every(r, n, dtype, args) if r == 0 else [])]
+
+
+def _scatter_results(args):
+    return [args.output, *_listed(args.input)]
+
+
+def _ring_received(r, n, dtype, args):
+    return [old_contribution((r - 1) % n, args.count, dtype)]
+
+
+def _routed_inputs(r, n, dtype, args):
+    return [old_chunk_values(r, args.state.send, True, dtype)]
+
+
+def _routed(r, n, dtype, args):
+    return [old_chunk_values(r, args.state.receive, False, dtype)]
+
+
 CASES = {
     "all_gather/flat": Case(AllGather(), "flat", 4000, _gather_inputs, _gathered, _outputs),
     "all_gather/list": Case(AllGather(), "list", 4000, _gather_inputs, _gathered, _outputs),
@@ -162,6 +234,16 @@ CASES = {
     "bucketed_all_reduce": Case(
         BucketedAllReduce(TENSORS), "per_tensor", 1, _grad_inputs(False), _grad_averages, _in_place
     ),
+    "all_gather/inplace": Case(AllGather(), "inplace", 4000, _gather_inputs, _gathered, _outputs),
+    "reduce_scatter_base/inplace": Case(ReduceScatterBase(), "inplace", 4000, _scatter_inputs, _scattered, _outputs),
+    "broadcast": Case(Broadcast(), "flat", 4000, _broadcast_inputs, _broadcast, _in_place),
+    "reduce": Case(Reduce(), "flat", 4000, _reduce_inputs, _reduced_at_root, _in_place),
+    "gather": Case(Gather(), "flat", 4000, _own, _gather_result, _gather_results),
+    "scatter": Case(Scatter(), "flat", 4000, _scatter_inputs_root, _scatter_result, _scatter_results),
+    "sendrecv/ring": Case(SendRecv(), "ring", 4000, _reduce_inputs, _ring_received, _outputs),
+    "all_to_all/single": Case(AllToAll(), "single", 4000, _routed_inputs, _routed, _outputs),
+    "all_to_all/list": Case(AllToAll(), "list", 4000, _routed_inputs, _routed, _outputs),
+    "all_to_all/uneven": Case(AllToAll(), "uneven", 4000, _routed_inputs, _routed, _outputs),
 }
 
 
@@ -201,8 +283,10 @@ def test_fill_and_check_give_the_values_of_the_old_formulas(name, dtype, n, smal
         args = _set_up(case, rank, n, dtype)
         inputs = [t.reshape(-1) for t in _listed(args.input)]
         old = [t.reshape(-1) for t in case.old_inputs(rank, n, dtype, args)]
-        assert torch.equal(torch.cat(inputs), torch.cat(old))
-        for out in [] if args.output is None else _listed(args.output):
+        assert torch.equal(
+            torch.cat([*inputs, torch.empty(0, dtype=dtype)]), torch.cat([*old, torch.empty(0, dtype=dtype)])
+        )
+        for out in [] if case.variant == "inplace" else _listed(args.output):  # in place, the input is in it
             assert not out.any()  # cleared, so a stale result cannot pass
         _write(case.result(args), case.old_result(rank, n, dtype, args))
         assert case.op.wrong(args, "comm") == 0

@@ -14,6 +14,7 @@ class NcclBackend(TorchDistBackend):
     """torch.distributed over NCCL; rank r uses cuda:LOCAL_RANK and CUDA-synchronises before every clock read."""
 
     name = "nccl"
+    reduce_keeps_non_root = True  # ncclReduce reads the non-root buffers and writes only the root's
 
     def select_device(self) -> torch.device:
         if not torch.cuda.is_available():
@@ -29,11 +30,6 @@ class NcclBackend(TorchDistBackend):
 
     def init_kwargs(self) -> dict[str, Any]:
         return {"device_id": self.device}
-
-    def scratch_bytes(self, call: str, full_bytes: int, in_flight: int = 1) -> int:
-        # ProcessGroupNCCL moves the list forms through one flat copy per call (newLikeFlat), held in the
-        # caching allocator until the call completes; the flat forms and all_reduce need none.
-        return full_bytes * in_flight if call in ("all_gather_list", "reduce_scatter_list") else 0
 
     def coalescing_device(self) -> torch.device | None:
         return self.device

@@ -1,14 +1,18 @@
-"""all_gather: rank r's k elements land at [r*k, (r+1)*k) of every rank's output."""
+"""all_gather: rank r's k elements land at [r*k, (r+1)*k) of every rank's output.
+
+`inplace` is nccl-tests' in-place column: each rank's input is a view of its own chunk of the output.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, elements_for
-from commbench.ops.values import CHUNK_TEMPORARY_BYTES, Values
+from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
+    from commbench.backends.base import Backend
     from commbench.run.harness import CollArgs
 
 
@@ -17,45 +21,58 @@ def contribution(rank: int) -> Values:
     return Values(lambda j: (j + 3 * rank) % 11 + 1, period=11)
 
 
+def gathered_wrong(parts: list[Any]) -> int:
+    """Wrong elements of a gathered result: part r must hold rank r's contribution."""
+    return sum(contribution(r).wrong(part) for r, part in enumerate(parts))
+
+
 class AllGather(Op):
-    """Flat output (all_gather_into_tensor and its renames) or a list of n outputs."""
+    """Flat output (all_gather_into_tensor and its renames), a list of n outputs, or flat in place."""
 
     spec = OpSpec(
         name="all_gather",
         summary="every rank contributes count/n elements; all ranks receive all of them",
         s_definition="S = gathered output bytes = per-rank count x element size x n",
         bus_factor=GATHER_FACTOR,
-        variants=("flat", "list"),
+        variants=("flat", "list", "inplace"),
     )
 
-    def memory_bytes(self, args: CollArgs, point: Point) -> int:
-        # Input (S/n) and output (S); the result is checked against values computed chunk by chunk.
+    def unavailable(self, variant: str, backend: Backend) -> str | None:
+        return backend.missing("all_gather_inplace") if variant == "inplace" else None
+
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # The output (S) and the input (S/n, none in place); the result is checked against values
+        # computed chunk by chunk.
         s = point.size_bytes
-        scratch = args.backend.scratch_bytes(
-            "all_gather_flat" if args.variant == "flat" else "all_gather_list", s, args.window
-        )
-        return s // args.world_size + s + scratch + CHUNK_TEMPORARY_BYTES
+        own = 0 if case.variant == "inplace" else s // case.world_size
+        call = "all_gather_list" if case.variant == "list" else "all_gather_flat"
+        return s + own + case.transport(call, s) + chunk_temporaries(s)
 
     def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
         args.count = elements_for(point.size_bytes, args.element_size, n)
-        args.input = torch.empty(args.count // n, dtype=args.dtype, device=args.device)
+        per_rank = args.count // n
         flat = torch.empty(args.count, dtype=args.dtype, device=args.device)
-        args.output = flat if args.variant == "flat" else list(flat.chunk(n))
+        if args.variant == "inplace":
+            args.input = flat[args.rank * per_rank : (args.rank + 1) * per_rank]
+        else:
+            args.input = torch.empty(per_rank, dtype=args.dtype, device=args.device)
+        args.output = list(flat.chunk(n)) if args.variant == "list" else flat
 
     def fill(self, args: CollArgs) -> None:
-        contribution(args.rank).write(args.input)
+        # Outputs first: in place, the input is part of the output.
         for out in self._outputs(args):
             out.zero_()
+        contribution(args.rank).write(args.input)
 
     def issue(self, args: CollArgs, phase: str) -> None:
-        if args.variant == "flat":
-            args.issue(args.backend.all_gather_flat(args.output, args.input))
-        else:
+        if args.variant == "list":
             args.issue(args.backend.all_gather_list(args.output, args.input))
+        else:
+            args.issue(args.backend.all_gather_flat(args.output, args.input))
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        return sum(contribution(r).wrong(out) for r, out in enumerate(self._outputs(args)))
+        return gathered_wrong(self._outputs(args))
 
     @staticmethod
     def _outputs(args: CollArgs) -> list[Any]:

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution
-from commbench.ops.base import REDUCE_FACTOR, Op, OpSpec, Point, elements_for
-from commbench.ops.values import CHUNK_TEMPORARY_BYTES, summed
+from commbench.ops.base import REDUCE_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.values import chunk_temporaries, summed
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
@@ -24,10 +24,10 @@ class AllReduce(Op):
         variants=("flat",),
     )
 
-    def memory_bytes(self, args: CollArgs, point: Point) -> int:
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
         # The one buffer (S): refilled from the value formula, not from a saved copy of the input.
         s = point.size_bytes
-        return s + args.backend.scratch_bytes("all_reduce", s, args.window) + CHUNK_TEMPORARY_BYTES
+        return s + case.transport("all_reduce", s) + chunk_temporaries(s)
 
     def setup(self, args: CollArgs, point: Point) -> None:
         args.count = elements_for(point.size_bytes, args.element_size, 1)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from commbench.backends.copies import Copies, no_copies
 from commbench.lazy import torch
 from commbench.units import format_size
 
@@ -39,6 +40,7 @@ class BusFactor:
 
 GATHER_FACTOR = BusFactor("(n-1)/n", lambda n: (n - 1) / n)
 REDUCE_FACTOR = BusFactor("2(n-1)/n", lambda n: 2 * (n - 1) / n)
+UNIT_FACTOR = BusFactor("1", lambda n: 1.0)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class OpSpec:
     name: str
     summary: str
     s_definition: str
-    bus_factor: BusFactor
+    bus_factor: BusFactor | None  # None: latency only (S = 0), algbw and busbw are left empty
     variants: tuple[str, ...]
     phases: tuple[str, ...] = ("comm",)
     # The variant the others are measured against in speedup charts; None: no speedup chart.
@@ -109,16 +111,33 @@ def count_wrong(actual: Any, expected: Any, tolerance: tuple[float, float] | Non
     return int((~ok).sum().item())
 
 
-# glibc's malloc serves requests below its mmap threshold, which rises with use up to 32 MiB on 64-bit
-# hosts, from per-thread heaps that keep freed memory resident and fragment: temporaries of such sizes
-# that come and go every iteration leave up to about twice their size resident (bench/memory.py, the
-# bucketed reduce-scatters). Larger ones are unmapped when freed.
+@dataclass(frozen=True)
+class MemoryCase:
+    """What an op's memory estimate depends on besides its point: all known before any rank starts."""
+
+    world_size: int
+    variant: str
+    element_size: int  # bytes per element of the dtype
+    window: int = 1  # ops issued per sample before they complete (the non-blocking window)
+    copies: Copies = no_copies  # what the transport allocates in its calls (commbench.backends.copies)
+    on_host: bool = True  # tensors in host memory, where the C allocator's heap keeps freed temporaries
+
+    def transport(self, call: str, full_bytes: float, in_flight: int | None = None) -> int:
+        """Bytes the transport allocates for `in_flight` (default: the window's) calls of one kind."""
+        return self.copies(call, int(full_bytes), self.world_size, self.window if in_flight is None else in_flight)
+
+    def heap_kept(self, temporaries: Sequence[float]) -> int:
+        """Host bytes the C allocator may keep resident after these per-iteration temporaries are freed.
+
+        glibc's malloc serves requests below its mmap threshold, which rises with use up to 32 MiB on
+        64-bit hosts, from per-thread heaps that keep freed memory resident and fragment: temporaries
+        of such sizes that come and go every iteration leave up to about twice their size resident
+        (bench/memory.py, the bucketed reduce-scatters). Larger ones are unmapped when freed.
+        """
+        return int(2 * sum(t for t in temporaries if t < HEAP_LIMIT)) if self.on_host else 0
+
+
 HEAP_LIMIT = 32 << 20
-
-
-def heap_kept(device: Any, temporaries: Sequence[float]) -> int:
-    """Host bytes the C allocator may keep resident after these per-iteration temporaries are freed."""
-    return int(2 * sum(t for t in temporaries if t < HEAP_LIMIT)) if device.type == "cpu" else 0
 
 
 def elements_for(size_bytes: int, element_size: int, multiple: int) -> int:
@@ -154,6 +173,21 @@ class Op(ABC):
         """Why this op cannot run in dtype (a torch.dtype), or None when it can."""
         return None
 
+    def world_error(self, world_size: int) -> str | None:
+        """Why this op, with its options, cannot run on world_size ranks (a one-line message), or None.
+
+        Checked before ranks are spawned where the launching process knows their number, and by
+        the ranks themselves once they have joined."""
+        return None
+
+    def note(self, args: CollArgs) -> str:
+        """What a reader of this case's row must know (a rank that sat out, realised splits); after setup()."""
+        return ""
+
+    def window_for(self, variant: str, window_per_sample: int) -> int:
+        """Ops per timed sample: the non-blocking window, or 1 where the variant waits inside issue()."""
+        return 1 if self.completes_internally(variant) else window_per_sample
+
     def completes_internally(self, variant: str) -> bool:
         """True when the variant waits for its own collectives inside issue() (a bucketer's flush,
         a layer that needs its gathered statistics), so non-blocking mode cannot overlap them."""
@@ -163,11 +197,10 @@ class Op(ABC):
         """The workloads to measure; ops with a workload of their own return theirs."""
         return [Point.of_size(s) for s in requested]
 
-    def memory_bytes(self, args: CollArgs, point: Point) -> int:
-        """Peak bytes per rank above the runtime that setup(args, point) and measuring it will reach: the
-        op's buffers, any copy it keeps, and what the transport allocates for its calls
-        (args.backend.scratch_bytes, args.window calls in flight). Estimated before anything is
-        allocated: args holds only backend, dtype, variant and window."""
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        """Peak bytes per rank above the runtime that setting up and measuring this case reaches: the
+        op's buffers, any copy it keeps, and what the transport allocates in its calls
+        (case.transport). Estimated before anything is allocated, without torch."""
         return int(self.memory_factor * point.size_bytes)
 
     @abstractmethod
@@ -197,6 +230,6 @@ class Op(ABC):
         """
         return args.count * args.element_size
 
-    def bus_factor(self, world_size: int) -> float:
-        """busbw = algbw x this factor (nccl-tests' normalisation)."""
-        return self.spec.bus_factor(world_size)
+    def bus_factor(self, world_size: int) -> float | None:
+        """busbw = algbw x this factor (nccl-tests' normalisation); None for a latency-only op."""
+        return None if self.spec.bus_factor is None else self.spec.bus_factor(world_size)

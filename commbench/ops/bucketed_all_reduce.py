@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.base import REDUCE_FACTOR, OpOption, OpSpec, Point
-from commbench.ops.bucketer import AllReduceBucketer, average_, message_buckets
+from commbench.ops.base import REDUCE_FACTOR, MemoryCase, OpOption, OpSpec, Point
+from commbench.ops.bucketer import AllReduceBucketer, average_, buckets_of
 from commbench.ops.gradients import TENSORS, GradientStep, gradient_values
-from commbench.ops.values import CHUNK_TEMPORARY_BYTES, Values, summed
+from commbench.ops.values import Values, chunk_temporaries, summed
 from commbench.units import format_count, parse_count
 
 if TYPE_CHECKING:
@@ -50,14 +50,17 @@ class BucketedAllReduce(GradientStep):
         self.message_sizes = {"per_tensor": 1, **{f"bucketed_{format_count(m)}": m for m in sizes}}
         self.variants = tuple(self.message_sizes)
 
-    def memory_bytes(self, args: CollArgs, point: Point) -> int:
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
         # The gradients, and a flat copy of every bucket of more than one tensor: all of a step's
         # buckets (window steps' in non-blocking mode) are in flight before the first is waited on.
-        like = [torch.empty(k, dtype=args.dtype, device="meta") for k in self.numels]
-        buckets = message_buckets(like, self.message_sizes[args.variant])
+        buckets = buckets_of([(None, k) for k in self.numels], self.message_sizes[case.variant])
         copied = sum(self.numels[i] for bucket in buckets if len(bucket) > 1 for i in bucket)
-        scratch = args.backend.scratch_bytes("all_reduce", max(self.numels) * args.element_size, args.window)
-        return (sum(self.numels) + copied * args.window) * args.element_size + scratch + CHUNK_TEMPORARY_BYTES
+        copies = case.transport("all_reduce", max(self.numels) * case.element_size)
+        return (
+            (sum(self.numels) + copied * case.window) * case.element_size
+            + copies
+            + chunk_temporaries(max(self.numels) * case.element_size)
+        )
 
     def setup(self, args: CollArgs, point: Point) -> None:
         args.input = [torch.empty(k, dtype=args.dtype, device=args.device) for k in self.numels]

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from commbench.errors import UserError
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, HEAP_LIMIT, OpOption, OpSpec, Point, heap_kept
+from commbench.ops.base import GATHER_FACTOR, HEAP_LIMIT, MemoryCase, OpOption, OpSpec, Point
 from commbench.ops.bucketer import ReduceScatterBucketer
 from commbench.ops.gradients import TENSORS, GradientStep, gradient_values, padded
-from commbench.ops.values import CHUNK_TEMPORARY_BYTES, summed
+from commbench.ops.values import chunk_temporaries, summed
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
@@ -70,46 +70,41 @@ class BucketedReduceScatter(GradientStep):
     def completes_internally(self, variant: str) -> bool:
         return variant != "per_tensor"  # a bucket's flush waits before the next tensor is packed
 
-    def memory_bytes(self, args: CollArgs, point: Point) -> int:
-        n, e = args.world_size, args.element_size
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        n, e = case.world_size, case.element_size
         grads = [padded(k, n) * e for k in self.numels]
         held = sum(grads) * (1 + 1 / n)  # the gradients and their output shards
-        cap = self._cap_bytes(args)
+        cap = self._cap_bytes(case.variant, n, e)
         if cap is None:  # per_tensor: every gradient's reduce-scatter in flight at once
-            scratch = args.backend.scratch_bytes("reduce_scatter_flat", sum(grads), args.window)
-            return int(held) + scratch + CHUNK_TEMPORARY_BYTES
+            return int(held) + case.transport("reduce_scatter_flat", sum(grads)) + chunk_temporaries(max(grads))
         bucket = n * int(cap / e / n) * e  # n rows of ReduceScatterBucketer.shard_size columns
         # A bucket (n shards and its output shard) lives from its first use; a partly filled one is
         # copied to be contiguous at its flush (then a new output shard replaces the old); a gradient
         # larger than a bucket's shard goes alone, concatenated, with an output of its own.
-
-        def rs_scratch(full: float) -> int:
-            return args.backend.scratch_bytes("reduce_scatter_flat", int(full))
-
-        flush = [0 if args.variant == "flat" else bucket, rs_scratch(bucket)]
+        flush = [0 if case.variant == "flat" else bucket, case.transport("reduce_scatter_flat", bucket)]
         oversize = [g for g in grads if g // n > bucket // n]
         alone = max(oversize, default=0)
-        direct = [alone, alone / n, rs_scratch(alone)]
+        direct = [alone, alone / n, case.transport("reduce_scatter_flat", alone)]
         below = max((g for g in oversize if g < HEAP_LIMIT), default=0)  # the largest the heap may keep
-        heap = [*flush, bucket / n, below, below / n, rs_scratch(below)]
-        transient = max(sum(flush), sum(direct)) + heap_kept(args.device, heap)
-        return int(held + bucket * (1 + 1 / n) + transient) + CHUNK_TEMPORARY_BYTES
+        heap = [*flush, bucket / n, below, below / n, case.transport("reduce_scatter_flat", below)]
+        transient = max(sum(flush), sum(direct)) + case.heap_kept(heap)
+        return int(held + bucket * (1 + 1 / n) + transient) + chunk_temporaries(max(grads))
 
     def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
         args.input = [torch.empty(padded(k, n), dtype=args.dtype, device=args.device) for k in self.numels]
         args.output = [torch.empty(g.numel() // n, dtype=args.dtype, device=args.device) for g in args.input]
         args.count = sum(g.numel() for g in args.input)
-        if (cap := self._cap_bytes(args)) is not None:
+        if (cap := self._cap_bytes(args.variant, n, args.element_size)) is not None:
             args.state = ReduceScatterBucketer(args.backend.reduce_scatter_flat, n, cap / 2**20)
 
-    def _cap_bytes(self, args: CollArgs) -> float | None:
+    def _cap_bytes(self, variant: str, world_size: int, element_size: int) -> float | None:
         """The variant's bucket cap in bytes; None for per_tensor (no bucketer)."""
-        if args.variant == "per_tensor":
+        if variant == "per_tensor":
             return None
-        if args.variant == "flat":  # the bucketer with one bucket that holds exactly the whole workload
-            return sum(padded(k, args.world_size) for k in self.numels) * args.element_size + 1
-        return self.caps_mb[args.variant] * 2**20
+        if variant == "flat":  # the bucketer with one bucket that holds exactly the whole workload
+            return sum(padded(k, world_size) for k in self.numels) * element_size + 1
+        return self.caps_mb[variant] * 2**20
 
     def issue(self, args: CollArgs, phase: str) -> None:
         if args.variant == "per_tensor":

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point
+from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpSpec, Point
 from commbench.ops.gradients import TENSORS, tensors_option
-from commbench.ops.values import CHUNK_TEMPORARY_BYTES, Values
+from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -68,22 +68,22 @@ class GroupedAllGather(Op):
             return [Point(f"{len(self.numels)} tensors", 0)]
         return super().points(requested)
 
-    def memory_bytes(self, args: CollArgs, point: Point) -> int:
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
         # Inputs, outputs (n x), concat's packed input, and the transport's copies for the gathers in flight.
-        numels = self._numels(args, point)
-        n, e = args.world_size, args.element_size
+        numels = self._numels(point, case.element_size, case.world_size)
+        n, e = case.world_size, case.element_size
         mine, gathered = sum(numels) * e, n * sum(numels) * e
-        if args.variant == "separate":  # one gather per tensor: the transport may copy any of them
-            scratch = args.backend.scratch_bytes("all_gather_flat", n * max(numels) * e, len(numels) * args.window)
-        elif args.variant == "concat":
-            scratch = mine * args.window + args.backend.scratch_bytes("all_gather_flat", gathered, args.window)
+        if case.variant == "separate":  # one gather per tensor: the transport may copy any of them
+            copies = case.transport("all_gather_flat", n * max(numels) * e, len(numels) * case.window)
+        elif case.variant == "concat":
+            copies = mine * case.window + case.transport("all_gather_flat", gathered)
         else:
-            scratch = args.backend.scratch_bytes("all_gather_group", gathered, args.window)
-        return mine + gathered + scratch + CHUNK_TEMPORARY_BYTES
+            copies = case.transport("all_gather_group", gathered)
+        return mine + gathered + copies + chunk_temporaries(gathered)
 
     def setup(self, args: CollArgs, point: Point) -> None:
         n, dtype, device = args.world_size, args.dtype, args.device
-        numels = self._numels(args, point)
+        numels = self._numels(point, args.element_size, n)
         args.input = [torch.empty(k, dtype=dtype, device=device) for k in numels]
         if args.variant == "concat":  # one gathered buffer, split back into views (PyTorch's SyncBN)
             args.state = torch.empty(n, sum(numels), dtype=dtype, device=device)
@@ -92,11 +92,11 @@ class GroupedAllGather(Op):
             args.output = [torch.empty(n, k, dtype=dtype, device=device) for k in numels]
         args.count = n * sum(numels)
 
-    def _numels(self, args: CollArgs, point: Point) -> list[int]:
+    def _numels(self, point: Point, element_size: int, world_size: int) -> list[int]:
         """Elements per rank of each tensor: --tensors, or SyncBN's (1, C, C) statistics."""
         if self.numels:
             return list(self.numels)
-        c = channels_for(point.size_bytes, args.element_size, args.world_size)
+        c = channels_for(point.size_bytes, element_size, world_size)
         return [1, c, c]
 
     def fill(self, args: CollArgs) -> None:

@@ -1,14 +1,18 @@
-"""reduce_scatter_base: n shards summed over ranks; rank r keeps shard r."""
+"""reduce_scatter_base: n shards summed over ranks; rank r keeps shard r.
+
+`inplace` is nccl-tests' in-place column: the output is a view of the rank's own shard of the input.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, elements_for
-from commbench.ops.values import CHUNK_TEMPORARY_BYTES, Values, summed
+from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.values import Values, chunk_temporaries, summed
 
 if TYPE_CHECKING:
+    from commbench.backends.base import Backend
     from commbench.run.harness import CollArgs
 
 
@@ -18,40 +22,56 @@ def shard_values(rank: int, s: int, shard: int) -> Values:
 
 
 class ReduceScatterBase(Op):
-    """Flat input (reduce_scatter_tensor and its renames) or a list of n inputs, summed."""
+    """Flat input (reduce_scatter_tensor and its renames), a list of n inputs, or flat in place; summed."""
 
     spec = OpSpec(
         name="reduce_scatter_base",
         summary="sum n shards over ranks; rank r keeps shard r",
         s_definition="S = full input bytes per rank = shard count x element size x n",
         bus_factor=GATHER_FACTOR,
-        variants=("flat", "list"),
+        variants=("flat", "list", "inplace"),
     )
 
-    def memory_bytes(self, args: CollArgs, point: Point) -> int:
-        # Input (S) and output (S/n); the result is checked against values computed chunk by chunk.
+    def unavailable(self, variant: str, backend: Backend) -> str | None:
+        return backend.missing("reduce_scatter_inplace") if variant == "inplace" else None
+
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # The input (S) and the output (S/n, none in place); the result is checked against values
+        # computed chunk by chunk, and in place the input is refilled from them, not from a copy.
         s = point.size_bytes
-        call = "reduce_scatter_flat" if args.variant == "flat" else "reduce_scatter_list"
-        return s + s // args.world_size + args.backend.scratch_bytes(call, s, args.window) + CHUNK_TEMPORARY_BYTES
+        own = 0 if case.variant == "inplace" else s // case.world_size
+        call = "reduce_scatter_list" if case.variant == "list" else "reduce_scatter_flat"
+        return s + own + case.transport(call, s) + chunk_temporaries(s)
 
     def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
         args.count = elements_for(point.size_bytes, args.element_size, n)
+        shard = args.count // n
         flat = torch.empty(args.count, dtype=args.dtype, device=args.device)
-        args.input = flat if args.variant == "flat" else list(flat.chunk(n))
-        args.output = torch.empty(args.count // n, dtype=args.dtype, device=args.device)
+        args.input = list(flat.chunk(n)) if args.variant == "list" else flat
+        if args.variant == "inplace":
+            args.output = flat[args.rank * shard : (args.rank + 1) * shard]
+        else:
+            args.output = torch.empty(shard, dtype=args.dtype, device=args.device)
 
     def fill(self, args: CollArgs) -> None:
         shard = args.output.numel()
+        if args.variant != "inplace":  # in place, the output is part of the input written below
+            args.output.zero_()
         for s, dst in enumerate(self._inputs(args)):
             shard_values(args.rank, s, shard).write(dst)
-        args.output.zero_()
+
+    def before(self, args: CollArgs, phase: str) -> None:
+        # In place, the result overwrites this rank's input shard: refill (untimed) so every sample
+        # reduces the same numbers, as all_reduce does.
+        if args.variant == "inplace":
+            self.fill(args)
 
     def issue(self, args: CollArgs, phase: str) -> None:
-        if args.variant == "flat":
-            args.issue(args.backend.reduce_scatter_flat(args.output, args.input))
-        else:
+        if args.variant == "list":
             args.issue(args.backend.reduce_scatter_list(args.output, args.input))
+        else:
+            args.issue(args.backend.reduce_scatter_flat(args.output, args.input))
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         shard = args.output.numel()

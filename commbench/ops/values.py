@@ -22,9 +22,6 @@ from commbench.ops.base import count_wrong
 # Elements per chunk: the temporaries of one chunk (the int64 index, the formula's terms, the float64
 # copies a tolerant comparison makes) stay at a few MiB, next to buffers of hundreds.
 CHUNK = 1 << 16
-# Bytes those temporaries reach at most, for memory estimates (measured: up to 7.6 MiB, checking
-# bfloat16 against a tolerance; 2-4 MiB otherwise).
-CHUNK_TEMPORARY_BYTES = 128 * CHUNK
 
 
 @dataclass(frozen=True)
@@ -72,6 +69,13 @@ class Values:
         if self.period is None or self.period > CHUNK:
             return None
         return CHUNK // self.period * self.period
+
+
+def chunk_temporaries(largest_buffer_bytes: float) -> int:
+    """Bytes the fill and check of buffers up to this size add at most, for memory estimates: about
+    128 bytes per element of a chunk (measured: up to 7.6 MiB for full chunks, checking bfloat16
+    against a tolerance; 2-4 MiB otherwise)."""
+    return 128 * min(CHUNK, int(largest_buffer_bytes))
 
 
 def summed(parts: Sequence[Values]) -> Values:

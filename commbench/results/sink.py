@@ -4,7 +4,7 @@ table and the progress line. Rows are built here, next to the schema they fill."
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ class Measured:
     dtype: str
     size_bytes: int
     count: int
-    bus_factor: float
+    bus_factor: float | None  # None: latency only, no bandwidth
     samples_us: Sequence[float]  # per iteration, the max over ranks
     per_rank_us: Sequence[Sequence[float]]
     wrong: int  # summed over ranks; -1 when the check was skipped
@@ -44,9 +44,12 @@ class Sink:
         self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
         self.raw = CsvAppender(raw_path(path), RAW_COLUMNS, overwrite=overwrite) if raw else None
         self.done = 0
+        self.table = table.Table.fitted({})
 
-    def section(self, title: str) -> None:
-        print(table.header(title), flush=True)
+    def section(self, title: str, names: dict[str, Iterable[str]]) -> None:
+        """A header for the rows that follow, its columns fitted to the names they will print."""
+        self.table = table.Table.fitted(names)
+        print(self.table.header(title), flush=True)
 
     def progress(self, label: str) -> None:
         self.done += 1
@@ -56,7 +59,7 @@ class Sink:
         row = {**self.base, "timestamp": _now(), "op": op, "variant": variant, "dtype": dtype}
         row.update(status="unavailable", note=reason)
         self.writer.write(row)
-        print(table.line(row), flush=True)
+        print(self.table.line(row), flush=True)
 
     def measured(self, m: Measured) -> None:
         row = self.row(m)
@@ -68,7 +71,7 @@ class Sink:
                 for r, samples in enumerate(m.per_rank_us)
                 for i, t in enumerate(samples)
             )
-        print(table.line(row), flush=True)
+        print(self.table.line(row), flush=True)
 
     def row(self, m: Measured) -> dict[str, Any]:
         stats = Stats.from_samples(m.samples_us)

@@ -27,7 +27,6 @@ class CollArgs:
     dtype: torch.dtype
     variant: str
     async_op: bool = True
-    window: int = 1  # ops issued per sample before they complete (the non-blocking window)
     wait_objs: list[Work] = field(default_factory=list)
     count: int = 0
     input: Any = None
@@ -57,11 +56,6 @@ class CollArgs:
             self.wait_objs.append(work)
         else:
             work.wait()
-
-
-def window_for(op: Op, variant: str, window_per_sample: int) -> int:
-    """Ops per timed sample: the non-blocking window, or 1 where the variant waits inside issue()."""
-    return 1 if op.completes_internally(variant) else window_per_sample
 
 
 def unavailable(op: Op, variant: str, backend: Backend, dtype: torch.dtype) -> str | None:

@@ -1,7 +1,10 @@
-"""Refuse a sweep whose largest size cannot fit in memory, before anything is allocated.
+"""Refuse what this host cannot run, before anything is started or allocated: more local ranks
+than its cores and memory carry, more nccl ranks than GPUs, a largest size that cannot fit.
 
 An out-of-memory kill half-way through a long sweep loses the node, and on a GPU an allocation
 failure can leave the process group wedged; a one-line refusal with the estimate costs nothing.
+The host checks are torch-free, so the launching process runs them before it spawns a rank.
+Also here: measuring a peak (reset_peak, peak_bytes), for bench/memory.py and device checks.
 """
 
 from __future__ import annotations
@@ -9,21 +12,32 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from commbench.backends.base import Backend
+from commbench.backends.copies import copies_of
+from commbench.lazy import torch
 from commbench.ops import choose_variants
-from commbench.ops.base import Op, Point
-from commbench.run.config import SweepConfig
-from commbench.run.harness import CollArgs, unavailable, window_for
+from commbench.ops.base import MemoryCase, Op, Point
+from commbench.run.config import DTYPE_BYTES, SweepConfig
 from commbench.units import format_size
 
-# What a rank adds to its resident memory after the check while it measures a case of negligible
-# size (buffers the process group and the timed loop allocate on first use; measured with bench/memory.py).
+if TYPE_CHECKING:
+    from commbench.backends.base import Backend
+
+# Host memory one rank holds besides its tensors: Python, torch and a Gloo process group. Peak RSS
+# measured 247 MiB per rank at 2, 4 and 8 ranks (torch 2.13 CPU; bench/rank_memory.py); RSS counts
+# shared library pages in full, so it is the safe side of what the ranks take together (PSS ~160 MiB).
+RANK_RUNTIME_BYTES = 256 << 20
+# What a running rank still adds after the in-rank check, measuring a case of negligible size (the
+# process group's and the timed loop's first-use buffers: 10-50 MiB in bench/memory.py).
 RUNTIME_GROWTH_BYTES = 64 << 20
+# Ranks per core before a local sweep stops measuring the transport: ranks wait on each other
+# in every collective, so a few share a core well, but each one spends a CPU-second or two
+# importing torch and every extra one stretches each iteration by another time slice.
+RANKS_PER_CORE = 8
+OVERSUBSCRIBE_FLAG = "--oversubscribe"
 
 
 def host_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
@@ -37,7 +51,15 @@ def host_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
     return None
 
 
-def device_available_bytes(device: torch.device) -> int | None:
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, as taskset or a container sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def device_available_bytes(device: Any) -> int | None:
     """Free memory on a CUDA device; None for host devices."""
     if device.type != "cuda":
         return None
@@ -45,36 +67,49 @@ def device_available_bytes(device: torch.device) -> int | None:
     return free
 
 
-def largest_need(ops: Sequence[Op], cfg: SweepConfig, backend: Backend) -> tuple[int, Op, Point] | None:
-    """(bytes per rank, op, point) of the most demanding case the sweep will run on this backend."""
-    needs = [(op.memory_bytes(args, point), op, point) for op, args, point in _cases(ops, cfg, backend)]
-    return max(needs, key=lambda need: need[0], default=None)
+Runnable = Callable[[Op, str, str], bool]  # (op, variant, dtype name) -> will this case run?
 
 
-def _cases(ops: Sequence[Op], cfg: SweepConfig, backend: Backend) -> Iterator[tuple[Op, CollArgs, Point]]:
-    """Every (op, arguments before set-up, point) that the sweep will measure on this backend."""
+def largest_need(
+    ops: Sequence[Op], cfg: SweepConfig, world_size: int, on_host: bool, runnable: Runnable | None = None
+) -> tuple[int, Op, Point] | None:
+    """(bytes per rank, op, point) of the sweep's most demanding case with world_size ranks, over its
+    dtypes, chosen variants (those runnable allows; all when it is None) and points; None when no
+    case runs. Torch-free: the launching process calls it before it starts a rank."""
+    copies = copies_of(cfg.backend)
+    needs = []
     for op in ops:
-        for torch_dtype in (getattr(torch, dtype) for dtype in cfg.dtypes):
+        for dtype in cfg.dtypes:
             for variant in choose_variants(op.variants, cfg.variants):
-                if unavailable(op, variant, backend, torch_dtype) is None:
-                    window = window_for(op, variant, cfg.window_per_sample)
-                    args = CollArgs(backend=backend, dtype=torch_dtype, variant=variant, window=window)
-                    yield from ((op, args, point) for point in op.points(cfg.sizes))
+                if runnable is not None and not runnable(op, variant, dtype):
+                    continue
+                window = op.window_for(variant, cfg.window_per_sample)
+                case = MemoryCase(world_size, variant, DTYPE_BYTES[dtype], window, copies, on_host)
+                needs += [(op.memory_bytes(case, point), op, point) for point in op.points(cfg.sizes)]
+    return max(needs, key=lambda need: need[0], default=None)
 
 
 def memory_error(ops: Sequence[Op], cfg: SweepConfig, backend: Backend, local_ranks: int | None = None) -> str | None:
     """Why the sweep cannot fit on this rank's host or device, or None when it fits (or cannot tell).
 
-    Checked in every rank once the process group is up, so the runtime of every local rank (torch,
-    the process group) is already resident and out of what is available; RUNTIME_GROWTH_BYTES is
-    what a rank still adds while it measures even the smallest case.
+    Checked in every rank once its process group is up (the launcher has checked its own host before
+    spawning, but a rank under torchrun, or on a GPU, is the first to know): the runtime of every
+    local rank is resident by then and out of what is available, and only the cases that run on this
+    backend count. RUNTIME_GROWTH_BYTES is what a rank still adds while it measures.
     """
-    if (largest := largest_need(ops, cfg, backend)) is None:
+    from commbench.run.harness import unavailable
+
+    device = backend.device
+    on_host = device.type != "cuda"
+
+    def runnable(op: Op, variant: str, dtype: str) -> bool:
+        return unavailable(op, variant, backend, getattr(torch, dtype)) is None
+
+    if (largest := largest_need(ops, cfg, backend.world_size, on_host, runnable)) is None:
         return None
     need, op, point = largest
     need += RUNTIME_GROWTH_BYTES
-    device = backend.device
-    if device.type == "cuda":
+    if not on_host:
         free, where, sharing = device_available_bytes(device), f"free on {device}", 1
     else:
         # Every rank on this host allocates the same tensors out of one pool of host memory.
@@ -87,6 +122,52 @@ def memory_error(ops: Sequence[Op], cfg: SweepConfig, backend: Backend, local_ra
         f"{op.name} at {point.label} needs about {format_size(need)} per rank{per_host}, but only "
         f"{format_size(free)} is {where}; lower {op.spec.workload_knobs}, or run fewer ranks per host"
     )
+
+
+def local_ranks_error(
+    nproc: int, ops: Sequence[Op], cfg: SweepConfig, on_host: bool, oversubscribe: bool = False
+) -> str | None:
+    """Why this host cannot start nproc local ranks, or None; checked before any rank is spawned.
+
+    The cores are a soft limit (--oversubscribe lifts it); the memory is not: past MemAvailable
+    the kernel kills processes, and not only commbench's. on_host: the ranks' tensors live in
+    host memory (gloo), so the sweep's largest case counts as well as each rank's runtime.
+    """
+    cores = usable_cores()
+    if nproc > RANKS_PER_CORE * cores and not oversubscribe:
+        return (
+            f"--nproc {nproc} is more ranks than this host runs well: at most {RANKS_PER_CORE} per core x {cores} "
+            f"core{'s' if cores > 1 else ''} = {RANKS_PER_CORE * cores} (beyond, the timings measure the scheduler); "
+            f"pass {OVERSUBSCRIBE_FLAG} to start them anyway"
+        )
+    free = host_available_bytes()
+    if free is None or _host_bytes(nproc, ops, cfg, on_host) <= free:
+        return None
+    largest = largest_need(ops, cfg, nproc, on_host=True) if on_host else None
+    need, op, point = largest or (0, None, None)
+    each = f"{format_size(RANK_RUNTIME_BYTES)} each to run"
+    remedies = []
+    # Some ops' tensors grow with the world size (sync_bn builds the whole batch): search, not divide.
+    low, high = 0, nproc
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if _host_bytes(mid, ops, cfg, on_host) <= free else (low, mid - 1)
+    if low > 0:
+        remedies.append(f"use --nproc {low} or fewer")
+    if op is not None and point is not None and need * 4 >= RANK_RUNTIME_BYTES:  # only where it matters
+        each += f" plus {format_size(need)} each for {op.name} at {point.label}"
+        remedies.append(f"lower {op.spec.workload_knobs}")
+    remedies.append("spread the ranks over hosts with torchrun")
+    return (
+        f"{nproc} rank{'s' if nproc > 1 else ''} would need about {format_size(_host_bytes(nproc, ops, cfg, on_host))} "
+        f"({each}), but only {format_size(free)} is available on this host (MemAvailable); {', or '.join(remedies)}"
+    )
+
+
+def _host_bytes(ranks: int, ops: Sequence[Op], cfg: SweepConfig, on_host: bool) -> int:
+    """Host memory `ranks` local ranks take: each one's runtime, and its tensors when they live on the host."""
+    largest = largest_need(ops, cfg, ranks, on_host=True) if on_host else None
+    return ranks * (RANK_RUNTIME_BYTES + (largest[0] if largest else 0))
 
 
 def _status_bytes(key: str) -> int:

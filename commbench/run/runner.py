@@ -14,12 +14,13 @@ from commbench.backends import load_backend
 from commbench.backends.base import Backend
 from commbench.errors import ExitCode, UserError
 from commbench.launchers import Launch
-from commbench.ops import build_ops, choose_variants
+from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
 from commbench.run.config import Outcome, RunFacts, SweepConfig, agree
-from commbench.run.harness import CollArgs, measure, unavailable, window_for
+from commbench.run.groups import Grouping, form_groups
+from commbench.run.harness import CollArgs, measure, unavailable
 from commbench.run.progress import ProgressBoard, connect_store
 from commbench.run.resources import memory_error
 from commbench.run.watchdog import Watchdog, bounded
@@ -38,7 +39,12 @@ def run_rank(cfg: SweepConfig, launch: Launch) -> Outcome:
     backend = load_backend(cfg.backend)()
     # The transport's own timeout is only a backstop: the watchdog fires first with the step's label and
     # a diagnosis, where NCCL's would abort the process with neither.
-    backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S, launch)
+    try:
+        backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S, launch)
+    except RuntimeError as exc:  # torch.distributed's errors: the store or a peer cannot be reached
+        raise CollectiveFailure(
+            f"rank {launch.rank}: could not join the process group: {_first_sentence(exc)}"
+        ) from exc
     try:
         return _sweep(cfg, launch, backend, ops)
     finally:
@@ -63,16 +69,19 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
             path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
         except UserError as exc:
             error = exc.format_message()
-    facts = agree(backend, cfg, error)
+    facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
+    watchdog.arm(f"creating the --group {cfg.group} process groups")
+    grouping = form_groups(backend, cfg.group, facts.rank_hosts)
     watchdog.disarm()
-    sink = _open_sink(cfg, backend, facts, path) if lead and path is not None else None
+    sink = _open_sink(cfg, backend, facts, path, grouping) if lead and path is not None else None
     try:
         wrong_total = 0
         for op in ops:
             if sink:
-                sink.section(f"{op.name} on {backend.world_size} ranks")
+                names = {"op": [op.name], "variant": op.variants, "phase": op.phases, "dtype": cfg.dtypes}
+                sink.section(f"{op.name} on {backend.world_size} ranks{_in_groups(grouping)}", names)
             for dtype in cfg.dtypes:
-                wrong_total += _sweep_op(cfg, backend, op, dtype, watchdog, sink, board)
+                wrong_total += _sweep_op(cfg, grouping, op, dtype, watchdog, sink, board)
     except CollectiveFailure as exc:
         watchdog.disarm()  # this path diagnoses; the watchdog must not race it with a second report
         detail = bounded(board.diagnose, 4 * watchdog.poll_s + 5)
@@ -91,11 +100,13 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, path)
 
 
-def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path) -> Sink:
+def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, grouping: Grouping) -> Sink:
     base = {
         "run_id": facts.run_id,
         "mode": cfg.mode,
         "world_size": backend.world_size,
+        "group": grouping.kind,
+        "group_size": grouping.size,
         "backend": cfg.backend,
         "iters": cfg.iters,
         "warmup": cfg.warmup,
@@ -107,31 +118,48 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path) -> Sin
     }
     print(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
-        f"{backend.world_size} ranks on {facts.hosts}, mode {cfg.mode}, {cfg.iters} iters, "
+        f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, {cfg.iters} iters, "
         f"{cfg.warmup} warm-up; results -> {path}",
         flush=True,
     )
     return Sink(path, base, cfg.overwrite, cfg.raw)
 
 
+def _in_groups(grouping: Grouping) -> str:
+    return "" if grouping.kind == "world" else f", --group {grouping.kind} (groups of {grouping.size})"
+
+
 def _sweep_op(
-    cfg: SweepConfig, backend: Backend, op: Op, dtype: str, watchdog: Watchdog, sink: Sink | None, board: ProgressBoard
+    cfg: SweepConfig,
+    grouping: Grouping,
+    op: Op,
+    dtype: str,
+    watchdog: Watchdog,
+    sink: Sink | None,
+    board: ProgressBoard,
 ) -> int:
     """Every point x variant x phase of one op in one dtype; variants interleave per point for fairness."""
     seen: set[tuple[str, str, int]] = set()
     wrong_total = 0
     torch_dtype = getattr(torch, dtype)
+    backend = grouping.backend  # the ops see their group's ranks
+
+    def reason(variant: str) -> str | None:
+        return grouping.unavailable or unavailable(op, variant, backend, torch_dtype)
+
     chosen = choose_variants(op.variants, cfg.variants)
     for variant in chosen:
-        if (reason := unavailable(op, variant, backend, torch_dtype)) is not None and sink:
-            sink.unavailable(op.name, variant, dtype, reason)
-    variants = [v for v in chosen if unavailable(op, v, backend, torch_dtype) is None]
+        if (why := reason(variant)) is not None and sink:
+            sink.unavailable(op.name, variant, dtype, why)
+    variants = [v for v in chosen if reason(v) is None]
     for point in op.points(cfg.sizes):
         for variant in variants:
-            window = window_for(op, variant, cfg.window_per_sample)
-            args = CollArgs(backend=backend, dtype=torch_dtype, variant=variant, window=window)
+            args = CollArgs(backend=backend, dtype=torch_dtype, variant=variant)
             op.setup(args, point)
-            note = WAITS_INSIDE_NOTE if op.completes_internally(variant) and cfg.mode == "nonblocking" else ""
+            waits_inside = op.completes_internally(variant)
+            window = op.window_for(variant, cfg.window_per_sample)
+            notes = [WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "", op.note(args)]
+            note = "; ".join(n for n in notes if n)
             for phase in op.phases:
                 s_bytes = op.size_bytes(args, phase)
                 if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
@@ -154,7 +182,7 @@ def _sweep_op(
                         label=label,
                     )
                 except RuntimeError as exc:
-                    raise CollectiveFailure(f"rank {backend.rank}: {label} failed: {_first_sentence(exc)}") from exc
+                    raise CollectiveFailure(f"rank {board.rank}: {label} failed: {_first_sentence(exc)}") from exc
                 if sink:
                     sink.measured(
                         Measured(
