@@ -222,6 +222,9 @@ def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]]) -> None:
         # min..p95: the fastest iteration bounds the low side; p95 rather than max on the high
         # side, because one descheduled iteration on a shared machine would swamp the chart.
         latency.fill_between(size, rows["time_us_min"], rows["time_us_p95"], color=line.get_color(), alpha=0.18)
+        latency.errorbar(
+            size, rows["time_us_p50"], yerr=_interval(rows), fmt="none", ecolor=line.get_color(), capsize=3
+        )
         busbw.plot(size, rows["busbw_gbps"], marker="o", markersize=3, label=label, color=line.get_color())
     sizes = pd.concat([rows["size_bytes"] for _, rows in series])
     _size_axis(latency, sizes)
@@ -231,7 +234,7 @@ def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]]) -> None:
     latency.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}" if y >= 1 else f"{y:g}"))
     latency.yaxis.set_minor_formatter(NullFormatter())
-    latency.set_ylabel("time per op (µs): p50 line, min..p95 band")
+    latency.set_ylabel("time per op (µs): p50 line with its 95% interval, min..p95 band", fontsize=9)
     busbw.legend(fontsize="small", loc="upper left")
 
 
@@ -242,13 +245,23 @@ def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]]) -> None:
     colors = [f"C{i}" for i in range(len(series))]
     p50 = rows["time_us_p50"].to_numpy()
     spread = [p50 - rows["time_us_min"].to_numpy(), rows["time_us_p95"].to_numpy() - p50]
-    latency.bar(labels, p50, yerr=spread, color=colors, capsize=4)
-    latency.set_ylabel("time per op (µs): p50 bar, min..p95 whisker")
+    latency.bar(labels, p50, yerr=spread, color=colors, capsize=4, error_kw={"alpha": 0.5})
+    latency.errorbar(labels, p50, yerr=_interval(rows), fmt="none", ecolor="black", capsize=6, elinewidth=2)
+    latency.set_ylabel("time per op (µs): p50 bar with its 95% interval, min..p95 whisker", fontsize=9)
     latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}"))
     busbw.bar(labels, rows["busbw_gbps"].to_numpy(), color=colors)
     for ax in (latency, busbw):
         ax.tick_params(axis="x", labelrotation=20)
         ax.grid(True, axis="y", alpha=0.3)
+
+
+def _interval(rows: pd.DataFrame) -> list:
+    """Distances from the p50 down to its interval's low end and up to its high end (0 where a
+    version-1 file has no interval)."""
+    p50 = rows["time_us_p50"].to_numpy(dtype=float)
+    lo = rows["time_us_p50_lo"].fillna(rows["time_us_p50"]).to_numpy(dtype=float)
+    hi = rows["time_us_p50_hi"].fillna(rows["time_us_p50"]).to_numpy(dtype=float)
+    return [p50 - lo, hi - p50]
 
 
 def _left_out(group: pd.DataFrame) -> str:

@@ -19,6 +19,14 @@ from commbench.errors import UserError
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
 
+# --iters auto: each (variant, phase, size) gets DEFAULT_TIME_PER_SIZE seconds of timed work, within
+# [min, max] iterations, in DEFAULT_ROUNDS interleaved rounds. docs/measurement.md says how these
+# were chosen.
+DEFAULT_TIME_PER_SIZE = 0.03
+DEFAULT_MIN_ITERS = 10
+DEFAULT_MAX_ITERS = 1000
+DEFAULT_ROUNDS = 3
+
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64")
 MODES = ("blocking", "nonblocking")
 
@@ -31,8 +39,13 @@ class SweepConfig:
     ops: tuple[str, ...]
     sizes: tuple[int, ...]
     dtypes: tuple[str, ...] = ("float32",)
-    iters: int = 20
+    iters: int | None = None  # None: auto, from the time budget
     warmup: int = 5
+    min_iters: int = DEFAULT_MIN_ITERS
+    max_iters: int = DEFAULT_MAX_ITERS
+    time_per_size: float = DEFAULT_TIME_PER_SIZE
+    rounds: int = DEFAULT_ROUNDS
+    precision: float | None = None  # stop a row once its p50's interval is this narrow (relative width)
     mode: str = "blocking"
     window: int = 8
     check: bool = True
@@ -55,8 +68,20 @@ class SweepConfig:
         for dtype in self.dtypes:
             if dtype not in DTYPES:
                 raise UserError(f"unknown dtype {dtype!r}; valid dtypes: {', '.join(DTYPES)}")
-        if self.iters < 1:
-            raise UserError(f"--iters must be at least 1 (got {self.iters})")
+        if self.iters is not None and self.iters < 1:
+            raise UserError(f"--iters must be at least 1 or auto (got {self.iters})")
+        if self.min_iters < 1:
+            raise UserError(f"--min-iters must be at least 1 (got {self.min_iters})")
+        if self.max_iters < self.min_iters:
+            raise UserError(
+                f"--max-iters ({self.max_iters}) is below --min-iters ({self.min_iters}); raise --max-iters"
+            )
+        if not self.time_per_size > 0:
+            raise UserError(f"--time-per-size must be a positive number of seconds (got {self.time_per_size})")
+        if self.rounds < 1:
+            raise UserError(f"--rounds must be at least 1 (got {self.rounds})")
+        if self.precision is not None and not 0 < self.precision < 1:
+            raise UserError(f"--precision must lie between 0% and 100%, e.g. 2% (got {self.precision:.4g})")
         if self.warmup < 0:
             raise UserError(f"--warmup cannot be negative (got {self.warmup})")
         if self.mode not in MODES:
@@ -65,6 +90,20 @@ class SweepConfig:
             raise UserError(f"--window must be at least 1 (got {self.window})")
         if not self.timeout > 0:
             raise UserError(f"--timeout must be a positive number of seconds (got {self.timeout})")
+
+    @property
+    def auto(self) -> bool:
+        """Iterations from the time budget (--iters auto) rather than a fixed count."""
+        return self.iters is None
+
+    @property
+    def iterations_text(self) -> str:
+        """How the iterations are chosen, for the run's header line."""
+        rounds = f" in {self.rounds} interleaved rounds" if self.rounds > 1 else ""
+        if self.iters is not None:
+            return f"{self.iters} iters{rounds}"
+        precision = f", or until the p50 is known to {self.precision:.3g}" if self.precision else ""
+        return f"auto iters ({self.time_per_size:g} s per case{precision}, {self.min_iters}..{self.max_iters}){rounds}"
 
     @property
     def window_per_sample(self) -> int:

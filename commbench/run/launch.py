@@ -25,6 +25,7 @@ import click
 
 from commbench.errors import ExitCode, UserError
 from commbench.launchers import CONFIG_ENV, HOROVOD_LAUNCH_HINT, LAUNCHER_PID_ENV, Launch
+from commbench.results.display import PROGRESS_MARK, Display, Status
 from commbench.results.schema import check_writable, default_output
 from commbench.run.config import Outcome, SweepConfig
 
@@ -95,10 +96,14 @@ def host_store(timeout_s: float) -> tuple[Any, int]:
     return store, port
 
 
-def _relay(stream: IO[str], err: bool, lock: threading.Lock) -> None:
+def _relay(stream: IO[str], err: bool, lock: threading.Lock, display: Display) -> None:
+    """Pass a rank's lines through; rank 0's progress lines become the display's progress."""
     for text in iter(stream.readline, ""):
         with lock:
-            click.echo(text, nl=False, err=err)
+            if not err and text.startswith(PROGRESS_MARK):
+                display.status(Status.from_line(text))
+            else:
+                display.write(text, err=err)
     stream.close()
 
 
@@ -110,6 +115,8 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
     procs: list[subprocess.Popen[str]] = []
     relays: list[threading.Thread] = []
     store = None
+    display: Display | None = None
+    lock = threading.Lock()
     try:
         store, port = host_store(cfg.timeout)
         env = {
@@ -129,7 +136,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
             # per core, or their thread pools spin against each other (sync_bn ran 100x slower).
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))),
         }
-        lock = threading.Lock()
+        display = Display()
         for rank in range(nproc):
             proc = subprocess.Popen(
                 [sys.executable, "-m", "commbench.run.worker"],
@@ -141,7 +148,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
             )
             procs.append(proc)
             for stream, err in ((proc.stdout, False), (proc.stderr, True)):
-                t = threading.Thread(target=_relay, args=(stream, err, lock), daemon=True)
+                t = threading.Thread(target=_relay, args=(stream, err, lock, display), daemon=True)
                 t.start()
                 relays.append(t)
         code = _supervise(procs, cfg.timeout, store)
@@ -151,6 +158,9 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
         code = ExitCode.INTERRUPTED
     for t in relays:
         t.join(timeout=2)
+    if display is not None:
+        with lock:
+            display.close()
     _say_where(code, Path(cfg.output))
     return code
 
