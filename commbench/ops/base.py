@@ -109,6 +109,13 @@ def count_wrong(actual: Any, expected: Any, tolerance: tuple[float, float] | Non
     return int((~ok).sum().item())
 
 
+def tiled(count: int, period: int, start: int, device: Any) -> Any:
+    """(start + j) % period for j < count, as int64: the short pattern is built once and tiled, since
+    an integer modulo over tens of millions of elements takes longer than the collective it feeds."""
+    pattern = (torch.arange(period, device=device) + start) % period
+    return pattern.repeat(-(-count // period))[:count]
+
+
 def elements_for(size_bytes: int, element_size: int, multiple: int) -> int:
     """The element count nearest to size_bytes that is a positive multiple of `multiple`."""
     units = max(1, round(size_bytes / element_size / multiple))

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for, tiled
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
 
 
-def values(rank: int, g: Any, shard: int) -> Any:
-    """Rank r's input at flat index g (shard s = g // shard): ((g + s) % 7) + 1 + (r % 2), small and exact."""
-    return (g + g // shard) % 7 + 1 + rank % 2
+def values(rank: int, s: int, shard: int, device: Any) -> Any:
+    """Rank r's input in shard s, at flat indices g = s x shard + j: ((g + s) % 7) + 1 + (r % 2), small and exact."""
+    return tiled(shard, 7, s * shard + s, device) + 1 + rank % 2
 
 
 class ReduceScatterBase(Op):
@@ -34,14 +34,12 @@ class ReduceScatterBase(Op):
         flat = torch.empty(args.count, dtype=args.dtype, device=args.device)
         args.input = flat if args.variant == "flat" else list(flat.chunk(n))
         args.output = torch.empty(shard, dtype=args.dtype, device=args.device)
-        mine = torch.arange(args.rank * shard, (args.rank + 1) * shard, device=args.device)
-        args.expected = sum(values(r, mine, shard) for r in range(n)).to(args.dtype)
+        args.expected = sum(values(r, args.rank, shard, args.device) for r in range(n)).to(args.dtype)
 
     def fill(self, args: CollArgs) -> None:
-        n, shard = args.world_size, args.output.numel()
-        mine = values(args.rank, torch.arange(n * shard, device=args.device), shard).to(args.dtype)
-        for dst, src in zip(self._inputs(args), mine.chunk(n)):
-            dst.copy_(src)
+        shard = args.output.numel()
+        for s, dst in enumerate(self._inputs(args)):
+            dst.copy_(values(args.rank, s, shard, args.device))
         args.output.zero_()
 
     def issue(self, args: CollArgs, phase: str) -> None:
