@@ -71,10 +71,13 @@ def verdicts(baseline: Path, candidate: Path) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the runs' CSVs in this folder")
     parser.add_argument("extra", nargs="*", help="more sweep options (after --), e.g. --iters 20 --rounds 1")
     opts = parser.parse_args()
     clean = flagged_all = 0
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = opts.keep or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
         for k in range(opts.pairs):
             a, b = Path(tmp) / f"{k}a.csv", Path(tmp) / f"{k}b.csv"
             sweep(a, opts.extra)

@@ -6,7 +6,7 @@ measured alternately in the same invocation (A B A B ...), so both see the same 
 Settings: commbench's defaults (time-budgeted iterations in interleaved rounds) and
 `--iters 20 --rounds 1` (a fixed count in one pass, as commbench measured before rounds).
 
-    python bench/repeatability.py [--runs 5] [--op all_gather] [-b 8] [-e 16M] [-f 4]
+    python bench/repeatability.py [--runs 5] [--op all_gather] [--sizes 8,64,...,16M] [--also "--rounds 5"]
 
 Target on a shared 2-core machine: median <= 1.25, worst <= 2.0 for the defaults.
 """
@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -49,31 +50,27 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--op", default="all_gather")
     parser.add_argument("--variant", default="flat")
-    parser.add_argument("-b", default="8")
-    parser.add_argument("-e", default="16M")
-    parser.add_argument("-f", default="4")
+    parser.add_argument("--sizes", default="8,64,512,4K,32K,256K,2M,16M")
+    parser.add_argument("--also", action="append", default=[], help="another setting to measure, e.g. '--rounds 5'")
     opts = parser.parse_args()
-    common = ["--op", opts.op, "--variant", opts.variant, "-b", opts.b, "-e", opts.e, "-f", opts.f, "--nproc", "2"]
-    common += ["--backend", "gloo"]
-    runs: dict[str, list[pd.DataFrame]] = {name: [] for name in SETTINGS}
-    seconds: dict[str, float] = {name: 0.0 for name in SETTINGS}
+    settings = {**SETTINGS, **{also: also.split() for also in opts.also}}
+    common = ["--op", opts.op, "--variant", opts.variant, "--sizes", opts.sizes, "--nproc", "2", "--backend", "gloo"]
+    runs: dict[str, list[pd.DataFrame]] = {name: [] for name in settings}
+    seconds: dict[str, float] = {name: 0.0 for name in settings}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(opts.runs):
-            for name, extra in SETTINGS.items():
-                out = Path(tmp) / f"{k}-{len(runs[name])}-{abs(hash(name))}.csv"
-                import time
-
+            for i, (name, extra) in enumerate(settings.items()):
+                out = Path(tmp) / f"{k}-{i}.csv"
                 start = time.monotonic()
                 runs[name].append(sweep(out, common, extra))
                 seconds[name] += time.monotonic() - start
-    print(
-        f"# {opts.op}/{opts.variant} on 2 Gloo ranks, {opts.b} to {opts.e} x{opts.f}, {opts.runs} runs per setting, alternated"
-    )
+    print(f"# {opts.op}/{opts.variant} on 2 Gloo ranks at {opts.sizes}, {opts.runs} runs per setting, alternated")
+    print("# per size: max/min of the p50 across the runs")
     table = pd.DataFrame({name: spreads(r) for name, r in runs.items()})
-    print(f"{'size':>10} " + " ".join(f"{name:>22}" for name in SETTINGS))
+    print(f"{'size':>10} " + " ".join(f"{name:>28}" for name in settings))
     for (_variant, size), row in table.iterrows():
-        print(f"{size:>10} " + " ".join(f"{row[name]:>22.3f}" for name in SETTINGS))
-    for name in SETTINGS:
+        print(f"{size:>10} " + " ".join(f"{row[name]:>28.3f}" for name in settings))
+    for name in settings:
         column = table[name]
         print(
             f"repeatability: median {statistics.median(column):.2f}, worst {column.max():.2f}"

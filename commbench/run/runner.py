@@ -5,6 +5,7 @@ Used in-process under a launcher (torchrun, horovodrun) and by every rank `commb
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -217,7 +218,7 @@ def _sweep_op(
                 label = f"{op.name}/{variant}/{phase} {dtype} at {_where(point, s_bytes)}"
                 case = Case(op, args, phase, window=window, watchdog=watchdog, label=label)
                 slots.append(_Slot(case, args, s_bytes, window, note))
-        del args  # the slots hold the buffers now; a finished slot releases its own
+        del args  # the slots hold the group's buffers, until the group is done
         wrong_total += _rotate(cfg, backend, op, dtype, slots, sink, board, progress, watchdog)
     return wrong_total
 
@@ -329,7 +330,7 @@ def _visit(cfg: SweepConfig, slot: _Slot, round_index: int, progress: SweepProgr
 
 def _expected(slot: _Slot, iters: int) -> float:
     """Expected timed seconds of `iters` samples of the slot's case (0 when its time is unknown)."""
-    return iters * slot.sample_s if slot.sample_s == slot.sample_s else 0.0
+    return 0.0 if math.isnan(slot.sample_s) else iters * slot.sample_s
 
 
 def _precise(case: Case, cfg: SweepConfig) -> bool:
