@@ -1,6 +1,6 @@
 """Harness overhead: commbench's timed loop against a bare loop of the same collective.
 
-Both run in the same two Gloo processes, over sizes 8 B to 16 MB, as many short blocks interleaved
+Both run in the same two Gloo processes (pinned one per core), over sizes 8 B to 16 MB, as many short blocks interleaved
 pair by pair (alternating which goes first): the harness measures the case as a sweep does (one
 warm-up, then a block per round), the bare loop is barrier, clock, call, wait, clock. Each sample
 is the max over ranks of one iteration. Each pair of adjacent blocks gives one ratio, harness p50 /
@@ -9,20 +9,17 @@ of many such ratios is what a shared machine cannot move much, where one long bl
 mercy of whatever else runs. The spread of the per-pair ratios (p10..p90) says how far one pair
 alone could be off. Target: the median <= 1.05 at every size.
 
-    python bench/overhead.py [--ranks 2] [--pairs 60] [--iters 10]
+    python bench/overhead.py [--ranks 2] [--rounds 60] [--iters 10]
 """
 
 from __future__ import annotations
 
-import argparse
-import multiprocessing as mp
-import os
-import socket
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
+from ranks import arguments, join_group, run_ranks
 
 SIZES = [8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20]
 
@@ -39,27 +36,13 @@ def bare_loop(backend, out: torch.Tensor, inp: torch.Tensor, iters: int) -> list
     return times
 
 
-def rank_main(rank: int, world: int, port: int, pairs: int, iters: int, queue) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        GLOO_SOCKET_IFNAME="lo",
-    )
-    from commbench.backends.gloo import GlooBackend
-    from commbench.launchers import detect
+def rank_main(rank: int, world: int, port: int, queue, pairs: int, iters: int) -> None:
     from commbench.ops.all_gather import AllGather
     from commbench.ops.base import Point
     from commbench.run.harness import Case, CollArgs
     from commbench.run.watchdog import Watchdog
 
-    torch.set_num_threads(1)  # as commbench's spawner does: two ranks share the cores
-    if hasattr(os, "sched_setaffinity"):  # one core per rank: fewer migrations, less noise for both loops
-        os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
-    backend = GlooBackend()
-    backend.init(300, detect())
+    backend = join_group(rank, world, port)
     watchdog = Watchdog(300, rank)
     op = AllGather()
     results = []
@@ -95,27 +78,12 @@ def rank_main(rank: int, world: int, port: int, pairs: int, iters: int, queue) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--pairs", type=int, default=60)
-    parser.add_argument("--iters", type=int, default=10)
+    parser = arguments(__doc__)
+    parser.set_defaults(rounds=60, iters=10)  # rounds: pairs of adjacent blocks
     opts = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [
-        ctx.Process(target=rank_main, args=(r, opts.ranks, port, opts.pairs, opts.iters, queue))
-        for r in range(opts.ranks)
-    ]
-    for p in procs:
-        p.start()
-    results = queue.get()
-    for p in procs:
-        p.join()
+    results = run_ranks(rank_main, opts.ranks, opts.rounds, opts.iters)
     print(
-        f"# all_gather (flat) on {opts.ranks} Gloo ranks, {opts.pairs} interleaved pairs of {opts.iters}-iteration blocks"
+        f"# all_gather (flat) on {opts.ranks} Gloo ranks, {opts.rounds} interleaved pairs of {opts.iters}-iteration blocks"
     )
     print("# harness/bare: the median over pairs of (harness block p50 / adjacent bare block p50)")
     print(f"{'size':>10} {'harness p50 (us)':>17} {'bare p50 (us)':>14} {'harness/bare':>13} {'pairs p10..p90':>15}")

@@ -1,35 +1,99 @@
 """How this process was started: by a launcher as one rank of a job, or by a user (then commbench
 spawns its own ranks). Torch-free, read from the environment only.
 
-The answer is a `Launch`, computed once and handed down: the launch module acts on it, and each
-backend receives it in `init()`, so no backend reads launcher variables or imports the launcher.
+The answer is a `Launch`, computed once by detect() and handed down: the launch module acts on it,
+and each backend receives it in `init()`, so no backend reads launcher variables. torch_env() turns
+a Launch into the variables torch.distributed's env:// rendezvous reads (the ones torchrun sets),
+so the torch backends work the same under srun and mpirun as under torchrun.
+
+Which launcher wins when several left variables (first match):
+
+1. horovodrun: HOROVOD_RANK and HOROVOD_SIZE, or HOROVOD_CONTROLLER under mpirun. The ranks
+   form a Horovod job, not a torch one.
+2. torchrun: RANK and WORLD_SIZE (torch's env:// contract; torchrun also sets MASTER_ADDR/PORT,
+   GROUP_RANK, TORCHELASTIC_RUN_ID; commbench's own spawner sets them too). `srun torchrun ...`
+   and `mpirun torchrun ...` leave SLURM or MPI variables as well, and inside torchrun torchrun's
+   describe the ranks. Setting these five variables by hand is also how to run under a launcher
+   commbench does not know.
+3. MPI launchers that start their own daemons: Open MPI (OMPI_COMM_WORLD_*), MVAPICH2
+   (MV2_COMM_WORLD_*), MPICH / Intel MPI Hydra (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID). They come
+   before SLURM because `mpirun` inside an allocation starts its daemons with srun, so its ranks
+   inherit SLURM_PROCID / SLURM_NTASKS of that one-daemon-per-node step, not their own.
+4. SLURM: a task of an srun step, i.e. SLURM_PROCID, SLURM_STEP_NUM_TASKS (or SLURM_NTASKS) and
+   SLURM_STEP_ID all set. A batch script has SLURM_PROCID=0 and SLURM_NTASKS=N but no
+   SLURM_STEP_ID, and an salloc shell has neither: both are one process, not N tasks, and get
+   "local". A step of one task (`srun --pty bash`, `srun -n1 commbench sweep --nproc 4`) is
+   "local" as well: there is one process, so commbench spawns the ranks itself.
+5. local: no launcher; commbench spawns its own ranks on loopback.
+
+Where the rendezvous is (MASTER_ADDR, MASTER_PORT), first match:
+- the --master-addr / --master-port options (passed in here), then MASTER_ADDR / MASTER_PORT;
+- every rank on this host: 127.0.0.1 (known from the local size, or SLURM's node count);
+- SLURM: the first host of the step's node list (rank 0 runs there);
+- MPI over several hosts: no default, since rank 0's host is not in the environment: UserError;
+- the port: SLURM (job and step id) and Open MPI (PMIx namespace or job id) carry an id that every
+  rank shares and each job has its own; the port is derived from it (derived_port), so two jobs
+  sharing a node do not collide as they would on one fixed port. MPICH and MVAPICH carry none
+  that every rank shares, so they get torch's default, 29500.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+import shutil
+import subprocess
+import sys
+import zlib
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-# Set by commbench's spawner in every rank it starts.
-CONFIG_ENV = "COMMBENCH_CONFIG"
+from commbench.errors import UserError
+
+# Set by commbench's spawner in every rank it starts (the configuration itself goes in on stdin).
 LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
-# Set by horovodrun (Gloo) for each slot, and by mpirun under Horovod's MPI controller.
+# The host name a rank reports (hosts, node_ranks, --group) instead of its real one: a test hook
+# that makes ranks on one machine count as several hosts.
+HOST_ENV = "COMMBENCH_HOST"
+
+KINDS = ("torchrun", "horovodrun", "slurm", "openmpi", "mpich", "mvapich", "local")
+MPI_KINDS = ("openmpi", "mpich", "mvapich")
+# Launchers whose ranks commbench turns into torch's env:// variables itself (export_torch_env).
+TORCH_ENV_KINDS = ("slurm", *MPI_KINDS)
+DEFAULT_PORT = 29500  # torch's and torchrun's default
+PORT_BASE, PORT_SPAN = 15000, 20000  # derived ports: 15000-34999, below Linux's ephemeral range (32768+ mostly unused)
+LOOPBACK = "127.0.0.1"
+# Set by horovodrun (Gloo) for each slot.
 HOROVODRUN_ENV = ("HOROVOD_RANK", "HOROVOD_SIZE")
-MPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+# Set by the MPI launchers that run their own daemons; any of these means mpirun/mpiexec started us.
+MPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+# Shared by every rank of one Open MPI / PMIx job and different between jobs: seeds the port.
+MPI_JOB_ID_ENV = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
 
 HOROVOD_LAUNCH_HINT = (
-    "--backend horovod needs ranks started by horovodrun or by commbench itself, not torchrun: use "
+    "--backend horovod needs ranks started by horovodrun or by commbench itself, not torchrun, srun or plain mpirun: use "
     "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or `commbench sweep --backend horovod --nproc N`"
 )
+# How to set the number of ranks under each launcher, for the refusal of --nproc there.
+RANK_COUNT_OPTION = {
+    "torchrun": "--nproc_per_node",
+    "horovodrun": "-np",
+    "slurm": "srun -n / --ntasks",
+    "openmpi": "mpirun -np",
+    "mpich": "mpiexec -n",
+    "mvapich": "mpirun -np",
+}
 
 
 @dataclass(frozen=True)
 class Launch:
-    """One process's place in a job.
+    """One process's place in a job, and where its ranks meet.
 
-    kind is "local" (started by a user: commbench spawns the ranks), "torchrun" (torchrun, or a rank
-    commbench spawned, which gets torchrun's variables) or "horovodrun" (a Horovod job).
+    kind is "local" (started by a user: commbench spawns the ranks) or the launcher that started
+    this rank (KINDS); ranks commbench spawned get torchrun's variables and read as "torchrun".
+    local_world_size and node_rank are None when the launcher does not say (node_rank under a
+    multi-host mpirun, or without torchrun's GROUP_RANK); master_addr and master_port are None
+    where no torch rendezvous applies (local, horovodrun).
     """
 
     kind: str
@@ -37,11 +101,17 @@ class Launch:
     world_size: int = 1
     local_rank: int = 0
     local_world_size: int | None = None
-    node_rank: int = 0
+    node_rank: int | None = None
     master_addr: str | None = None
     master_port: int | None = None
     spawned: bool = False  # started by commbench's own spawner
     attempt: int = 0  # torchrun's restart count: keys in a store it keeps across restarts are per attempt
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown launcher kind {self.kind!r}; one of {', '.join(KINDS)}")
+        if not 0 <= self.rank < self.world_size:
+            raise UserError(f"{self.kind} says rank {self.rank} of {self.world_size}: not a valid rank")
 
     @property
     def is_rank(self) -> bool:
@@ -49,51 +119,340 @@ class Launch:
         return self.kind != "local"
 
 
-def _int(env: Mapping[str, str], *names: str, default: int = 0) -> int:
-    for name in names:
-        if env.get(name, "").strip().lstrip("-").isdigit():
-            return int(env[name])
-    return default
+LOCAL = Launch("local")
 
 
 def launched_by_horovodrun(env: Mapping[str, str] | None = None) -> bool:
     """A rank started by horovodrun, mpirun under Horovod, or commbench's Horovod spawner."""
     env = os.environ if env is None else env
-    return all(k in env for k in HOROVODRUN_ENV) or (
-        "HOROVOD_CONTROLLER" in env and any(k in env for k in MPI_RANK_ENV)
-    )
+    return _has(env, *HOROVODRUN_ENV) or ("HOROVOD_CONTROLLER" in env and any(k in env for k in MPI_RANK_ENV))
 
 
-def detect(env: Mapping[str, str] | None = None) -> Launch:
-    """This process's Launch, from its environment."""
+def detect(
+    env: Mapping[str, str] | None = None,
+    *,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    scontrol: bool = True,
+) -> Launch:
+    """This process's Launch, from its environment (see the module docstring for the rules).
+
+    master_addr / master_port are the --master-addr / --master-port options; they apply under
+    srun and mpirun only. scontrol=False expands SLURM node lists without `scontrol`.
+    """
     env = os.environ if env is None else env
-    spawned = CONFIG_ENV in env
-    master = {
-        "master_addr": env.get("MASTER_ADDR") or None,
-        "master_port": _int(env, "MASTER_PORT") or None,
-    }
-    if launched_by_horovodrun(env):
-        return Launch(
-            "horovodrun",
-            rank=_int(env, "HOROVOD_RANK", *MPI_RANK_ENV),
-            world_size=_int(env, "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", default=1),
-            local_rank=_int(env, "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"),
-            local_world_size=_int(env, "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE") or None,
-            node_rank=_int(env, "HOROVOD_CROSS_RANK"),
-            spawned=spawned,
-            **master,
+    launch = _detect(env, master_addr, master_port, scontrol)
+    if (master_addr is not None or master_port is not None) and launch.kind not in TORCH_ENV_KINDS:
+        where = {
+            "torchrun": "torchrun's own --master-addr / --master-port",
+            "horovodrun": "horovodrun's own options",
+            "local": "nothing: local ranks meet on 127.0.0.1",
+        }[launch.kind]
+        raise UserError(
+            f"--master-addr / --master-port apply under srun or mpirun only; under {launch.kind} use {where}"
         )
-    if "RANK" in env and "WORLD_SIZE" in env:
-        rank = _int(env, "RANK")
+    return launch
+
+
+def _detect(env: Mapping[str, str], master_addr: str | None, master_port: int | None, scontrol: bool) -> Launch:
+    spawned = LAUNCHER_PID_ENV in env
+    if launched_by_horovodrun(env):
+        master = {"master_addr": env.get("MASTER_ADDR") or None, "master_port": _opt_int(env, "MASTER_PORT")}
+        if _has(env, *HOROVODRUN_ENV):
+            return Launch(
+                "horovodrun",
+                _int(env, "HOROVOD_RANK"),
+                _int(env, "HOROVOD_SIZE"),
+                _int(env, "HOROVOD_LOCAL_RANK", 0),
+                _opt_int(env, "HOROVOD_LOCAL_SIZE"),
+                _opt_int(env, "HOROVOD_CROSS_RANK"),
+                spawned=spawned,
+                **master,
+            )
+        mpi = _detect_mpi(env, None, None, need_address=False)
+        if mpi is not None:
+            return Launch(
+                "horovodrun", mpi.rank, mpi.world_size, mpi.local_rank, mpi.local_world_size, mpi.node_rank, **master
+            )
+    if _has(env, "RANK", "WORLD_SIZE"):
         return Launch(
             "torchrun",
-            rank=rank,
-            world_size=_int(env, "WORLD_SIZE", default=1),
-            local_rank=_int(env, "LOCAL_RANK", default=rank),
-            local_world_size=_int(env, "LOCAL_WORLD_SIZE") or None,
-            node_rank=_int(env, "GROUP_RANK", "NODE_RANK"),
+            _int(env, "RANK"),
+            _int(env, "WORLD_SIZE"),
+            _int(env, "LOCAL_RANK", _int(env, "RANK")),
+            _opt_int(env, "LOCAL_WORLD_SIZE"),
+            _opt_int(env, "GROUP_RANK"),
+            env.get("MASTER_ADDR") or None,
+            _opt_int(env, "MASTER_PORT"),
             spawned=spawned,
-            attempt=_int(env, "TORCHELASTIC_RESTART_COUNT"),
-            **master,
+            attempt=_int(env, "TORCHELASTIC_RESTART_COUNT", 0),
         )
-    return Launch("local")
+    mpi = _detect_mpi(env, master_addr, master_port, need_address=True)
+    if mpi is not None:
+        return mpi
+    if _is_srun_task(env):
+        return _detect_slurm(env, master_addr, master_port, scontrol)
+    return LOCAL
+
+
+def _detect_mpi(
+    env: Mapping[str, str], master_addr: str | None, master_port: int | None, need_address: bool
+) -> Launch | None:
+    if _has(env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"):
+        # OMPI_COMM_WORLD_NODE_RANK is the rank among this node's processes, not the node's index.
+        kind, rank, size = "openmpi", _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE")
+        local_rank, local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0), _opt_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
+    elif _has(env, "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"):
+        kind, rank, size = "mvapich", _int(env, "MV2_COMM_WORLD_RANK"), _int(env, "MV2_COMM_WORLD_SIZE")
+        local_rank, local_size = _int(env, "MV2_COMM_WORLD_LOCAL_RANK", 0), _opt_int(env, "MV2_COMM_WORLD_LOCAL_SIZE")
+    elif _has(env, "PMI_RANK", "PMI_SIZE"):
+        if "MPI_LOCALRANKID" not in env:
+            if "SLURM_STEP_ID" in env:
+                return None  # `srun --mpi=pmi2` sets PMI_RANK too; SLURM's variables say more
+            raise UserError(
+                "PMI_RANK is set but MPI_LOCALRANKID is not, so commbench cannot tell this launcher's local "
+                "ranks; set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT for each rank instead"
+            )
+        kind, rank, size = "mpich", _int(env, "PMI_RANK"), _int(env, "PMI_SIZE")
+        local_rank, local_size = _int(env, "MPI_LOCALRANKID"), _opt_int(env, "MPI_LOCALNRANKS")
+    else:
+        return None
+    single_host = local_size == size
+    addr = master_addr or env.get("MASTER_ADDR") or (LOOPBACK if single_host else None)
+    if addr is None and need_address:
+        why = (
+            "its ranks span several hosts"
+            if local_size is not None
+            else f"{kind} does not say whether its ranks share one host"
+        )
+        raise UserError(
+            f"under {kind}, {why} and rank 0's host is unknown: pass --master-addr HOST "
+            "(an address of rank 0's host that every rank can reach) or set MASTER_ADDR"
+        )
+    port = master_port or _opt_int(env, "MASTER_PORT") or _mpi_port(env)
+    return Launch(kind, rank, size, local_rank, local_size, 0 if single_host else None, addr, port)
+
+
+def _mpi_port(env: Mapping[str, str]) -> int:
+    for key in MPI_JOB_ID_ENV:
+        if env.get(key):
+            return derived_port(env[key])
+    return DEFAULT_PORT
+
+
+def _is_srun_task(env: Mapping[str, str]) -> bool:
+    """A task of an srun step with more than one task (see the module docstring)."""
+    tasks = "SLURM_STEP_NUM_TASKS" if env.get("SLURM_STEP_NUM_TASKS") else "SLURM_NTASKS"
+    if "SLURM_PROCID" not in env or tasks not in env or "SLURM_STEP_ID" not in env:
+        return False
+    # SLURM's reserved step ids (batch 4294967294, extern 4294967295, interactive ...) are not srun steps.
+    if _int(env, "SLURM_STEP_ID") >= 0xFFFFFFF0:
+        return False
+    return _int(env, tasks) > 1
+
+
+def _detect_slurm(env: Mapping[str, str], master_addr: str | None, master_port: int | None, scontrol: bool) -> Launch:
+    size = _opt_int(env, "SLURM_STEP_NUM_TASKS") or _int(env, "SLURM_NTASKS")
+    node = _int(env, "SLURM_NODEID", 0)
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    local_size = tasks_on_node(per_node, node) if per_node else None
+    # The step's nodes, not the job's: a step may use a subset, and its rank 0 is on its first node.
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    addr = master_addr or env.get("MASTER_ADDR")
+    if addr is None:
+        nodes = _opt_int(env, "SLURM_STEP_NUM_NODES") or _opt_int(env, "SLURM_NNODES")
+        if nodes == 1 or local_size == size:
+            addr = LOOPBACK
+        elif nodelist:
+            addr = expand_nodelist(nodelist, scontrol=scontrol, environ=env)[0]
+        else:
+            raise UserError(
+                "under srun, SLURM_STEP_NODELIST and SLURM_JOB_NODELIST are both missing: pass --master-addr HOST"
+            )
+    port = master_port or _opt_int(env, "MASTER_PORT")
+    if port is None:
+        job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+        port = derived_port(f"{job}.{env['SLURM_STEP_ID']}") if job else DEFAULT_PORT
+    return Launch("slurm", _int(env, "SLURM_PROCID"), size, _int(env, "SLURM_LOCALID", 0), local_size, node, addr, port)
+
+
+def derived_port(job_id: str) -> int:
+    """A port in 15000-34999 from an id every rank of a job shares: same id, same port, on every host.
+
+    A hash (CRC-32) rather than `id % span`: consecutive or regularly spaced job ids running on
+    one node at once would otherwise collide in patterns; any two jobs clash with odds 1 in 20000.
+    """
+    return PORT_BASE + zlib.crc32(job_id.encode()) % PORT_SPAN
+
+
+def torch_env(launch: Launch, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The torch.distributed env:// variables (as torchrun sets them) for a rank of this launch.
+
+    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT always; LOCAL_WORLD_SIZE and GROUP_RANK
+    when the launcher says. Besides, it defaults what torchrun or commbench's spawner would:
+    OMP_NUM_THREADS=1 when ranks share a host (torchrun's rule), and Gloo / NCCL bound to loopback
+    when every rank is on this host. A variable the user already set is kept.
+    """
+    if launch.master_addr is None or launch.master_port is None:
+        raise ValueError(f"a {launch.kind} launch has no torch rendezvous address")
+    env = os.environ if environ is None else environ
+    out = {
+        "RANK": str(launch.rank),
+        "WORLD_SIZE": str(launch.world_size),
+        "LOCAL_RANK": str(launch.local_rank),
+        "MASTER_ADDR": launch.master_addr,
+        "MASTER_PORT": str(launch.master_port),
+    }
+    if launch.local_world_size is not None:
+        out["LOCAL_WORLD_SIZE"] = str(launch.local_world_size)
+    if launch.node_rank is not None:
+        out["GROUP_RANK"] = str(launch.node_rank)
+    defaults: dict[str, str] = {}
+    if launch.local_world_size != 1:
+        defaults["OMP_NUM_THREADS"] = "1"
+    if launch.master_addr == LOOPBACK:
+        defaults.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
+    out.update({k: v for k, v in defaults.items() if k not in env})
+    return out
+
+
+def export_torch_env(launch: Launch, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Put torch_env(launch) into this process's environment before its rank starts; returns it.
+
+    torch is never imported here, but when it already is, OMP_NUM_THREADS is also applied through
+    torch.set_num_threads: the OpenMP runtime read the variable when torch was loaded.
+    """
+    env = os.environ if environ is None else environ
+    values = torch_env(launch, env)
+    env.update(values)
+    torch = sys.modules.get("torch")
+    if "OMP_NUM_THREADS" in values and torch is not None:
+        torch.set_num_threads(int(values["OMP_NUM_THREADS"]))
+    return values
+
+
+# -- SLURM's compressed lists -----------------------------------------------------------------------
+
+SLURM_CONF_FILES = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
+_ITEM = re.compile(r"([^\[\],]*)(?:\[([^\]]*)\])?")
+
+
+def expand_nodelist(nodelist: str, scontrol: bool = True, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Host names from SLURM's compressed form (`gpu[01-04,07]`, `r1n[1-2],r2n3`), in order.
+
+    `scontrol show hostnames` is the reference and is used when it is installed, a SLURM
+    configuration is at hand (SLURM_CONF, which slurmd sets for every task, or the default file)
+    and it answers. Without a configuration scontrol would look for one in DNS and then fail, so
+    then (or with scontrol=False) parse_nodelist, which follows the same grammar, expands it.
+    """
+    env = os.environ if environ is None else environ
+    has_config = bool(env.get("SLURM_CONF")) or any(os.path.exists(p) for p in SLURM_CONF_FILES)
+    if scontrol and has_config and shutil.which("scontrol"):
+        try:
+            conf = {"SLURM_CONF": env["SLURM_CONF"]} if env.get("SLURM_CONF") else {}
+            proc = subprocess.run(
+                ["scontrol", "show", "hostnames", nodelist],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                env={**os.environ, **conf},
+            )
+            hosts = proc.stdout.split()
+            if proc.returncode == 0 and hosts:
+                return hosts
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return parse_nodelist(nodelist)
+
+
+def parse_nodelist(nodelist: str) -> list[str]:
+    """Expand SLURM's host list syntax without scontrol.
+
+    Items are separated by commas outside brackets; an item is text and bracket groups, each
+    group a comma-separated list of numbers and lo-hi ranges (`n[01-03,7]`), zero padding kept
+    from lo's width; several groups in one name multiply (`r[1-2]n[1-2]` is r1n1 r1n2 r2n1 r2n2).
+    """
+    hosts: list[str] = []
+    for item in _split_top(nodelist.strip()):
+        names = [""]
+        pos = 0
+        while pos < len(item):
+            match = _ITEM.match(item, pos)
+            if match is None or match.end() == pos:
+                raise ValueError(f"cannot parse SLURM node list {nodelist!r} near {item[pos:]!r}")
+            text, group = match.group(1), match.group(2)
+            names = [n + text for n in names]
+            if group is not None:
+                names = [n + number for n in names for number in _expand_group(group, nodelist)]
+            pos = match.end()
+        hosts.extend(names)
+    return hosts
+
+
+def _split_top(text: str) -> list[str]:
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in SLURM node list {text!r}")
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    if depth != 0:
+        raise ValueError(f"unbalanced '[' in SLURM node list {text!r}")
+    items.append(text[start:])
+    return [item for item in items if item]
+
+
+def _expand_group(group: str, nodelist: str) -> list[str]:
+    out: list[str] = []
+    for part in group.split(","):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"cannot parse range {part!r} in SLURM node list {nodelist!r}")
+        if not sep:
+            out.append(lo)
+            continue
+        if int(hi) < int(lo):
+            raise ValueError(f"range {part!r} runs backwards in SLURM node list {nodelist!r}")
+        out.extend(f"{n:0{len(lo)}d}" for n in range(int(lo), int(hi) + 1))
+    return out
+
+
+def tasks_on_node(tasks_per_node: str, node: int) -> int:
+    """Tasks on the node-th node from SLURM_TASKS_PER_NODE's form, e.g. `2(x3),1` is 2, 2, 2, 1."""
+    counts: list[int] = []
+    for part in tasks_per_node.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if match is None:
+            raise ValueError(f"cannot parse SLURM tasks per node {tasks_per_node!r}")
+        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+    if not 0 <= node < len(counts):
+        raise ValueError(f"node {node} is not in SLURM tasks per node {tasks_per_node!r}")
+    return counts[node]
+
+
+# -- small readers ----------------------------------------------------------------------------------
+
+
+def _has(env: Mapping[str, str], *keys: str) -> bool:
+    return all(k in env for k in keys)
+
+
+def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
+    value = env.get(key)
+    if value is None:
+        if default is None:
+            raise UserError(f"{key} is not set")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise UserError(f"{key}={value!r} is not a whole number") from None
+
+
+def _opt_int(env: Mapping[str, str], key: str) -> int | None:
+    return _int(env, key) if env.get(key) else None

@@ -8,11 +8,14 @@ writes its message size that way).
 
 from __future__ import annotations
 
+import math
 import re
 
 from commbench.errors import UserError
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+# More sizes than anyone reads on a chart, and hours of measuring: a sweep this long is a typo (-f 1.000001).
+MAX_SIZES = 1000
 _SCALED = re.compile(r"^(\d+)\s*([KMG]?)(I?B)?$", re.IGNORECASE)
 _POWER_OF_TEN = re.compile(r"^(\d+)E(\d+)\s*(I?B)?$", re.IGNORECASE)
 TENSORS_SYNTAX = "a comma-separated list of [COUNTx]ELEMENTS such as 64x4K,8x1M,2x16M or 1,256,256"
@@ -59,32 +62,91 @@ def parse_size_list(text: str) -> list[int]:
     items = [s for s in str(text).split(",") if s.strip()]
     if not items:
         raise UserError(f"--sizes {text!r} holds no size: give a comma-separated list such as 1K,64K,4M")
-    return sorted({parse_size(s) for s in items})
+    sizes = sorted({parse_size(s) for s in items})
+    if len(sizes) > MAX_SIZES:
+        raise UserError(f"--sizes lists {len(sizes):,} sizes; a sweep measures at most {MAX_SIZES:,}: list fewer")
+    return sizes
 
 
 def size_range(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
-    """min, min*f, min*f^2, ... up to max (inclusive), as nccl-tests' -b/-e/-f."""
+    """min, min*f, min*f^2, ... rounded to whole bytes, up to max (inclusive), as nccl-tests' -b/-e/-f.
+
+    A sweep longer than MAX_SIZES is refused from its length alone, before any size is listed.
+    """
     if min_bytes > max_bytes:
         raise UserError(
             f"--min-bytes ({format_size(min_bytes)}) is larger than --max-bytes ({format_size(max_bytes)}): swap them"
         )
-    if factor <= 1:
-        raise UserError(f"--factor must be greater than 1 (got {factor:g})")
-    sizes, size = [], float(min_bytes)
+    if not 1 < factor < math.inf:
+        raise UserError(f"--factor must be a finite number greater than 1, such as 2 or 1.5 (got {factor})")
+    if (length := sweep_length(min_bytes, max_bytes, factor)) > MAX_SIZES:
+        raise UserError(
+            f"-b {format_size(min_bytes)} -e {format_size(max_bytes)} -f {factor} would measure about {length:,} "
+            f"sizes; a sweep measures at most {MAX_SIZES:,}: raise --factor (2 gives "
+            f"{sweep_length(min_bytes, max_bytes, 2)}) or list --sizes"
+        )
+    # Every whole number up to the last step below `dense`, then one size per step.
+    size = min_bytes * factor ** math.floor(
+        math.log(_dense_below(min_bytes, max_bytes, factor) / min_bytes) / math.log(factor)
+    )
+    sizes = list(range(min_bytes, round(size)))
     while round(size) <= max_bytes:
-        if not sizes or round(size) != sizes[-1]:
+        if not sizes or round(size) > sizes[-1]:
             sizes.append(round(size))
         size *= factor
     return sizes
 
 
+def _dense_below(min_bytes: int, max_bytes: int, factor: float) -> int:
+    """Below this size one step adds less than a byte, so the rounded sweep holds every whole number."""
+    return min(max_bytes, max(min_bytes, math.ceil(1 / (factor - 1))))
+
+
+def sweep_length(min_bytes: int, max_bytes: int, factor: float) -> int:
+    """How many sizes size_range(min, max, factor) holds (to within one), counted without listing them."""
+    dense = _dense_below(min_bytes, max_bytes, factor)
+    return dense - min_bytes + math.floor(math.log(max_bytes / dense) / math.log(factor)) + 1
+
+
 def format_size(n: int) -> str:
-    """Human units for tables and chart axes: 8B, 1K, 1.5K, 64M."""
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+    """Human units for tables, chart axes and messages: 8B, 1K, 1.5K, 64M, 2.6T.
+
+    A size a few bytes off a round one (a requested 1K rounded to a multiple of the world size)
+    reads as that round size and the difference, 1K+8B, rather than as 1.01K. Otherwise three
+    significant digits, never an exponent.
+    """
+    if (near := _near_round(n)) is not None:
+        whole, unit, off = near
+        return f"{whole}{unit}{off:+d}B"
+    for unit, scale in _SCALES:
         if n >= scale:
             value = n / scale
-            return f"{value:g}{unit}" if value == int(value) else f"{value:.3g}{unit}"
+            if value == round(value, 2):  # exact in at most two decimals: 1K, 1.5K, 2.25K
+                return f"{value:.2f}".rstrip("0").rstrip(".") + unit
+            decimals = max(0, 2 - int(math.log10(value)))  # three significant digits, or a whole number
+            return f"{value:.{decimals}f}".rstrip("0").rstrip(".") + unit if decimals else f"{value:.0f}{unit}"
     return f"{n}B"
+
+
+def round_size(n: int) -> int:
+    """The round size n is a few bytes off (1032 -> 1024), or n itself: where a chart puts its tick."""
+    near = _near_round(n)
+    return n if near is None else n - near[2]
+
+
+_SCALES = (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
+
+
+def _near_round(n: int) -> tuple[int, str, int] | None:
+    """(whole, unit, bytes off) when n is within 1% and 1K of a whole number of units, not on it."""
+    for unit, scale in _SCALES:
+        whole = round(n / scale)
+        off = n - whole * scale
+        if whole >= 1 and off and abs(off) < min(1024, n / 100):
+            return whole, unit, off
+        if n >= scale:
+            return None
+    return None
 
 
 def format_count(n: int) -> str:

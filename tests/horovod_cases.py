@@ -75,6 +75,31 @@ def check(b: HorovodBackend) -> dict[str, int]:
     for i, (out, k) in enumerate(zip(outs, numels)):
         score("reduce_scatter_group", out, sum(rows(q, n * k, i) for q in range(n))[r * k : (r + 1) * k])
 
+    # all_to_all: even, uneven (rank q sends q + p + 1 elements to rank p, so the sizes differ), list.
+    out = torch.zeros(n * 2)
+    b.all_to_all_single(out, rows(r, n * 2)).wait()
+    score("all_to_all_single", out, torch.cat([rows(q, n * 2)[2 * r : 2 * r + 2] for q in range(n)]))
+    send = [r + p + 1 for p in range(n)]
+    receive = [q + r + 1 for q in range(n)]
+    out = torch.zeros(sum(receive))
+    b.all_to_all_single(out, rows(r, sum(send), 2), receive, send).wait()
+    expected = [
+        rows(q, sum(q + p + 1 for p in range(n)), 2)[sum(q + p + 1 for p in range(r)) :][: q + r + 1] for q in range(n)
+    ]
+    score("all_to_all_uneven", out, torch.cat(expected))
+    outs = [torch.zeros(3) for _ in range(n)]
+    b.all_to_all_list(outs, [rows(r, 3, p) for p in range(n)]).wait()
+    for q, o in enumerate(outs):
+        score("all_to_all_list", o, rows(q, 3, r))
+
+    for root in range(n):
+        t = rows(r, 5, 3) if r == root else torch.zeros(5)
+        b.broadcast(t, root).wait()
+        score("broadcast", t, rows(root, 5, 3))
+    b.barrier_async().wait()
+    wrong["lacking"] = sum(b.missing(c) is None for c in ("reduce", "gather", "scatter", "send_recv"))
+    wrong["has"] = sum(b.missing(c) is not None for c in ("all_to_all_single", "broadcast", "barrier_async"))
+
     # A wait object may be waited twice (the harness and an op both completing it).
     out = torch.zeros(n)
     w = b.all_gather_flat(out, torch.full((1,), float(r)))

@@ -36,6 +36,7 @@ class Case:
     status: str = "ok"
     factors_by_size: dict[int, float] = field(default_factory=dict)
     bytes_scale: float = 1.0  # S = size x this, count = size / 4: variants moving other bytes for one workload
+    latency_only: bool = False  # a barrier: algbw and busbw empty (give sizes=(0,))
 
 
 def base_time_us(size: int) -> float:
@@ -55,6 +56,7 @@ def synth_run(
     sigma: float = 0.05,
     run_id: str | None = None,
     host: str = "testhost",
+    group: str = "world",
     rounds: int = 1,
     round_sigma: float = 0.0,
     version: int = SCHEMA_VERSION,
@@ -72,6 +74,8 @@ def synth_run(
         "dtype": dtype,
         "mode": "blocking",
         "world_size": world_size,
+        "group": group,
+        "group_size": world_size if group == "world" else world_size // 2,
         "backend": backend,
         "iters": iters,
         "warmup": 2,
@@ -105,7 +109,8 @@ def synth_run(
                 "phase": case.phase,
                 "size_bytes": int(size * case.bytes_scale),
             }
-            algbw, busbw = bandwidth_gbps(key["size_bytes"], stats.time_us_p50, (world_size - 1) / world_size)
+            factor = None if case.latency_only else (world_size - 1) / world_size
+            algbw, busbw = bandwidth_gbps(key["size_bytes"], stats.time_us_p50, factor)
             wrong = 3 if case.status == "wrong" else 0
             writer.write(
                 {

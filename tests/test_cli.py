@@ -36,11 +36,7 @@ def _one_line_error(result, *fragments: str) -> None:
         (["--sizes", "-4"], ["malformed size"]),
         (["--sizes", "1K,lots"], ["malformed size 'lots'"]),
         (["-e", "12Q"], ["malformed size"]),
-        (["--factor", "1"], ["--factor must be greater than 1"]),
-        (["--iters", "0"], ["--iters must be at least 1"]),
-        (["--warmup", "-1"], ["--warmup"]),
-        (["--nproc", "0"], ["--nproc must be at least 1"]),
-        (["--timeout", "0"], ["--timeout"]),
+        (["--group", "rack"], ["'rack' is not one of", "world", "intra", "inter"]),
     ],
 )
 def test_bad_input_is_one_line(args, fragments):
@@ -99,6 +95,7 @@ def test_sweep_through_the_spawner_writes_every_row(tmp_path):
     assert expected <= got
     core = df[df.op.isin(["all_gather", "reduce_scatter_base"])]
     assert (core.wrong == 0).all() and (core.world_size == 2).all() and (core.status == "ok").all()
+    assert set(df.group) == {"world"} and set(df.group_size) == {2}
     flat_names = resolve_api(FLAT_ALL_GATHER), resolve_api(FLAT_REDUCE_SCATTER)
     assert set(core.api) == {*flat_names, "all_gather", "reduce_scatter"}
     assert (core.time_us_min <= core.time_us_p50).all() and (core.time_us_p50 <= core.time_us_max).all()
@@ -131,7 +128,11 @@ def test_sweep_under_torchrun(tmp_path, nproc):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     df = pd.read_csv(out)
     core = df[df.op.isin(["all_gather", "reduce_scatter_base"])]
-    assert len(core) == 2 * 2 * 3
+    assert len(core) == 2 * 3 * 3  # flat, list, inplace at each size
+    assert (df.wrong.fillna(0) == 0).all()  # every op checks out under torchrun, the new family included
+    assert {"all_to_all", "broadcast", "reduce", "gather", "scatter", "sendrecv", "barrier"} <= set(
+        df[df.status == "ok"].op
+    )
     assert (core.world_size == nproc).all() and (core.wrong == 0).all()
     # sizes round to a multiple of the world size, and the bytes moved are reported
     assert (core["count"] % nproc == 0).all()

@@ -110,6 +110,19 @@ def test_bandwidth_metric_counts_a_drop_as_regression(tmp_path: Path) -> None:
     assert [d.verdict for d in result.deltas if d.verdict != "unchanged"] == ["regression"]
 
 
+def test_a_latency_only_row_is_compared_on_time_and_named_for_bandwidth(tmp_path: Path) -> None:
+    barrier = Case("barrier", "barrier", sizes=(0,), latency_only=True)
+    base = synth_run(tmp_path / "base.csv", [*CASES, barrier], seed=1)
+    cand = synth_run(tmp_path / "cand.csv", [*CASES, barrier], seed=2)
+    timed = compare_runs(base, cand)
+    assert any(d.key[0] == "barrier" for d in timed.deltas) and not timed.not_compared
+    by_bandwidth = compare_runs(base, cand, metric="busbw_gbps")
+    assert not any(d.key[0] == "barrier" for d in by_bandwidth.deltas)
+    assert by_bandwidth.not_compared == [
+        "barrier/barrier/comm float32 blocking 0B n=2 has no busbw_gbps (latency only); compare it on a time metric"
+    ]
+
+
 def test_threshold_raises_the_bar(tmp_path: Path) -> None:
     base = synth_run(tmp_path / "base.csv", CASES, seed=1)
     cand = synth_run(tmp_path / "cand.csv", _planted(1.2), seed=2)

@@ -69,6 +69,9 @@ def test_backend_contract_under_horovodrun(nproc):
         "grouped_allgather",
         "grouped_allreduce_",
         "grouped_reducescatter",
+        "alltoall",
+        "broadcast_",
+        "barrier",
     } <= set(result["calls"])
 
 
@@ -90,13 +93,27 @@ def test_every_op_is_correct_under_horovodrun(horovod_sweep):
     ok = df[df.status == "ok"]
     assert (ok.wrong == 0).all() and (ok.world_size == nproc).all() and (ok.backend == "horovod").all()
     assert set(df.status) <= {"ok", "unavailable"}
-    for op in registry():
+    # Horovod has no rooted reduce, gather or scatter and no point-to-point: one row each says so.
+    lacking = {"reduce", "gather", "scatter", "sendrecv"}
+    for op in set(registry()) - lacking:
         assert len(ok[ok.op == op]) > 0, f"{op} measured nothing on horovod"
-    # Only torch's coalescing manager and CUDA-only forms may be unavailable on Horovod's CPU build.
-    unavailable = df[df.status == "unavailable"]
-    assert set(unavailable.variant) <= {"coalesced", "native_torch", "native_horovod"}, unavailable[
+    said = df[df.op.isin(lacking)]
+    assert (said.status == "unavailable").all() and said.note.str.startswith("Horovod has no").all()
+    assert set(said.op) == lacking
+    # Otherwise only torch's coalescing manager, CUDA-only forms and in-place forms (Horovod returns
+    # new tensors) may be unavailable on Horovod's CPU build.
+    unavailable = df[(df.status == "unavailable") & ~df.op.isin(lacking)]
+    assert set(unavailable.variant) <= {"coalesced", "native_torch", "native_horovod", "inplace"}, unavailable[
         ["op", "variant", "note"]
     ]
+    assert unavailable[unavailable.variant == "inplace"].note.str.contains("no in-place form").all()
+    family = ok[ok.op.isin(["all_to_all", "broadcast", "barrier"])]
+    assert set(zip(family.op, family.api)) == {
+        ("all_to_all", "alltoall"),
+        ("broadcast", "broadcast_"),
+        ("barrier", "barrier"),
+    }
+    assert set(family[family.op == "all_to_all"].variant) == {"single", "list", "uneven"}
     grouped = ok[(ok.op == "grouped_all_gather") & (ok.variant == "grouped")]
     assert len(grouped) > 0 and (grouped.api == "grouped_allgather").all() and (grouped.calls == 1).all()
     separate = ok[(ok.op == "grouped_all_gather") & (ok.variant == "separate")]
@@ -133,11 +150,12 @@ def test_spawned_ranks_catch_a_corrupted_result_and_skip_bfloat16(tmp_path):
     assert proc.returncode == 1, _tail(proc)
     assert "FAILED" in proc.stdout and "Traceback" not in proc.stderr
     df = pd.read_csv(out)
-    measured = df[df.dtype == "float32"]
+    measured = df[(df.dtype == "float32") & (df.status != "unavailable")]
     assert len(measured) == 2 and (measured.wrong == 2).all() and (measured.status == "wrong").all()
     assert (measured.backend == "horovod").all() and (measured.world_size == 2).all()
+    assert set(df[(df.dtype == "float32") & (df.status == "unavailable")].variant) == {"inplace"}
     bf16 = df[df.dtype == "bfloat16"]
-    assert len(bf16) == 2 and (bf16.status == "unavailable").all() and bf16.note.str.contains("bfloat16").all()
+    assert len(bf16) == 3 and (bf16.status == "unavailable").all() and bf16.note.str.contains("bfloat16").all()
 
 
 # -- one-line errors ------------------------------------------------------------------------------

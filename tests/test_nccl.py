@@ -37,3 +37,28 @@ def test_nccl_nonblocking_mode(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (pd.read_csv(out).wrong == 0).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["blocking", "nonblocking"])
+def test_nccl_collective_family(tmp_path, mode):
+    """all_to_all, the rooted ops, send/recv, barrier and the in-place columns on every visible GPU."""
+    out = tmp_path / "family.csv"
+    nproc = torch.cuda.device_count()
+    ops = "all_to_all,broadcast,reduce,gather,scatter,sendrecv,barrier,all_gather,reduce_scatter_base"
+    proc = commbench(
+        *f"sweep --backend nccl --op {ops} --sizes 8,64K,16M -n 3 -w 1 --mode {mode} --root {nproc - 1} -o".split(),
+        str(out),
+        "--no-plot",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    df = pd.read_csv(out)
+    measured = df[df.status != "unavailable"]
+    assert (measured.wrong == 0).all() and (measured.status == "ok").all()
+    # NCCL's reduce leaves the other ranks' tensors alone, so they are checked too: no note says otherwise.
+    assert not df[df.op == "reduce"].note.fillna("").str.contains("only the root").any()
+    unavailable = df[df.status == "unavailable"]
+    if nproc > 1:
+        assert unavailable.empty, unavailable[["op", "variant", "note"]]
+    else:  # one GPU: point-to-point has no peer
+        assert set(unavailable.op) == {"sendrecv"}

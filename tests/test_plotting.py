@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from matplotlib.collections import LineCollection, PolyCollection
+from matplotlib.colors import to_hex
 
 from commbench.analysis.compare import compare_runs
-from commbench.analysis.plotting import build_charts, charts_folder, plot_results, speedup_family
+from commbench.analysis.plotting import build_charts, charts_folder, plot_results, render, speedup_family
 from commbench.cli import main
 from commbench.cli.options import chart_after
 from commbench.results.reader import read_results
@@ -81,16 +82,54 @@ def test_speedup_is_baseline_time_over_variant_time(run_csv: Path) -> None:
     assert speedup_family("grouped_all_gather").baseline in speedup.caption
 
 
-def test_each_run_is_its_own_line(tmp_path: Path) -> None:
+def _look(line) -> tuple[str, str, str]:
+    return (to_hex(line.get_color()), line.get_linestyle(), line.get_marker())
+
+
+def test_each_run_is_its_own_line_and_no_two_lines_look_alike(tmp_path: Path) -> None:
     a = synth_run(tmp_path / "old" / "run.csv", CASES[:2], seed=1, raw=False)
     b = synth_run(tmp_path / "new" / "run.csv", CASES[:2], seed=2, raw=False, world_size=4)
-    latency, _ = build_charts(read_results([a, b]))[0].figure.axes
+    chart = build_charts(read_results([a, b]))[0]
+    latency, busbw, *multiples = chart.figure.axes
     assert _labels(latency) == [
         "flat (new/run, n=4)",
         "flat (old/run, n=2)",
         "list (new/run, n=4)",
         "list (old/run, n=2)",
     ]
+    for ax in (latency, busbw):
+        looks = {line.get_label(): _look(line) for line in ax.get_lines() if not line.get_label().startswith("_")}
+        assert len(set(looks.values())) == 4, looks  # distinct colour, line style and marker
+        # colour is the variant, line style and marker the run
+        assert looks["flat (new/run, n=4)"][0] == looks["flat (old/run, n=2)"][0] != looks["list (old/run, n=2)"][0]
+        assert looks["flat (new/run, n=4)"][1:] == looks["list (new/run, n=4)"][1:] != looks["flat (old/run, n=2)"][1:]
+    # Four lines: the bands leave the overview for small multiples, one panel per variant with its runs.
+    assert len(latency.collections) == 0 and [ax.get_title() for ax in multiples] == ["flat", "list"]
+    assert [sum(line.get_linestyle() != "None" for line in ax.get_lines()) for ax in multiples] == [2, 2]
+    # each panel: per run, a min..p95 band and an error bar per p50's interval
+    assert [sum(isinstance(c, PolyCollection) for c in ax.collections) for ax in multiples] == [2, 2]
+    assert [sum(isinstance(c, LineCollection) for c in ax.collections) for ax in multiples] == [2, 2]
+    # The legend sits beside the data, not over it.
+    render(chart, "png")
+    legend = busbw.get_legend()
+    assert legend is not None and latency.get_legend() is None
+    renderer = chart.figure.canvas.get_renderer()
+    assert legend.get_window_extent(renderer).x0 >= busbw.get_window_extent(renderer).x1
+
+
+def test_a_run_keeps_its_colours_across_the_size_and_speedup_charts(run_csv: Path) -> None:
+    size, speedup = build_charts(read_results([run_csv]))[1:3]
+    colors = {line.get_label(): to_hex(line.get_color()) for line in size.figure.axes[0].get_lines()}
+    (ax,) = speedup.figure.axes
+    assert to_hex(ax.get_lines()[0].get_color()) == colors["coalesced"] != colors["separate"]
+
+
+def test_speedup_axes_have_ticks_below_and_above_1x(run_csv: Path) -> None:
+    (ax,) = build_charts(read_results([run_csv]))[2].figure.axes  # every speedup is about 2x
+    low, high = ax.get_ylim()
+    ticks = [t for t in ax.get_yticks() if low <= t <= high]
+    assert any(t < 1 for t in ticks) and 1.0 in ticks and any(t > 1 for t in ticks)
+    assert ax.yaxis.get_major_formatter()(0.5, 0) == "0.5x"
 
 
 def test_wrong_and_unavailable_rows_are_left_out_and_said(tmp_path: Path) -> None:
@@ -202,6 +241,7 @@ def test_unwritable_output_folder_is_one_line(run_csv: Path, tmp_path: Path) -> 
         "cannot create the output folder",
     )
     _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker)]), "is a file")
+    _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", ""]), "--output is empty")
 
 
 @pytest.mark.slow
@@ -228,7 +268,13 @@ def test_sweep_charts_its_csv_when_the_ranks_are_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: tuple[str, ...], charted: bool
 ) -> None:
     # The ranks are stood in for (test_cli runs real ones): what is tested is the wiring after them.
-    def ranks_finished(cfg: SweepConfig, nproc: int | None) -> Outcome:
+    def ranks_finished(
+        cfg: SweepConfig,
+        nproc: int | None,
+        master_addr: str | None = None,
+        master_port: int | None = None,
+        oversubscribe: bool = False,
+    ) -> Outcome:
         return Outcome(0, synth_run(Path(cfg.output), CASES[:1], seed=1, raw=False))
 
     monkeypatch.setattr(sys.modules["commbench.cli.sweep"], "run", ranks_finished)  # the group shadows the module name
@@ -239,21 +285,53 @@ def test_sweep_charts_its_csv_when_the_ranks_are_done(
     assert (f"# charts: {charts_folder(out)}/ (1 files)" in result.output) == charted
 
 
-def test_a_one_size_workload_is_drawn_as_bars(tmp_path: Path) -> None:
+def _bar_labels(ax) -> list[str]:
+    return [text.get_text() for text in ax.texts]
+
+
+def test_a_one_size_workload_is_drawn_as_bars_in_numeric_order_with_their_values(tmp_path: Path) -> None:
     cases = [
         Case("bucketed_all_reduce", v, sizes=(20 << 20,), factor=f)
-        for v, f in (("per_tensor", 2.0), ("bucketed_1M", 1.0), ("bucketed_256K", 4.0))
+        for v, f in (("per_tensor", 2.0), ("bucketed_1M", 1.0), ("bucketed_1e7", 3.0), ("bucketed_256K", 4.0))
     ]
     size_chart, speedup_chart = build_charts(read_results([synth_run(tmp_path / "w.csv", cases, seed=4, raw=False)]))
     latency, busbw = size_chart.figure.axes
-    for ax in (latency, busbw):
-        assert [t.get_text() for t in ax.get_xticklabels()] == ["bucketed_1M", "bucketed_256K", "per_tensor"]
-        assert len(ax.patches) == 3
+    rows = read_results([tmp_path / "w.csv"]).set_index("variant")
+    order = ["per_tensor", "bucketed_256K", "bucketed_1M", "bucketed_1e7"]  # the baseline, then by size
+    for ax, column, spec in ((latency, "time_us_p50", ",.0f"), (busbw, "busbw_gbps", ".3g")):
+        assert [t.get_text() for t in ax.get_xticklabels()] == order
+        assert len(ax.patches) == 4
+        assert _bar_labels(ax) == [format(rows.loc[v, column], spec) for v in order]
     (ax,) = speedup_chart.figure.axes
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["bucketed_1M", "bucketed_256K"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == order[1:]
     tops = [bar.get_y() + bar.get_height() for bar in ax.patches]  # bars start at 1x
-    assert 1.7 < tops[0] < 2.3 and 0.4 < tops[1] < 0.6, tops
+    assert 0.4 < tops[0] < 0.6 and 1.7 < tops[1] < 2.3 and 0.55 < tops[2] < 0.8, tops
+    assert _bar_labels(ax) == [f"{top:.2f}x" for top in tops]
     assert "20M" in size_chart.caption
+
+
+def test_bucket_caps_sort_by_size_not_as_text(tmp_path: Path) -> None:
+    variants = ["per_tensor", "bucketed_100MB", "bucketed_1MB", "bucketed_25MB", "bucketed_5MB", "flat"]
+    cases = [Case("bucketed_reduce_scatter", v, sizes=(14 << 20,)) for v in variants]
+    (size_chart, _) = build_charts(read_results([synth_run(tmp_path / "c.csv", cases, seed=6, raw=False)]))
+    assert [t.get_text() for t in size_chart.figure.axes[0].get_xticklabels()] == [
+        "per_tensor",
+        "bucketed_1MB",
+        "bucketed_5MB",
+        "bucketed_25MB",
+        "bucketed_100MB",
+        "flat",
+    ]
+
+
+def test_two_runs_of_bars_are_grouped_by_variant_and_told_apart_by_hatch(tmp_path: Path) -> None:
+    cases = [Case("bucketed_all_reduce", v, sizes=(20 << 20,)) for v in ("per_tensor", "bucketed_1M")]
+    a = synth_run(tmp_path / "a.csv", cases, seed=1, raw=False)
+    b = synth_run(tmp_path / "b.csv", cases, seed=2, raw=False)
+    latency, busbw = build_charts(read_results([a, b]))[0].figure.axes
+    bars = {(to_hex(p.get_facecolor()), p.get_hatch()) for p in latency.patches}
+    assert len(bars) == 4 and len({color for color, _ in bars}) == 2 and len({h for _, h in bars}) == 2
+    assert [t.get_text() for t in busbw.get_legend().get_texts()] == ["a", "b"]
 
 
 def test_sync_bn_strategies_are_compared_at_equal_channels_not_equal_bytes(tmp_path: Path) -> None:
@@ -268,3 +346,17 @@ def test_sync_bn_strategies_are_compared_at_equal_channels_not_equal_bytes(tmp_p
     assert list(ax.get_lines()[0].get_xdata()) == [s // 4 for s in SIZES]  # the channel counts
     assert all(1.7 < v < 2.3 for v in ax.get_lines()[0].get_ydata())
     assert ax.get_xlabel().startswith("channels C")
+
+
+def test_a_latency_only_op_gets_a_latency_chart_without_a_bandwidth_panel(tmp_path: Path) -> None:
+    cases = [Case("barrier", "barrier", sizes=(0,), latency_only=True), Case("all_gather", "flat")]
+    frame = read_results([synth_run(tmp_path / "b.csv", cases, seed=5, raw=False)])
+    assert frame[frame.op == "barrier"].busbw_gbps.isna().all()  # the CSV cells are empty
+    charts = {c.name: c for c in build_charts(frame)}
+    (latency,) = charts["barrier-comm"].figure.axes
+    assert len(latency.patches) == 1 and "latency only" in charts["barrier-comm"].caption
+    assert len(charts["all_gather-comm"].figure.axes) == 2
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "b.csv"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "<h3>barrier · comm</h3>" in out.read_text()

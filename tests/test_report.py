@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from commbench.analysis.model import fit_frame, model_charts
 from commbench.analysis.plotting import build_charts
 from commbench.cli import main
 from commbench.results.reader import read_results
@@ -30,11 +31,13 @@ def test_report_holds_every_chart_and_table(runs: list[Path], tmp_path: Path) ->
     result = CliRunner().invoke(main, ["report", *map(str, runs), "-o", str(out)])
     assert result.exit_code == 0, result.output
     page = out.read_text()
-    charts = build_charts(read_results(runs))
+    frame = read_results(runs)
+    charts = build_charts(frame) + model_charts(frame, fit_frame(frame)[0])
     images = re.findall(r"<img alt='([^']+)' src='data:image/png;base64,", page)
-    assert images == [c.name for c in charts] and page.count("<img") == len(charts) == 3
-    # provenance, one table per (op, phase) measured (all_gather, grouped_all_gather), the unavailable rows
-    assert page.count("<table") == 4
+    assert images == [c.name for c in charts] and page.count("<img") == len(charts) == 5
+    assert images[-2:] == ["all_gather-comm-model", "grouped_all_gather-comm-model"]
+    # provenance, the model's fits, one table per (op, phase) measured (all_gather, grouped_all_gather), the unavailable rows
+    assert page.count("<table") == 5
     assert [h for h in re.findall(r"<h3>([^<]+)</h3>", page)] == [
         "all_gather · comm",
         "grouped_all_gather · comm",
@@ -56,7 +59,7 @@ def test_report_in_svg_and_default_name(runs: list[Path]) -> None:
     result = CliRunner().invoke(main, ["report", str(runs[0]), "--format", "svg"])
     assert result.exit_code == 0, result.output
     page = runs[0].with_suffix(".html").read_text()
-    assert page.count("data:image/svg+xml;base64,") == 3
+    assert page.count("data:image/svg+xml;base64,") == 3 + 2  # results and model charts
 
 
 def test_unwritable_report_destination_is_one_line(runs: list[Path], tmp_path: Path) -> None:
@@ -66,7 +69,15 @@ def test_unwritable_report_destination_is_one_line(runs: list[Path], tmp_path: P
         CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(blocker / "sub" / "r.html")]),
         "cannot create the output folder",
     )
-    _one_line_error(CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(tmp_path)]), "is a folder")
+    _one_line_error(CliRunner().invoke(main, ["report", str(runs[0]), "-o", ""]), "--output is empty")
+
+
+def test_a_folder_as_destination_gets_the_default_name_inside(runs: list[Path], tmp_path: Path) -> None:
+    for given, folder in ((tmp_path, tmp_path), (f"{tmp_path}/new/", tmp_path / "new")):
+        result = CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(given)])
+        assert result.exit_code == 0, result.output
+        assert result.output.strip() == str(folder / runs[0].with_suffix(".html").name)
+        assert (folder / runs[0].with_suffix(".html").name).read_text().startswith("<!doctype html>")
 
 
 def test_report_of_a_missing_file_is_one_line(tmp_path: Path) -> None:

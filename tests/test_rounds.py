@@ -23,6 +23,7 @@ from commbench.results.sink import Sink
 from commbench.run import runner
 from commbench.run.config import SweepConfig
 from commbench.run.eta import SweepProgress
+from commbench.run.groups import Grouping
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters
 from commbench.run.watchdog import Watchdog
 from tests.distributed import run_ranks
@@ -163,11 +164,11 @@ def _sweep_fake(tmp_path: Path, **config: Any) -> tuple[pd.DataFrame, list[list[
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "fake.csv"
     sink = Sink(path, {"run_id": "fake", "mode": cfg.mode, "world_size": 1}, False, True, Display("quiet"))
-    board = type("Board", (), {"step": lambda self, label: None})()
+    board = type("Board", (), {"step": lambda self, label: None, "rank": 0})()
     progress = SweepProgress(6, cfg.time_per_size)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Case, "block", block)
-        runner._sweep_op(cfg, backend, op, "float32", Watchdog(60, 0), sink, board, progress)
+        runner._sweep_op(cfg, Grouping("world", 1, backend), op, "float32", Watchdog(60, 0), sink, board, progress)
     sink.close()
     return pd.read_csv(path), visits
 

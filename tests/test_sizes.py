@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from commbench.errors import UserError
-from commbench.units import format_size, parse_size, parse_size_list, size_range
+from commbench.units import format_size, parse_size, parse_size_list, round_size, size_range, sweep_length
 
 
 @pytest.mark.parametrize(
@@ -60,3 +60,48 @@ def test_format_size():
         "1G",
         "1000B",
     ]
+
+
+def test_a_size_rounded_to_the_world_size_reads_as_the_round_size_and_the_difference():
+    # 1K of float32 on 3 ranks is 255 elements (1020 bytes); 64M on 3 ranks is 64M-4B.
+    assert [format_size(n) for n in (1020, 1032, (64 << 20) - 4, (1 << 30) + 24)] == [
+        "1K-4B",
+        "1K+8B",
+        "64M-4B",
+        "1G+24B",
+    ]
+    assert [round_size(n) for n in (1020, 1032, 1000, 3456)] == [1024, 1024, 1000, 3456]
+    # Otherwise three significant digits, never an exponent, up to terabytes.
+    assert [format_size(n) for n in (3456, int(1023.5 * 2**20), int(26.1 * 2**40), 5 << 50)] == [
+        "3.38K",
+        "1023.5M",
+        "26.1T",
+        "5120T",
+    ]
+
+
+def _reference_range(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """nccl-tests' loop, one step at a time."""
+    sizes, size = [], float(min_bytes)
+    while round(size) <= max_bytes:
+        if not sizes or round(size) != sizes[-1]:
+            sizes.append(round(size))
+        size *= factor
+    return sizes
+
+
+@pytest.mark.parametrize(
+    "low, high, factor", [(8, 64 << 20, 2), (8, 16, 1.1), (1, 1000, 1.001), (7, 700000, 1.01), (2, 200000, 1.05)]
+)
+def test_size_range_equals_the_step_by_step_loop(low, high, factor):
+    assert size_range(low, high, factor) == _reference_range(low, high, factor)
+    assert abs(sweep_length(low, high, factor) - len(_reference_range(low, high, factor))) <= 1
+
+
+def test_a_sweep_of_millions_of_sizes_is_refused_with_its_length():
+    with pytest.raises(UserError, match=r"would measure about 5,206,311 sizes; a sweep measures at most 1,000"):
+        size_range(8, 64 << 20, 1.000001)
+    with pytest.raises(UserError, match="factor"):
+        size_range(8, 64, float("nan"))
+    with pytest.raises(UserError, match="factor"):
+        size_range(8, 64, float("inf"))

@@ -99,7 +99,7 @@ class Comparison:
     deltas: list[Delta] = field(default_factory=list)
     only_baseline: list[tuple] = field(default_factory=list)
     only_candidate: list[tuple] = field(default_factory=list)
-    not_compared: list[str] = field(default_factory=list)  # wrong or unavailable, with the reason
+    not_compared: list[str] = field(default_factory=list)  # unavailable, or without the metric, with the reason
 
     def count(self, verdict: str) -> int:
         return sum(1 for d in self.deltas if d.verdict == verdict)
@@ -135,6 +135,7 @@ def describe(key: tuple) -> str:
     return (
         f"{parts['op']}/{parts['variant']}/{parts['phase']} {parts['dtype']} {parts['mode']} "
         f"{format_size(int(parts['size_bytes']))} n={int(parts['world_size'])}"
+        + ("" if parts["group"] == "world" else f" --group {parts['group']}")
     )
 
 
@@ -146,7 +147,7 @@ def _nothing_in_common(base: pd.DataFrame, cand: pd.DataFrame, baseline: Path, c
         if not b & c:
             shown = lambda vs: ",".join(sorted(map(str, vs))[:4])  # noqa: E731
             apart.append(f"{column} {shown(b)} vs {shown(c)}")
-    why = "; ".join(apart) if apart else "no (op, variant, phase, dtype, mode, size, world size) is in both"
+    why = "; ".join(apart) if apart else "no (op, variant, phase, dtype, mode, size, world size, group) is in both"
     return UserError(
         f"{baseline} and {candidate} have no measured row in common ({why}): compare runs of the same ops and sizes"
     )
@@ -176,7 +177,12 @@ def compare_runs(
     result.only_candidate = sorted(cand.index.difference(base.index))
     result.not_compared = _unavailable(frames[baseline], frames[candidate])
     for key in sorted(common):
-        result.deltas.append(_test(key, base.loc[key], cand.loc[key], samples, result))
+        b, c = base.loc[key], cand.loc[key]
+        if math.isnan(float(b[metric])) and math.isnan(float(c[metric])):
+            # A latency-only op (a barrier, S = 0) has no bandwidth to compare.
+            result.not_compared.append(f"{describe(key)} has no {metric} (latency only); compare it on a time metric")
+            continue
+        result.deltas.append(_test(key, b, c, samples, result))
     tested = [d for d in result.deltas if d.method]
     for delta, adjusted in zip(tested, holm([d.p_value for d in tested])):
         delta.p_value = adjusted
@@ -274,5 +280,5 @@ def format_comparison(result: Comparison) -> str:
         for v in ("regression", "improvement", "within noise", "unchanged", "wrong results", "wrong in baseline")
         if result.count(v)
     )
-    lines.append(f"# {counts}; {'FAILED' if result.failed else 'passed'}")
+    lines.append(f"# {counts or 'no row compared'}; {'FAILED' if result.failed else 'passed'}")
     return "\n".join(lines)

@@ -7,6 +7,7 @@ no global figure state, no display needed, and tests can inspect what `build_cha
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -16,11 +17,12 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from commbench.errors import UserError
 from commbench.results.reader import ok_rows, read_results
-from commbench.units import format_size
+from commbench.units import format_size, round_size
 
 FORMATS = ("png", "svg")
 
@@ -61,7 +63,68 @@ def speedup_family(op: str) -> Family | None:
 
 # What distinguishes two lines on one chart; the label shows only the parts that differ.
 SERIES_COLUMNS = ("backend", "variant", "run", "world_size")
-_MAX_TICKS = 12
+RUN_COLUMNS = ("backend", "run", "world_size")  # one run: a CSV's rows at one world size on one backend
+_MAX_TICKS = 9
+# Colour encodes the variant (matplotlib's tab10, whose colours differ in lightness as well as hue);
+# line style and marker encode the run, so no two lines of a chart look alike.
+COLORS = tuple(f"C{i}" for i in range(10))
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+HATCHES = ("", "//", "..", "xx", "\\\\", "++")
+# More lines than this on one latency panel and their min..p95 bands hide each other: the panel
+# keeps the lines, and a row of small multiples, one per variant, shows each variant's bands.
+MAX_BANDS = 2
+_QUANTITY = re.compile(r"(\d+(?:\.\d+)?(?:e\d+)?)([KMGT]?)i?B?$", re.IGNORECASE)
+
+
+def variant_order(variant: str, baseline: str | None = None) -> tuple[int, str, float, str]:
+    """Sort key of variants: the baseline first, then by name, and variants that differ only in a
+    number (bucketed_1MB, bucketed_5MB, bucketed_25MB; bucketed_256K, bucketed_1M, bucketed_1e7)
+    by that number's value, not its text. Other variants follow those of their family (flat)."""
+    if variant == baseline:
+        return (0, "", 0.0, "")
+    m = _QUANTITY.search(variant)
+    if m is None:
+        return (1, variant, math.inf, "")
+    prefix = variant[: m.start()]
+    scale = 1024.0 ** ("KMGT".index(m.group(2).upper()) + 1) if m.group(2) else 1.0
+    return (1, prefix, float(m.group(1)) * scale, variant)
+
+
+@dataclass(frozen=True)
+class Palette:
+    """How the lines of an op's charts look: a colour per variant (the same on its size and speedup
+    charts), a line style and a marker per run."""
+
+    variants: tuple[str, ...]
+    runs: tuple[tuple[str, str, int], ...]
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame, baseline: str | None = None) -> Palette:
+        variants = sorted(set(rows["variant"]), key=lambda v: variant_order(v, baseline))
+        runs = sorted({(str(b), str(r), int(w)) for b, r, w in rows[list(RUN_COLUMNS)].itertuples(index=False)})
+        return cls(tuple(variants), tuple(runs))
+
+    def run_index(self, rows: pd.DataFrame) -> int:
+        first = rows.iloc[0]
+        return self.runs.index((str(first["backend"]), str(first["run"]), int(first["world_size"])))
+
+    def color(self, variant: str) -> str:
+        return COLORS[self.variants.index(variant) % len(COLORS)] if variant in self.variants else "gray"
+
+    def style(self, rows: pd.DataFrame) -> dict[str, str]:
+        """Keyword arguments of Axes.plot for one series' rows."""
+        run = self.run_index(rows)
+        return {
+            "color": self.color(str(rows["variant"].iloc[0])),
+            "linestyle": LINESTYLES[run % len(LINESTYLES)],
+            "marker": MARKERS[run % len(MARKERS)],
+        }
+
+    def order(self, series: tuple[str, pd.DataFrame]) -> tuple[int, int]:
+        """Sort key of a series: by variant, then by run."""
+        rows = series[1]
+        return (self.variants.index(str(rows["variant"].iloc[0])), self.run_index(rows))
 
 
 @dataclass
@@ -87,6 +150,11 @@ def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png") -> list
     charts = build_charts(read_results(csv_paths))
     if not charts:
         raise UserError(f"nothing to plot in {', '.join(map(str, csv_paths))}: no row has status ok")
+    return write_charts(charts, out_dir, fmt)
+
+
+def write_charts(charts: list[Chart], out_dir: Path, fmt: str) -> list[Path]:
+    """One file per chart in out_dir (created); returns the paths written."""
     out_dir = ensure_folder(Path(out_dir))
     written = []
     for chart in charts:
@@ -169,7 +237,9 @@ def _series(group: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
 def _size_axis(ax, sizes: Iterable[float], family: Family | None = None) -> None:
     """Log-2 size axis with human labels (8B, 1K, 1M): at the measured sizes when they are few,
     else at powers of two thinned to stay legible."""
-    sizes = sorted({float(s) for s in sizes if s > 0})
+    family = family or Family("")
+    snap = round_size if family.workload == "size_bytes" else int  # 4K+8B is drawn at its 4K tick
+    sizes = sorted({float(snap(int(s))) for s in sizes if s > 0})
     ax.set_xscale("log", base=2)
     if len(sizes) <= _MAX_TICKS:
         ticks: list[float] = []
@@ -182,7 +252,6 @@ def _size_axis(ax, sizes: Iterable[float], family: Family | None = None) -> None
         ticks = [2.0**e for e in exponents[:: -(-len(exponents) // _MAX_TICKS)]]
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
-    family = family or Family("")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: family.format(round(x))))
     ax.set_xlabel(family.axis_label)
     ax.grid(True, which="major", alpha=0.3)
@@ -191,68 +260,183 @@ def _size_axis(ax, sizes: Iterable[float], family: Family | None = None) -> None
 def _size_chart(name: str, group: pd.DataFrame) -> Chart:
     measured = ok_rows(group)
     op, phase = measured["op"].iloc[0], measured["phase"].iloc[0]
-    fig = Figure(figsize=(12, 4.8))
-    latency, busbw = fig.subplots(1, 2)
-    series = list(_series(measured))
+    family = speedup_family(op)
+    palette = Palette.of(measured, family.baseline if family else None)
+    series = sorted(_series(measured), key=palette.order)
     one_size = measured["size_bytes"].nunique() == 1
-    (_draw_bars if one_size else _draw_lines)(latency, busbw, series)
-    latency.set_title("latency")
-    busbw.set_ylabel("busbw (GB/s, from p50 time)")
-    busbw.set_ylim(bottom=0)
-    busbw.set_title("bus bandwidth")
+    multiples = not one_size and len(series) > MAX_BANDS
+    # A latency-only op (a barrier: S = 0) has no bandwidth: one panel, and the caption says why.
+    latency_only = bool(measured["busbw_gbps"].isna().all())
+    variants = len(palette.variants)
+    width = 6.5 if latency_only else 12
+    fig = Figure(figsize=(width, 4.8 + (2.6 * math.ceil(variants / 4) if multiples else 0)), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=(4.8, 2.6 * math.ceil(variants / 4))) if multiples else (fig, None)
+    latency, busbw = (top.subplots(), None) if latency_only else top.subplots(1, 2)
+    if one_size:
+        _draw_bars(latency, busbw, series, palette)
+    else:
+        _draw_lines(latency, busbw, series, palette, bands=not multiples)
+    if bottom is not None:
+        _draw_multiples(bottom, series, palette)
+    latency.set_title("latency" + (" (min..p95 bands below, per variant)" if multiples else ""))
+    if busbw is not None:
+        busbw.set_ylabel("busbw (GB/s, from p50 time)")
+        busbw.set_ylim(bottom=0)
+        busbw.set_title("bus bandwidth")
     what = (
         f"at its one workload size S = {format_size(int(measured['size_bytes'].iloc[0]))}"
         if one_size
         else "against size"
     )
+    if latency_only:
+        what += " (latency only: S = 0, no bandwidth)"
     facts, left_out = _facts(measured), _left_out(group)
     fig.suptitle(f"{op} · {phase}\n{facts}", fontsize=11)
     if left_out:
-        fig.text(0.5, -0.02, left_out, ha="center", fontsize=8, color="dimgray")
-    caption = f"{op} ({phase}): latency and busbw {what}; {facts}." + (f" {left_out}" if left_out else "")
-    fig.tight_layout()
+        fig.text(0.5, -0.03, left_out, ha="center", fontsize=8, color="dimgray")
+    shown = "latency" if latency_only else "latency and busbw"
+    caption = f"{op} ({phase}): {shown} {what}; {facts}." + (f" {left_out}" if left_out else "")
     return Chart(name=name, kind="size", figure=fig, caption=caption)
 
 
-def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]]) -> None:
-    """A line per series against size: p50 with a min..p95 band for latency, busbw beside it."""
+def draw_band(
+    ax, rows: pd.DataFrame, low: str = "time_us_min", high: str = "time_us_p95", color: str = "C0", alpha: float = 0.18
+) -> None:
+    """One series' band between two columns against size (by default the min..p95 spread).
+
+    min..p95: the fastest iteration bounds the low side; p95 rather than max on the high side,
+    because one descheduled iteration on a shared machine would swamp the chart.
+    """
+    ax.fill_between(rows["size_bytes"], rows[low], rows[high], color=color, alpha=alpha, linewidth=0)
+
+
+def draw_interval(ax, rows: pd.DataFrame, color: str = "C0") -> None:
+    """One series' p50 interval (time_us_p50_lo..hi) as an error bar at each size."""
+    ax.errorbar(rows["size_bytes"], rows["time_us_p50"], yerr=_interval(rows), fmt="none", ecolor=color, capsize=3)
+
+
+def _latency_axis(ax) -> None:
+    """Log latency axis with plain numbers (200, 1000, 5000 read faster than 2x10^2)."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}" if y >= 1 else f"{y:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette: Palette, bands: bool = True) -> None:
+    """A line per series against size: p50 (with its min..p95 band when few lines share the
+    panel) for latency, busbw beside it; one legend, outside the data."""
     for label, rows in series:
-        size = rows["size_bytes"]
-        (line,) = latency.plot(size, rows["time_us_p50"], marker="o", markersize=3, label=label)
-        # min..p95: the fastest iteration bounds the low side; p95 rather than max on the high
-        # side, because one descheduled iteration on a shared machine would swamp the chart.
-        latency.fill_between(size, rows["time_us_min"], rows["time_us_p95"], color=line.get_color(), alpha=0.18)
-        latency.errorbar(
-            size, rows["time_us_p50"], yerr=_interval(rows), fmt="none", ecolor=line.get_color(), capsize=3
-        )
-        busbw.plot(size, rows["busbw_gbps"], marker="o", markersize=3, label=label, color=line.get_color())
+        style = palette.style(rows)
+        latency.plot(rows["size_bytes"], rows["time_us_p50"], markersize=4, label=label, **style)
+        if bands:
+            draw_band(latency, rows, color=style["color"])
+            draw_interval(latency, rows, color=style["color"])
+        if busbw is not None:
+            busbw.plot(rows["size_bytes"], rows["busbw_gbps"], markersize=4, label=label, **style)
     sizes = pd.concat([rows["size_bytes"] for _, rows in series])
-    _size_axis(latency, sizes)
-    _size_axis(busbw, sizes)
-    latency.set_yscale("log")
-    # Plain numbers (200, 1000, 5000) read faster than 2x10^2 on a latency axis.
-    latency.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}" if y >= 1 else f"{y:g}"))
-    latency.yaxis.set_minor_formatter(NullFormatter())
-    latency.set_ylabel("time per op (µs): p50 line with its 95% interval, min..p95 band", fontsize=9)
-    busbw.legend(fontsize="small", loc="upper left")
-
-
-def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]]) -> None:
-    """A bar per series when every row has one size (a fixed workload): a line would be a dot."""
-    labels = [label for label, _ in series]
-    rows = pd.concat([r for _, r in series])
-    colors = [f"C{i}" for i in range(len(series))]
-    p50 = rows["time_us_p50"].to_numpy()
-    spread = [p50 - rows["time_us_min"].to_numpy(), rows["time_us_p95"].to_numpy() - p50]
-    latency.bar(labels, p50, yerr=spread, color=colors, capsize=4, error_kw={"alpha": 0.5})
-    latency.errorbar(labels, p50, yerr=_interval(rows), fmt="none", ecolor="black", capsize=6, elinewidth=2)
-    latency.set_ylabel("time per op (µs): p50 bar with its 95% interval, min..p95 whisker", fontsize=9)
-    latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}"))
-    busbw.bar(labels, rows["busbw_gbps"].to_numpy(), color=colors)
     for ax in (latency, busbw):
-        ax.tick_params(axis="x", labelrotation=20)
-        ax.grid(True, axis="y", alpha=0.3)
+        if ax is not None:
+            _size_axis(ax, sizes)
+    _latency_axis(latency)
+    latency.set_ylabel("time per op (µs): p50 line" + (" with its 95% interval, min..p95 band" if bands else ""))
+    _legend_outside(busbw or latency)
+
+
+def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Palette) -> None:
+    """Small multiples: one latency panel per variant, its runs' p50 lines with their min..p95
+    bands, on shared axes so panels compare at a glance."""
+    variants = palette.variants
+    columns = min(4, len(variants))
+    axes = subfig.subplots(math.ceil(len(variants) / columns), columns, sharex=True, sharey=True, squeeze=False)
+    sizes = pd.concat([rows["size_bytes"] for _, rows in series])
+    for ax, variant in zip(axes.flat, variants):
+        for _, rows in series:
+            if rows["variant"].iloc[0] == variant:
+                style = palette.style(rows)
+                ax.plot(rows["size_bytes"], rows["time_us_p50"], markersize=3, label=f"_{variant}", **style)
+                draw_band(ax, rows, color=style["color"])
+                draw_interval(ax, rows, color=style["color"])
+        ax.set_title(variant, fontsize=9, color=palette.color(variant))
+        _size_axis(ax, sizes)
+        ax.set_xlabel("")
+        ax.tick_params(labelsize=7)
+    _latency_axis(axes.flat[0])
+    for ax in list(axes.flat)[len(variants) :]:
+        ax.set_visible(False)
+    subfig.supylabel("µs (p50 with its 95% interval, min..p95)", fontsize=8)
+    subfig.supxlabel("size S (bytes)", fontsize=8)
+
+
+def _legend_outside(ax, **kwargs) -> None:
+    """The axes' legend to the right of them, never over the data."""
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
+
+
+def _bar_positions(series: list[tuple[str, pd.DataFrame]], palette: Palette) -> tuple[list[float], list[str]]:
+    """Grouped bars: (x of each series' bar, the variants at x = 0, 1, ...). A group per variant
+    drawn, in the palette's order; within it a bar per run, side by side."""
+    drawn = {str(rows["variant"].iloc[0]) for _, rows in series}
+    variants = [v for v in palette.variants if v in drawn]
+    runs = len(palette.runs)
+    xs = [
+        variants.index(str(rows["variant"].iloc[0])) + (palette.run_index(rows) - (runs - 1) / 2) * 0.8 / runs
+        for _, rows in series
+    ]
+    return xs, variants
+
+
+def _bars(
+    ax, series: list[tuple[str, pd.DataFrame]], palette: Palette, heights: list[float], labels: list[str], **kwargs
+):
+    """A bar per series (colour: its variant; hatch: its run), each labelled with its value."""
+    xs, variants = _bar_positions(series, palette)
+    bars = ax.bar(
+        xs,
+        heights,
+        width=0.8 / len(palette.runs),
+        color=[palette.color(str(rows["variant"].iloc[0])) for _, rows in series],
+        hatch=[HATCHES[palette.run_index(rows) % len(HATCHES)] for _, rows in series],
+        edgecolor="white",
+        label=[label for label, _ in series],
+        **kwargs,
+    )
+    ax.bar_label(bars, labels=labels, fontsize=7, padding=2)
+    ax.set_xticks(range(len(variants)), variants)
+    ax.tick_params(axis="x", labelrotation=20)
+    ax.grid(True, axis="y", alpha=0.3)
+    if len(palette.runs) > 1:  # the variants are named on the axis; the legend says which hatch is which run
+        runs = {palette.run_index(rows): label.removeprefix(str(rows["variant"].iloc[0])) for label, rows in series}
+        handles = [
+            Patch(
+                facecolor="lightgray", edgecolor="dimgray", hatch=HATCHES[i % len(HATCHES)], label=runs[i].strip(" ()")
+            )
+            for i in sorted(runs)
+        ]
+        _legend_outside(ax, handles=handles, title="run")
+    return bars
+
+
+def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette: Palette) -> None:
+    """A bar per series when every row has one size (a fixed workload): a line would be a dot.
+    Variants sort by their numeric meaning (bucketed_1MB before bucketed_25MB); each bar shows its value."""
+    p50 = [float(rows["time_us_p50"].iloc[0]) for _, rows in series]
+    spread = [
+        [p - float(rows["time_us_min"].iloc[0]) for p, (_, rows) in zip(p50, series)],
+        [float(rows["time_us_p95"].iloc[0]) - p for p, (_, rows) in zip(p50, series)],
+    ]
+    bars = _bars(latency, series, palette, p50, [f"{p:,.0f}" for p in p50], yerr=spread, capsize=3, ecolor="dimgray")
+    centres = [bar.get_x() + bar.get_width() / 2 for bar in bars]
+    firsts = pd.concat([rows.iloc[:1] for _, rows in series])
+    latency.errorbar(centres, p50, yerr=_interval(firsts), fmt="none", ecolor="black", capsize=5, elinewidth=2)
+    latency.set_ylabel("time per op (µs): p50 bar with its 95% interval (black), min..p95 whisker")
+    latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}"))
+    if busbw is None:  # latency only (a barrier): its panel keeps the legend
+        return
+    busbw_values = [float(rows["busbw_gbps"].iloc[0]) for _, rows in series]
+    _bars(busbw, series, palette, busbw_values, [f"{b:.3g}" for b in busbw_values])
+    if latency.get_legend() is not None:  # one legend per figure, beside the last panel
+        latency.get_legend().remove()
 
 
 def _interval(rows: pd.DataFrame) -> list:
@@ -294,36 +478,46 @@ def _speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | No
     if joined.empty:
         return None
     op, phase, baseline, workload = joined["op"].iloc[0], joined["phase"].iloc[0], family.baseline, family.workload
-    fig = Figure(figsize=(7.5, 4.8))
+    fig = Figure(figsize=(9, 4.8), layout="constrained")
     ax = fig.subplots()
-    series = list(_series(joined))
     # Each variant keeps the colour it has on the size chart beside this one.
-    palette = {label: f"C{i}" for i, (label, _) in enumerate(_series(ok_rows(group)))}
-    colors = [palette.get(label, f"C{i}") for i, (label, _) in enumerate(series)]
+    palette = Palette.of(ok_rows(group), baseline)
+    series = sorted(_series(joined), key=palette.order)
+    values = [float(v) for v in joined["speedup"]]
     if joined[workload].nunique() == 1:
-        # One workload: bars that start at the baseline (1x) and grow up when faster.
+        # One workload: bars that start at the baseline (1x), up when faster, down when slower.
         speedup = [float(rows["speedup"].iloc[0]) for _, rows in series]
-        ax.bar([label for label, _ in series], [v - 1 for v in speedup], bottom=1, color=colors)
-        ax.tick_params(axis="x", labelrotation=20)
+        _bars(ax, series, palette, [v - 1 for v in speedup], [f"{v:.2f}x" for v in speedup], bottom=1)
         ax.set_xlabel(f"variant, at {family.workload_name} = {family.format(joined[workload].iloc[0])}")
     else:
-        for (label, rows), color in zip(series, colors):
-            ax.plot(rows[workload], rows["speedup"], marker="o", markersize=3, label=label, color=color)
+        for label, rows in series:
+            ax.plot(rows[workload], rows["speedup"], markersize=4, label=label, **palette.style(rows))
         _size_axis(ax, joined[workload], family)
-        ax.legend(fontsize="small")
+        _legend_outside(ax)
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label=f"_{baseline}")
-    # Log scale: 2x faster and 2x slower sit at equal distances from the baseline's line.
-    ax.set_yscale("log", base=2)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}x"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylabel(f"speedup over {baseline} (p50 time of {baseline} / p50 time)")
+    _ratio_axis(ax, values)
+    ax.set_ylabel(f"speedup over {baseline}\n(p50 time of {baseline} / p50 time)")
     fig.suptitle(f"{op} · {phase}: speedup over {baseline} (above 1 = faster)\n{_facts(joined)}", fontsize=11)
-    fig.tight_layout()
     caption = (
         f"{op} ({phase}): each variant's speedup over {baseline} for the same work "
         f"(equal {family.workload_name}); above 1 is faster; {_facts(joined)}."
     )
     return Chart(name=f"{name}-speedup", kind="speedup", figure=fig, caption=caption)
+
+
+def _ratio_axis(ax, values: list[float]) -> None:
+    """Log-2 axis for ratios, with ticks on both sides of 1x whatever the data: 2x faster and 2x
+    slower sit at equal distances from the baseline's line, and the reader sees which side is which."""
+    positive = [v for v in values if v > 0] or [1.0]
+    spread = max(max(positive), 1 / min(positive))
+    steps = (1.25, 1.5, 2.0) if spread <= 2.3 else tuple(2.0**k for k in range(1, 31))
+    low, high = min(*positive, 1 / steps[0]) / 1.15, max(*positive, steps[0]) * 1.15
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(low, high)
+    ticks = sorted({1.0, *(t for step in steps for t in (step, 1 / step) if low <= t <= high)})
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:.2f}".rstrip("0").rstrip(".") + "x"))
 
 
 def plot_beside(csv_path: Path, fmt: str = "png") -> list[Path]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 import commbench
-from commbench.analysis.plotting import FORMATS, build_charts, ensure_folder, render
+from commbench.analysis.plotting import FORMATS, Chart, build_charts, ensure_folder, render
 from commbench.errors import UserError
 from commbench.results.reader import read_results
 from commbench.units import format_size
@@ -82,12 +82,8 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
         _table(_provenance(frame)),
         "<h2>Charts</h2>",
     ]
-    for chart in build_charts(frame):
-        data = base64.b64encode(render(chart, fmt)).decode("ascii")
-        parts.append(
-            f"<figure><img alt='{html.escape(chart.name)}' src='data:{_MIME[fmt]};base64,{data}'>"
-            f"<figcaption>{html.escape(chart.caption)}</figcaption></figure>"
-        )
+    parts.extend(_figure(chart, fmt) for chart in build_charts(frame))
+    parts.extend(_model_section(frame, fmt))
     parts.append("<h2>Results</h2>")
     measured = frame[frame["status"] != "unavailable"]
     for (op, phase), rows in measured.groupby(["op", "phase"], sort=True):
@@ -99,6 +95,15 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
         parts.append(_table(unavailable[["op", "variant", "backend", "run", "note"]]))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _figure(chart: Chart, fmt: str) -> str:
+    """A chart embedded as a data URI, with its caption."""
+    data = base64.b64encode(render(chart, fmt)).decode("ascii")
+    return (
+        f"<figure><img alt='{html.escape(chart.name)}' src='data:{_MIME[fmt]};base64,{data}'>"
+        f"<figcaption>{html.escape(chart.caption)}</figcaption></figure>"
+    )
 
 
 def write_report(csv_paths: list[Path], out: Path, fmt: str = "png") -> Path:
@@ -139,3 +144,39 @@ def _formatter(column: str):
         return str(value)
 
     return cell
+
+
+def _model_section(frame: pd.DataFrame, fmt: str) -> list[str]:
+    """The latency-bandwidth fits (docs/model.md) with their charts; nothing when no op has enough sizes."""
+    from commbench.analysis.model import fit_frame, model_charts
+
+    fits, skipped = fit_frame(frame)
+    if not fits:
+        return []
+    table = pd.DataFrame([f.as_dict() for f in fits])
+    table = table[
+        [
+            "op",
+            "variant",
+            "phase",
+            "dtype",
+            "backend",
+            "world_size",
+            "sizes",
+            "alpha_us",
+            "beta_gbps",
+            "half_size_bytes",
+            "r2",
+            "worst_residual",
+        ]
+    ]
+    parts = [
+        "<h2>Latency-bandwidth model</h2>",
+        "<p>T(S) = alpha + S / beta fitted to the p50 times (robust, relative residuals); R^2 of log time. "
+        "A fit with R^2 below 0.9 does not describe the data and is not projected (<code>commbench model</code>).</p>",
+        _table(table),
+    ]
+    parts.extend(_figure(chart, fmt) for chart in model_charts(frame, fits))
+    if skipped:
+        parts.append("<p>Not fitted: " + html.escape("; ".join(skipped)) + "</p>")
+    return parts

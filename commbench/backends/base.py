@@ -13,9 +13,12 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
+
+from commbench.launchers import HOST_ENV
 
 if TYPE_CHECKING:
     from commbench.launchers import Launch
@@ -25,6 +28,18 @@ class Work(Protocol):
     """A wait object: the handle an async collective returns."""
 
     def wait(self) -> Any: ...
+
+
+OPTIONAL_COLLECTIVES = (
+    "all_to_all_single",
+    "all_to_all_list",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "send_recv",
+    "barrier_async",
+)
 
 
 class Backend(ABC):
@@ -38,9 +53,17 @@ class Backend(ABC):
     # True when the transport is a torch.distributed process group (torch.nn.SyncBatchNorm needs one).
     torch_process_group: ClassVar[bool] = False
 
+    # Collectives this transport does not have, by the name missing() takes, with the reason an
+    # `unavailable` row gives (Horovod has no reduce, gather, scatter or send/recv).
+    lacks: ClassVar[Mapping[str, str]] = {}
+
+    # True when reduce leaves the non-root ranks' tensors as they were (NCCL only reads them);
+    # Gloo's reduce uses them as scratch, so the reduce op cannot check them there.
+    reduce_keeps_non_root: ClassVar[bool] = False
+
     def __init__(self) -> None:
         self.rank = 0
-        self.node_rank = 0
+        self.node_rank: int | None = 0  # None where the launcher does not say
         self.world_size = 1
         self.local_rank = 0
         self.device = torch.device("cpu")
@@ -104,6 +127,65 @@ class Backend(ABC):
         """reduce_scatter_flat of every (output, input) pair as one grouped operation."""
         raise NotImplementedError(self.group_unavailable())
 
+    # -- the rest of the family: optional, a transport that lacks one says why in `lacks` -------
+    def missing(self, collective: str) -> str | None:
+        """Why this transport cannot run a collective, or None when it can.
+
+        collective is one of the optional methods below, or an in-place form the ops use
+        ("all_gather_inplace": the input is a view of the rank's own chunk of the output;
+        "reduce_scatter_inplace": the output is a view of the rank's own chunk of the input).
+        """
+        if collective in self.lacks:
+            return self.lacks[collective]
+        if collective in OPTIONAL_COLLECTIVES and getattr(type(self), collective) is getattr(Backend, collective):
+            return f"the {self.name} backend does not implement {collective}"
+        return None
+
+    def _lacking(self, collective: str) -> NotImplementedError:
+        return NotImplementedError(self.missing(collective) or f"the {self.name} backend lacks {collective}")
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_splits: list[int] | None = None,
+        input_splits: list[int] | None = None,
+    ) -> Work:
+        """Rank r sends input's chunk p to rank p and receives rank q's chunk r into output's chunk q.
+
+        Chunks are equal without splits; with them, input_splits[p] elements go to rank p and
+        output_splits[q] elements come from rank q.
+        """
+        raise self._lacking("all_to_all_single")
+
+    def all_to_all_list(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
+        """inputs[p] goes to rank p; rank q's inputs[r] lands in outputs[q]."""
+        raise self._lacking("all_to_all_list")
+
+    def broadcast(self, tensor: torch.Tensor, root: int) -> Work:
+        """Every rank's tensor becomes root's (in place)."""
+        raise self._lacking("broadcast")
+
+    def reduce(self, tensor: torch.Tensor, root: int) -> Work:
+        """Sum over ranks into root's tensor (in place); see reduce_keeps_non_root for the others."""
+        raise self._lacking("reduce")
+
+    def gather(self, outputs: list[torch.Tensor] | None, input: torch.Tensor, root: int) -> Work:
+        """Rank r's input lands in root's outputs[r]; outputs is None on the other ranks."""
+        raise self._lacking("gather")
+
+    def scatter(self, output: torch.Tensor, inputs: list[torch.Tensor] | None, root: int) -> Work:
+        """Root's inputs[r] lands in rank r's output; inputs is None on the other ranks."""
+        raise self._lacking("scatter")
+
+    def send_recv(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> list[Work]:
+        """Send each (tensor, peer) and receive each (tensor, peer) as one batch; one wait object per transfer."""
+        raise self._lacking("send_recv")
+
+    def barrier_async(self) -> Work:
+        """A barrier that returns a wait object: the measured barrier op (the harness's own is barrier())."""
+        raise self._lacking("barrier_async")
+
     # -- control ------------------------------------------------------------------------------
     @abstractmethod
     def barrier(self) -> None:
@@ -128,4 +210,5 @@ class Backend(ABC):
 
     def node_info(self) -> dict[str, Any]:
         """Where this rank runs, for provenance and diagnosis."""
-        return {"rank": self.rank, "host": socket.gethostname(), "node_rank": self.node_rank, "pid": os.getpid()}
+        host = os.environ.get(HOST_ENV) or socket.gethostname()
+        return {"rank": self.rank, "host": host, "node_rank": self.node_rank, "pid": os.getpid()}

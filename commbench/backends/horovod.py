@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -129,7 +129,32 @@ def _split_into(outputs: list[torch.Tensor]) -> Callable[[Any], None]:
 
 
 def _nothing(result: Any) -> None:
-    """In-place collectives (allreduce_) need no copy."""
+    """In-place collectives (allreduce_, broadcast_) need no copy."""
+
+
+def _received(finish: Callable[[Any], None]) -> Callable[[Any], None]:
+    """alltoall's result is (received tensor, received splits): finish with the tensor."""
+    return lambda result: finish(result[0] if isinstance(result, (list, tuple)) else result)
+
+
+NO_IN_PLACE = "returns a new tensor and takes no output buffer, so it has no in-place form"
+
+
+def _barrier_handle_available() -> bool:
+    """True when horovod.torch has the barrier enqueue that hvd.barrier() wraps (0.23 and later)."""
+    try:
+        from horovod.torch import mpi_ops
+    except ImportError:
+        return False
+    return all(
+        hasattr(obj, attr)
+        for obj, attr in (
+            (mpi_ops, "mpi_lib"),
+            (mpi_ops, "_handle_map"),
+            (mpi_ops, "global_process_set"),
+            (getattr(mpi_ops, "mpi_lib", None), "horovod_torch_barrier"),
+        )
+    )
 
 
 class HorovodBackend(Backend):
@@ -137,6 +162,14 @@ class HorovodBackend(Backend):
 
     name = "horovod"
     grouping = "grouped"
+    lacks: ClassVar[Mapping[str, str]] = {
+        "reduce": "Horovod has no reduce to one root (only allreduce)",
+        "gather": "Horovod has no gather to one root (only allgather)",
+        "scatter": "Horovod has no scatter",
+        "send_recv": "Horovod has no point-to-point send/recv",
+        "all_gather_inplace": f"Horovod's allgather {NO_IN_PLACE}",
+        "reduce_scatter_inplace": f"Horovod's reducescatter {NO_IN_PLACE}",
+    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -221,6 +254,53 @@ class HorovodBackend(Backend):
     def all_reduce(self, tensor: torch.Tensor) -> Work:
         hvd = self.hvd
         return self._issue("allreduce_", lambda name: hvd.allreduce_async_(tensor, name=name, op=hvd.Sum), _nothing)
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_splits: list[int] | None = None,
+        input_splits: list[int] | None = None,
+    ) -> Work:
+        # Horovod splits dim 0: a flat tensor splits by elements; the received splits it returns
+        # are implied by the output's size, which the copy checks.
+        splits = None if input_splits is None else torch.tensor(input_splits, dtype=torch.int32)
+        return self._issue(
+            "alltoall",
+            lambda name: self.hvd.alltoall_async(input, splits=splits, name=name),
+            _received(_copy_into([output])),
+        )
+
+    def all_to_all_list(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
+        # No list form: concatenating the inputs and splitting the result are copies, and part of the time.
+        splits = torch.tensor([t.numel() for t in inputs], dtype=torch.int32)
+        return self._issue(
+            "alltoall",
+            lambda name: self.hvd.alltoall_async(torch.cat([t.reshape(-1) for t in inputs]), splits=splits, name=name),
+            _received(_split_into(outputs)),
+        )
+
+    def broadcast(self, tensor: torch.Tensor, root: int) -> Work:
+        return self._issue("broadcast_", lambda name: self.hvd.broadcast_async_(tensor, root, name=name), _nothing)
+
+    def barrier_async(self) -> Work:
+        # hvd.barrier() is this enqueue followed by synchronize(): taking the handle instead lets the
+        # barrier run as a wait object, like every other op. The calls are horovod.torch's own internals.
+        if (reason := self.missing("barrier_async")) is not None:
+            raise NotImplementedError(reason)
+        from horovod.torch import mpi_ops
+
+        def enqueue(name: str) -> Any:
+            handle = mpi_ops.mpi_lib.horovod_torch_barrier(mpi_ops.global_process_set.process_set_id)
+            mpi_ops._handle_map[handle] = (None, None)
+            return handle
+
+        return self._issue("barrier", enqueue, _nothing)
+
+    def missing(self, collective: str) -> str | None:
+        if collective == "barrier_async" and not _barrier_handle_available():
+            return "this Horovod's barrier() returns no handle, so the barrier op cannot wait on it"
+        return super().missing(collective)
 
     # -- grouped collectives: one negotiation for the whole group -----------------------------
     def group_unavailable(self) -> str | None:

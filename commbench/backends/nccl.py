@@ -14,6 +14,7 @@ class NcclBackend(TorchDistBackend):
     """torch.distributed over NCCL; rank r uses cuda:LOCAL_RANK and CUDA-synchronises before every clock read."""
 
     name = "nccl"
+    reduce_keeps_non_root = True  # ncclReduce reads the non-root buffers and writes only the root's
 
     def select_device(self) -> torch.device:
         if not torch.cuda.is_available():

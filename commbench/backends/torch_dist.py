@@ -2,7 +2,9 @@
 
 Collective API names changed across torch versions (all_gather_single, all_gather_into_tensor,
 _all_gather_base, ...); the newest one present is resolved once at init and recorded in every
-result row, so no deprecation warning is hit.
+result row, so no deprecation warning is hit. The names of the other collectives (all_to_all_single,
+all_to_all, broadcast, reduce, gather, scatter, batch_isend_irecv, barrier) have not changed since
+torch 1.8, so they are called as they are.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class TorchDistBackend(Backend):
         return {}
 
     def init(self, timeout_s: float, launch: Launch) -> None:
-        # The rendezvous (MASTER_ADDR, MASTER_PORT) comes from the environment, as torchrun sets it.
+        # The rendezvous (MASTER_ADDR, MASTER_PORT) comes from the environment, as torchrun sets it
+        # (under srun and mpirun, start() exports it from the Launch first).
         self.rank, self.world_size = launch.rank, launch.world_size
         self.local_rank, self.node_rank = launch.local_rank, launch.node_rank
         self.device = self.select_device()
@@ -91,6 +94,52 @@ class TorchDistBackend(Backend):
     def all_reduce(self, tensor: torch.Tensor) -> Work:
         self.record("all_reduce")
         return dist.all_reduce(tensor, group=self.group, async_op=True)
+
+    def _global(self, rank: int) -> int:
+        """A rank of this backend's group (roots and peers are given so) as the global rank torch takes."""
+        return rank if self.group is None else dist.get_global_rank(self.group, rank)
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_splits: list[int] | None = None,
+        input_splits: list[int] | None = None,
+    ) -> Work:
+        self.record("all_to_all_single")
+        return dist.all_to_all_single(output, input, output_splits, input_splits, group=self.group, async_op=True)
+
+    def all_to_all_list(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
+        self.record("all_to_all")
+        return dist.all_to_all(outputs, inputs, group=self.group, async_op=True)
+
+    def broadcast(self, tensor: torch.Tensor, root: int) -> Work:
+        self.record("broadcast")
+        return dist.broadcast(tensor, self._global(root), group=self.group, async_op=True)
+
+    def reduce(self, tensor: torch.Tensor, root: int) -> Work:
+        self.record("reduce")
+        return dist.reduce(tensor, self._global(root), group=self.group, async_op=True)
+
+    def gather(self, outputs: list[torch.Tensor] | None, input: torch.Tensor, root: int) -> Work:
+        self.record("gather")
+        return dist.gather(input, outputs, dst=self._global(root), group=self.group, async_op=True)
+
+    def scatter(self, output: torch.Tensor, inputs: list[torch.Tensor] | None, root: int) -> Work:
+        self.record("scatter")
+        return dist.scatter(output, inputs, src=self._global(root), group=self.group, async_op=True)
+
+    def send_recv(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> list[Work]:
+        # One batch: NCCL runs it as one group (sends and receives cannot deadlock on each other);
+        # Gloo returns a wait object per transfer.
+        self.record("batch_isend_irecv")
+        p2p = [dist.P2POp(dist.isend, t, self._global(peer), group=self.group) for t, peer in sends]
+        p2p += [dist.P2POp(dist.irecv, t, self._global(peer), group=self.group) for t, peer in recvs]
+        return dist.batch_isend_irecv(p2p)
+
+    def barrier_async(self) -> Work:
+        self.record("barrier")
+        return dist.barrier(group=self.group, async_op=True)
 
     # Grouping goes through torch's private coalescing manager: the calls inside it are fused into
     # one operation (one wait object). Gloo needs device=None to coalesce; NCCL takes its device.

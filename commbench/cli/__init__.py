@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from typing import Any
 
 import click
@@ -11,6 +12,7 @@ from commbench import __version__
 from commbench.cli.compare import compare
 from commbench.cli.env import env
 from commbench.cli.list import list_
+from commbench.cli.model import model
 from commbench.cli.plot import plot
 from commbench.cli.report import report
 from commbench.cli.sweep import sweep
@@ -40,6 +42,9 @@ class CommbenchGroup(click.Group):
         except click.Abort:
             click.echo("commbench: aborted", err=True)
             sys.exit(ExitCode.INTERRUPTED)
+        except Exception:  # a bug: keep its traceback, but never exit 1, which means wrong results
+            traceback.print_exc()
+            sys.exit(ExitCode.INTERNAL)
 
 
 @click.group(cls=CommbenchGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -61,3 +66,4 @@ main.add_command(plot)
 main.add_command(report)
 main.add_command(compare)
 main.add_command(syncbn)
+main.add_command(model)

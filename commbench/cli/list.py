@@ -19,7 +19,8 @@ def list_() -> None:
     for spec in specs():
         click.echo(f"  {spec.name:<24} {spec.summary}")
         click.echo(f"  {'':<24} variants: {', '.join(spec.variants)}")
-        click.echo(f"  {'':<24} {spec.s_definition}; busbw factor {spec.bus_factor.text}")
+        factor = spec.bus_factor.text if spec.bus_factor else "none (latency only: algbw and busbw are empty)"
+        click.echo(f"  {'':<24} {spec.s_definition}; busbw factor {factor}")
     click.echo("backends:")
     for info in BACKENDS.values():
         reason = info.missing()

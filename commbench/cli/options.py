@@ -22,6 +22,7 @@ from commbench.run.config import (
     Outcome,
     SweepConfig,
 )
+from commbench.run.groups import GROUPS
 
 F = Callable[..., Any]
 
@@ -70,14 +71,37 @@ launch_options = _compose(
         default=None,
         help="Ranks to spawn when not under a launcher (default: 2 on CPU, every GPU with nccl).",
     ),
-    click.option("--output", "-o", default="", help="CSV path (default: results/<timestamp>-<backend>-n<world>.csv)."),
+    click.option(
+        "--oversubscribe",
+        is_flag=True,
+        help="Start more local ranks than 8 per core (refused by default: the timings would measure the scheduler).",
+    ),
+    click.option(
+        "--output",
+        "-o",
+        default=None,
+        help="CSV path, or a folder (ending in /) to put the default name in "
+        "(default: results/<timestamp>-<backend>-n<world>.csv).",
+    ),
     click.option("--overwrite", is_flag=True, help="Replace an existing --output file instead of refusing."),
     click.option(
         "--timeout",
         type=float,
         default=300.0,
         show_default=True,
-        help="Seconds a collective may take before the rank ends with a diagnosis.",
+        help="Seconds a collective may take before the rank ends with a diagnosis (1 to 604800).",
+    ),
+    click.option(
+        "--master-addr",
+        default=None,
+        help="Under srun or mpirun: rank 0's host, reachable from every rank "
+        "(default: MASTER_ADDR, else 127.0.0.1 on one host, else SLURM's first node).",
+    ),
+    click.option(
+        "--master-port",
+        type=click.IntRange(1, 65535),
+        default=None,
+        help="Under srun or mpirun: the rendezvous port (default: MASTER_PORT, else derived from the job id, else 29500).",
     ),
 )
 
@@ -95,7 +119,7 @@ measure_options = _compose(
         default="auto",
         show_default=True,
         callback=_iters,
-        help="Timed iterations per (variant, phase, size): a number, or auto to fill --time-per-size.",
+        help="Timed iterations per (variant, phase, size): a number (1 to 1,000,000), or auto to fill --time-per-size.",
     ),
     click.option(
         "--time-per-size",
@@ -137,7 +161,7 @@ measure_options = _compose(
         type=int,
         default=5,
         show_default=True,
-        help="Untimed iterations per size (with --iters auto at most this many, at least 1).",
+        help="Untimed iterations per size, 0 to 1,000,000 (with --iters auto at most this many, at least 1).",
     ),
     click.option(
         "--mode",
@@ -147,12 +171,24 @@ measure_options = _compose(
         help="blocking: barrier, then time issue+wait of one op; nonblocking: issue --window ops, wait all, time / window.",
     ),
     click.option(
-        "--window", type=int, default=8, show_default=True, help="Ops in flight per sample in nonblocking mode."
+        "--window",
+        type=int,
+        default=8,
+        show_default=True,
+        help="Ops in flight per sample in nonblocking mode (1 to 1024).",
     ),
     click.option(
         "--check/--no-check", default=True, show_default=True, help="Verify every result and count wrong elements."
     ),
     click.option("--raw", is_flag=True, help="Also write per-iteration, per-rank samples to <output>.raw.csv."),
+    click.option(
+        "--group",
+        type=click.Choice(GROUPS),
+        default="world",
+        show_default=True,
+        help="Ranks each op runs among: world (all), intra (one group per host, all groups at once), "
+        "inter (one group per local rank index, across hosts).",
+    ),
 )
 
 # Reading results back (plot, report) and charting after a run (sweep, syncbn).
@@ -189,12 +225,18 @@ def build_config(
     )
 
 
-def run(cfg: SweepConfig, nproc: int | None) -> Outcome:
+def run(
+    cfg: SweepConfig,
+    nproc: int | None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    oversubscribe: bool = False,
+) -> Outcome:
     """Run the sweep as one rank of a launcher's job, or by spawning local ranks."""
     from commbench.launchers import detect
     from commbench.run.launch import start
 
-    return start(cfg, nproc, detect())
+    return start(cfg, nproc, detect(master_addr=master_addr, master_port=master_port), oversubscribe)
 
 
 def chart_after(outcome: Outcome, plot: bool) -> None:

@@ -12,20 +12,24 @@ from commbench.cli.options import chart_format_option, results_arguments
 @click.command()
 @results_arguments
 @click.option(
-    "--output",
-    "-o",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Folder for the charts (default: <first CSV's stem>-charts/ beside it).",
+    "--output", "-o", default=None, help="Folder for the charts (default: <first CSV's stem>-charts/ beside it)."
 )
 @chart_format_option
-def plot(csvs: tuple[Path, ...], output: Path | None, fmt: str) -> None:
+def plot(csvs: tuple[Path, ...], output: str | None, fmt: str) -> None:
     """Chart result CSVs: latency and busbw against size per op and phase, speedups per variant family.
 
     One line per (backend, variant, run): give several CSVs to see runs side by side. Latency shows
     the p50 time with a band from the fastest iteration to p95; busbw is computed from the p50 time.
     """
-    from commbench.analysis.plotting import charts_folder, plot_results
+    from commbench.results.schema import output_path
 
-    for path in plot_results(list(csvs), output or charts_folder(csvs[0]), fmt):
+    def beside_first(given: Path | None) -> Path:
+        from commbench.analysis.plotting import charts_folder
+
+        return given or charts_folder(csvs[0])
+
+    folder = output_path(output, beside_first)  # before matplotlib is imported: a mistake fails at once
+    from commbench.analysis.plotting import plot_results
+
+    for path in plot_results(list(csvs), folder, fmt):
         click.echo(str(path))

@@ -14,16 +14,19 @@ from commbench.cli.options import chart_format_option, results_arguments
 @click.option(
     "--output",
     "-o",
-    type=click.Path(path_type=Path),
     default=None,
-    help="HTML file to write (default: <first CSV's stem>.html beside it).",
+    help="HTML file to write, or a folder to write <first CSV's stem>.html into (default: beside the first CSV).",
 )
 @chart_format_option
-def report(csvs: tuple[Path, ...], output: Path | None, fmt: str) -> None:
+def report(csvs: tuple[Path, ...], output: str | None, fmt: str) -> None:
     """Write one HTML file with provenance (versions, hosts, world size, command), every chart and the tables.
 
     Charts are embedded, so the file stands alone: attach it to a review or a ticket.
     """
+    from commbench.results.schema import output_path
+
+    name = csvs[0].with_suffix(".html").name
+    out = output_path(output, lambda folder: (folder or csvs[0].parent) / name)
     from commbench.analysis.report import write_report
 
-    click.echo(str(write_report(list(csvs), output or csvs[0].with_suffix(".html"), fmt)))
+    click.echo(str(write_report(list(csvs), out, fmt)))

@@ -35,6 +35,9 @@ def sweep(
     factor: float,
     sizes: str | None,
     nproc: int | None,
+    master_addr: str | None,
+    master_port: int | None,
+    oversubscribe: bool,
     plot: bool,
     **options: object,
 ) -> None:
@@ -59,6 +62,6 @@ def sweep(
     )
     op_options, variants = pop_op_options(options), pop_variants(options)
     cfg = build_config(ops=ops, sizes=chosen, op_options=op_options, variants=variants, **options)
-    outcome = run(cfg, nproc)
+    outcome = run(cfg, nproc, master_addr, master_port, oversubscribe)
     chart_after(outcome, plot)
     sys.exit(outcome.code)

@@ -37,6 +37,9 @@ def syncbn(
     spatial: str,
     strategies: tuple[str, ...],
     nproc: int | None,
+    master_addr: str | None,
+    master_port: int | None,
+    oversubscribe: bool,
     plot: bool,
     **options: object,
 ) -> None:
@@ -63,7 +66,7 @@ def syncbn(
     if unknown := [s for s in chosen if s not in valid]:
         raise UserError(f"unknown strategy {unknown[0]!r}; valid strategies: {', '.join(valid)}")
     cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, variants=chosen, **options)
-    outcome = run(cfg, nproc)
+    outcome = run(cfg, nproc, master_addr, master_port, oversubscribe)
     if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
         _print_comparison(outcome.output)
     chart_after(outcome, plot)

@@ -91,3 +91,8 @@ def build_ops(names: Sequence[str], options: Mapping[str, str], variants: Sequen
         valid = "; ".join(f"{op.name}: {', '.join(op.variants)}" for op in ops)
         raise UserError(f"unknown variant {unknown[0]!r} for the selected ops; valid variants: {valid}")
     return ops
+
+
+def world_error(ops: Sequence[Op], world_size: int) -> str | None:
+    """The first selected op's reason it cannot run on world_size ranks (`--root 4` on 4 ranks), or None."""
+    return next((e for op in ops if (e := op.world_error(world_size)) is not None), None)

@@ -39,6 +39,7 @@ class BusFactor:
 
 GATHER_FACTOR = BusFactor("(n-1)/n", lambda n: (n - 1) / n)
 REDUCE_FACTOR = BusFactor("2(n-1)/n", lambda n: 2 * (n - 1) / n)
+UNIT_FACTOR = BusFactor("1", lambda n: 1.0)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class OpSpec:
     name: str
     summary: str
     s_definition: str
-    bus_factor: BusFactor
+    bus_factor: BusFactor | None  # None: latency only (S = 0), algbw and busbw are left empty
     variants: tuple[str, ...]
     phases: tuple[str, ...] = ("comm",)
     # The variant the others are measured against in speedup charts; None: no speedup chart.
@@ -150,6 +151,17 @@ class Op(ABC):
         """Why this op cannot run in dtype (a torch.dtype), or None when it can."""
         return None
 
+    def world_error(self, world_size: int) -> str | None:
+        """Why this op, with its options, cannot run on world_size ranks (a one-line message), or None.
+
+        Checked before ranks are spawned where the launching process knows their number, and by
+        the ranks themselves once they have joined."""
+        return None
+
+    def note(self, args: CollArgs) -> str:
+        """What a reader of this case's row must know (a rank that sat out, realised splits); after setup()."""
+        return ""
+
     def completes_internally(self, variant: str) -> bool:
         """True when the variant waits for its own collectives inside issue() (a bucketer's flush,
         a layer that needs its gathered statistics), so non-blocking mode cannot overlap them."""
@@ -190,6 +202,6 @@ class Op(ABC):
         """
         return args.count * args.element_size
 
-    def bus_factor(self, world_size: int) -> float:
-        """busbw = algbw x this factor (nccl-tests' normalisation)."""
-        return self.spec.bus_factor(world_size)
+    def bus_factor(self, world_size: int) -> float | None:
+        """busbw = algbw x this factor (nccl-tests' normalisation); None for a latency-only op."""
+        return None if self.spec.bus_factor is None else self.spec.bus_factor(world_size)

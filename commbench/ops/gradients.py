@@ -76,7 +76,8 @@ class GradientStep(Op):
 
     def points(self, requested: Sequence[int]) -> list[Point]:
         # A fixed workload: S is its size, whatever was requested.
-        return [Point(f"{len(self.numels)} tensors, {format_size(sum(self.numels))} elements", 0)]
+        tensors = f"{len(self.numels)} tensor{'s' if len(self.numels) > 1 else ''}"
+        return [Point(f"{tensors}, {format_size(sum(self.numels))} elements", 0)]
 
     @abstractmethod
     def reference(self, args: CollArgs) -> tuple[list[Any], list[Any]]:

@@ -149,7 +149,7 @@ class SyncBN(Op):
         from commbench.syncbn import SyncBatchNorm
 
         if args.variant == NATIVE_TORCH:
-            module = torch.nn.SyncBatchNorm(channels)
+            module = torch.nn.SyncBatchNorm(channels, process_group=args.backend.group)  # the --group's ranks
         elif args.variant == NATIVE_HOROVOD:
             import horovod.torch as hvd
 

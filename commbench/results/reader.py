@@ -47,6 +47,7 @@ TEXT_COLUMNS = (
     "dtype",
     "mode",
     "backend",
+    "group",
     "status",
     "note",
     "hosts",
@@ -59,8 +60,9 @@ TEXT_COLUMNS = (
     "timestamp",
     "time_us_p50_rounds",
 )
-# The key compare matches rows on: the CSV key plus the world size, so n=2 never meets n=8.
-MATCH_COLUMNS = (*KEY_COLUMNS, "world_size")
+# The key compare matches rows on: the CSV key plus the world size and group, so n=2 never meets
+# n=8 and an intra-host run never meets a world one.
+MATCH_COLUMNS = (*KEY_COLUMNS, "world_size", "group")
 
 
 def _read_csv(path: Path, what: str) -> pd.DataFrame:
@@ -110,11 +112,13 @@ def read_one(path: Path) -> pd.DataFrame:
     for column in COLUMNS:
         if column not in columns:
             frame[column] = pd.NA
+    frame["group"] = frame["group"].fillna("world")  # rows from before --group: every op ran on all ranks
     for column in frame.columns:
         if column in TEXT_COLUMNS:
             frame[column] = frame[column].fillna("").astype(str)
         elif column in COLUMNS:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    frame["group_size"] = frame["group_size"].fillna(frame["world_size"])
     frame["source"] = str(path)
     return frame
 
@@ -140,8 +144,8 @@ def read_results(paths: Iterable[Path]) -> pd.DataFrame:
 def read_samples(csv_path: Path) -> dict[tuple, list[float]] | None:
     """Per-iteration samples (the max over ranks, as the summary's statistics use) by MATCH key.
 
-    None when the run was measured without --raw. The world size comes from the summary CSV,
-    since the raw file does not repeat it.
+    None when the run was measured without --raw. The world size and group come from the summary
+    CSV, since the raw file does not repeat them.
     """
     path = raw_path(Path(csv_path))
     if not path.exists():
@@ -151,10 +155,11 @@ def read_samples(csv_path: Path) -> dict[tuple, list[float]] | None:
     if missing:
         raise UserError(f"{path} lacks raw-sample column(s) {', '.join(missing)}")
     summary = read_one(Path(csv_path))
-    world = summary.groupby("run_id")["world_size"].first().to_dict()
+    runs = summary.groupby("run_id")
     raw["size_bytes"] = pd.to_numeric(raw["size_bytes"], errors="coerce")
     raw["time_us"] = pd.to_numeric(raw["time_us"], errors="coerce")
-    raw["world_size"] = raw["run_id"].map(world)
+    for column in ("world_size", "group"):
+        raw[column] = raw["run_id"].map(runs[column].first().to_dict())
     per_iteration = raw.groupby([*MATCH_COLUMNS, "iteration"], dropna=False)["time_us"].max()
     samples: dict[tuple, list[float]] = {}
     for key, value in per_iteration.items():

@@ -10,7 +10,7 @@ import csv
 import io
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ READABLE_VERSIONS = (1, 2)
 # The tidy schema: one row per (op, variant, phase, dtype, mode, size). docs/csv-schema.md explains each column.
 COLUMNS = (
     *"schema_version run_id timestamp".split(),
-    *"op variant phase dtype mode size_bytes count world_size backend api calls iters warmup window rounds".split(),
+    *"op variant phase dtype mode size_bytes count world_size group group_size backend api calls".split(),
+    *"iters warmup window rounds".split(),
     *STAT_COLUMNS,
     "time_us_p50_rounds",
     *"algbw_gbps busbw_gbps wrong status note".split(),
@@ -50,17 +51,38 @@ def raw_path(path: Path) -> Path:
     return path.with_name(path.stem + ".raw.csv")
 
 
-def resolve_output(requested: str, backend: str, world_size: int, overwrite: bool, raw: bool) -> Path:
-    """The CSV a run writes: the user's --output, or a fresh default name; refused when unusable."""
-    path = Path(requested) if requested else default_output(backend, world_size)
+def resolve_output(requested: str | None, backend: str, world_size: int, overwrite: bool, raw: bool) -> Path:
+    """The CSV a run writes: the user's --output (a folder gets a fresh default name inside it), or
+    a fresh default name in results/; refused when unusable."""
+    path = output_path(requested, lambda folder: default_output(backend, world_size, folder or "results"))
     check_writable(path, overwrite)
     if raw:
         check_writable(raw_path(path), overwrite)
     return path
 
 
+def output_path(requested: str | Path | None, default: Callable[[Path | None], Path], flag: str = "--output") -> Path:
+    """The file an --output option names. default(None) is the file when the option is left out;
+    default(folder) the default name inside a folder, which is what a trailing slash or an existing
+    folder asks for (`-o runs/`). An empty value is refused: it is a mistake, not a request for the default.
+    """
+    if requested is None:
+        return default(None)
+    text = str(requested)
+    if not text.strip():
+        raise UserError(f"{flag} is empty: give a file or folder name, or leave {flag} out for the default")
+    path = Path(text)
+    if text.endswith(("/", os.sep)) or path.is_dir():
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{flag} {text} names a folder, but {path} is a file; give a folder or a file name")
+        return default(path)
+    return path
+
+
 def check_writable(path: Path, overwrite: bool) -> None:
-    """Refuse an existing file (unless asked) and a folder that cannot be created or written."""
+    """Refuse an existing file (unless asked), a folder that cannot be created, and a file that
+    cannot be created there: a file is created and removed to be sure (/proc is writable for root,
+    yet holds no new file)."""
     if path.is_dir():
         raise UserError(f"--output {path} is a folder; give a file name such as {path / 'run.csv'}")
     if path.exists() and not overwrite:
@@ -69,8 +91,14 @@ def check_writable(path: Path, overwrite: bool) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create the output folder {path.parent}: {exc.strerror}") from None
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"cannot write {path}: permission denied; choose another --output")
+    try:
+        if path.exists():  # --overwrite: opening to append changes nothing
+            path.open("a").close()
+        else:
+            path.open("x").close()
+            path.unlink()
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}; choose another --output") from None
 
 
 class CsvAppender:

@@ -4,7 +4,7 @@ table and the progress line. Rows are built here, next to the schema they fill."
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ class Measured:
     dtype: str
     size_bytes: int
     count: int
-    bus_factor: float
+    bus_factor: float | None  # None: latency only, no bandwidth
     rounds_us: Sequence[Sequence[float]]  # per round, per iteration: the max over ranks
     per_rank_us: Sequence[Sequence[float]]  # per rank, every iteration (rounds in order)
     wrong: int  # summed over ranks; -1 when the check was skipped
@@ -45,9 +45,12 @@ class Sink:
         self.display = display
         self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
         self.raw = CsvAppender(raw_path(path), RAW_COLUMNS, overwrite=overwrite) if raw else None
+        self.table = table.Table.fitted({})
 
-    def section(self, title: str) -> None:
-        self.display.write(table.header(title))
+    def section(self, title: str, names: dict[str, Iterable[str]]) -> None:
+        """A header for the rows that follow, its columns fitted to the names they will print."""
+        self.table = table.Table.fitted(names)
+        self.display.write(self.table.header(title))
 
     def progress(self, status: Status) -> None:
         self.display.status(status)
@@ -56,7 +59,7 @@ class Sink:
         row = {**self.base, "timestamp": _now(), "op": op, "variant": variant, "dtype": dtype}
         row.update(status="unavailable", note=reason)
         self.writer.write(row)
-        self.display.write(table.line(row))
+        self.display.write(self.table.line(row))
 
     def measured(self, m: Measured) -> None:
         row = self.row(m)
@@ -69,7 +72,7 @@ class Sink:
                 for r, samples in enumerate(m.per_rank_us)
                 for i, t in enumerate(samples)
             )
-        self.display.write(table.line(row))
+        self.display.write(self.table.line(row))
 
     def row(self, m: Measured) -> dict[str, Any]:
         stats = Stats.from_samples([t for block in m.rounds_us for t in block])

@@ -118,9 +118,12 @@ def noisy(stats: Stats, round_p50s: Sequence[float]) -> str | None:
 STAT_COLUMNS = tuple(f.name for f in fields(Stats))
 
 
-def bandwidth_gbps(size_bytes: int, time_us: float, bus_factor: float) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s (1e9 bytes), nccl-tests' definitions: algbw = S/t, busbw = algbw*factor."""
-    if time_us <= 0:
+def bandwidth_gbps(size_bytes: int, time_us: float, bus_factor: float | None) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes), nccl-tests' definitions: algbw = S/t, busbw = algbw*factor.
+
+    Both are NaN (empty CSV cells) for a latency-only op (bus_factor None, a barrier) and a zero time.
+    """
+    if bus_factor is None or time_us <= 0:
         return math.nan, math.nan
     algbw = size_bytes / (time_us * 1e-6) / 1e9
     return algbw, algbw * bus_factor

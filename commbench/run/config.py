@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
+from commbench.run.groups import GROUPS, layout, refusal
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -29,6 +31,18 @@ DEFAULT_ROUNDS = 3
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64")
 MODES = ("blocking", "nonblocking")
+# The ranges of the numeric options, checked once here (the CLI, the launcher and every rank build
+# a SweepConfig). --iters and --warmup: each rank keeps a sample per iteration and sends them all
+# in one message per case. --window: wait objects in flight at once. --timeout: the rendezvous
+# store and Gloo count whole milliseconds and a rank needs a moment to connect, so under a second
+# a sweep cannot start; a collective still running after a week has hung.
+ITERS_RANGE = (1, 1_000_000)
+WARMUP_RANGE = (0, 1_000_000)
+WINDOW_RANGE = (1, 1024)
+# --time-per-size: under a millisecond every case sits at --min-iters; an hour per case is a typo.
+TIME_PER_SIZE_RANGE_S = (0.001, 3600.0)
+ROUNDS_RANGE = (1, 1000)
+TIMEOUT_RANGE_S = (1.0, 7 * 24 * 3600.0)
 
 
 @dataclass(frozen=True)
@@ -49,12 +63,13 @@ class SweepConfig:
     mode: str = "blocking"
     window: int = 8
     check: bool = True
-    output: str = ""  # as the user gave it; "" for the default name
+    output: str | None = None  # as the user gave it; None for the default name
     overwrite: bool = False
     raw: bool = False
     timeout: float = 300.0
     op_options: dict[str, str] = field(default_factory=dict)
     variants: tuple[str, ...] = ()  # --variant: only these, for each op that has any of them
+    group: str = "world"  # --group: world, intra or inter (commbench/run/groups.py)
     command: str = ""
 
     def __post_init__(self) -> None:
@@ -68,28 +83,25 @@ class SweepConfig:
         for dtype in self.dtypes:
             if dtype not in DTYPES:
                 raise UserError(f"unknown dtype {dtype!r}; valid dtypes: {', '.join(DTYPES)}")
-        if self.iters is not None and self.iters < 1:
-            raise UserError(f"--iters must be at least 1 or auto (got {self.iters})")
-        if self.min_iters < 1:
-            raise UserError(f"--min-iters must be at least 1 (got {self.min_iters})")
+        if self.iters is not None:
+            in_range("--iters", self.iters, ITERS_RANGE)
+        in_range("--min-iters", self.min_iters, ITERS_RANGE)
+        in_range("--max-iters", self.max_iters, ITERS_RANGE)
         if self.max_iters < self.min_iters:
             raise UserError(
                 f"--max-iters ({self.max_iters}) is below --min-iters ({self.min_iters}); raise --max-iters"
             )
-        if not self.time_per_size > 0:
-            raise UserError(f"--time-per-size must be a positive number of seconds (got {self.time_per_size})")
-        if self.rounds < 1:
-            raise UserError(f"--rounds must be at least 1 (got {self.rounds})")
+        in_range("--time-per-size", self.time_per_size, TIME_PER_SIZE_RANGE_S, "seconds")
+        in_range("--rounds", self.rounds, ROUNDS_RANGE)
         if self.precision is not None and not 0 < self.precision < 1:
             raise UserError(f"--precision must lie between 0% and 100%, e.g. 2% (got {self.precision:.4g})")
-        if self.warmup < 0:
-            raise UserError(f"--warmup cannot be negative (got {self.warmup})")
+        in_range("--warmup", self.warmup, WARMUP_RANGE)
         if self.mode not in MODES:
             raise UserError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
-        if self.window < 1:
-            raise UserError(f"--window must be at least 1 (got {self.window})")
-        if not self.timeout > 0:
-            raise UserError(f"--timeout must be a positive number of seconds (got {self.timeout})")
+        in_range("--window", self.window, WINDOW_RANGE)
+        if self.group not in GROUPS:
+            raise UserError(f"unknown group {self.group!r}; valid groups: {', '.join(GROUPS)}")
+        in_range("--timeout", self.timeout, TIMEOUT_RANGE_S, "seconds")
 
     @property
     def auto(self) -> bool:
@@ -131,6 +143,16 @@ class SweepConfig:
         }
 
 
+def in_range(flag: str, value: float, bounds: tuple[float, float], unit: str = "") -> None:
+    """Refuse a value outside [low, high] (NaN and infinities included) in one line naming the range."""
+    low, high = bounds
+    if not low <= value <= high:  # False for NaN
+        shown = [f"{x:,}" if isinstance(x, int) else f"{x:g}" for x in (low, high, value)]
+        raise UserError(
+            f"{flag} must be between {shown[0]} and {shown[1]}{' ' + unit if unit else ''} (got {shown[2]})"
+        )
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How a run ended: its exit code, and the CSV it wrote (None where this process wrote none)."""
@@ -146,17 +168,22 @@ class RunFacts:
     run_id: str
     hosts: str
     node_ranks: str
+    rank_hosts: tuple[str, ...]  # every rank's host, by rank
 
 
 class PeerError(Exception):
     """Another rank reported the error; it prints it, this rank exits quietly."""
 
 
-def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> RunFacts:
+def agree(
+    backend: Backend, cfg: SweepConfig, error: str | None, ranks_error: Callable[[int], str | None] | None = None
+) -> RunFacts:
     """Compare the configuration across ranks, share any rank's refusal, and rank 0's run facts.
 
     An error found by one rank (its memory, rank 0's output file) stops every rank: the rank that
-    found it raises a UserError with the message, the others a quiet PeerError.
+    found it raises a UserError with the message, the others a quiet PeerError. What every rank
+    sees (options that differ between ranks, a --group the hosts cannot form, ranks_error(n): an
+    option the ops cannot use on the n ranks of each group, such as --root) rank 0 reports.
     """
     mine = {
         "fingerprint": cfg.fingerprint(),
@@ -165,7 +192,13 @@ def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> RunFacts:
         "run_id": uuid.uuid4().hex[:12],
     }
     everyone = backend.all_gather_object(mine)
-    if (message := _inconsistent(everyone)) is not None:
+    hosts = [e["node"]["host"] for e in everyone]
+    message = _inconsistent(everyone) or refusal(cfg.group, hosts)
+    if message is None and ranks_error is not None:
+        message = ranks_error(len(layout(cfg.group, hosts)[0]))
+        if message is not None and cfg.group != "world":
+            message += f" (under --group {cfg.group}, ranks count within each group)"
+    if message is not None:
         if backend.rank == 0:  # one report, not one per rank
             raise UserError(message)
         raise PeerError(message)
@@ -176,10 +209,16 @@ def agree(backend: Backend, cfg: SweepConfig, error: str | None) -> RunFacts:
             raise UserError(message)
         raise PeerError(message)
     nodes = [e["node"] for e in everyone]
+    # Where the launcher does not number the nodes (mpirun over several hosts), hosts are numbered in rank order.
+    numbered = {host: i for i, host in enumerate(dict.fromkeys(hosts))}
     return RunFacts(
         run_id=everyone[0]["run_id"],
-        hosts=";".join(sorted({n["host"] for n in nodes})),
-        node_ranks=";".join(f"{n['rank']}@{n['host']}/{n['node_rank']}" for n in nodes),
+        hosts=";".join(sorted(numbered)),
+        node_ranks=";".join(
+            f"{n['rank']}@{n['host']}/{numbered[n['host']] if n['node_rank'] is None else n['node_rank']}"
+            for n in nodes
+        ),
+        rank_hosts=tuple(hosts),
     )
 
 

@@ -9,6 +9,7 @@ line says where the rows measured so far are.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -24,41 +25,64 @@ from typing import IO, Any
 import click
 
 from commbench.errors import ExitCode, UserError
-from commbench.launchers import CONFIG_ENV, HOROVOD_LAUNCH_HINT, LAUNCHER_PID_ENV, Launch
+from commbench.launchers import (
+    HOROVOD_LAUNCH_HINT,
+    LAUNCHER_PID_ENV,
+    RANK_COUNT_OPTION,
+    TORCH_ENV_KINDS,
+    Launch,
+    export_torch_env,
+)
+from commbench.ops import build_ops, world_error
 from commbench.results.display import PROGRESS_MARK, Display, Status
-from commbench.results.schema import check_writable, default_output
+from commbench.results.schema import resolve_output
 from commbench.run.config import Outcome, SweepConfig
 
 GRACE_S = 5.0
 
 
+def visible_gpus() -> int:
+    """GPUs this process can use (CUDA_VISIBLE_DEVICES applies); torch reads the count without
+    creating a CUDA context."""
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def default_nproc(backend: str) -> int:
     """Every visible GPU with nccl, else 2 ranks."""
-    if backend == "nccl":
-        import torch
-
-        return max(1, torch.cuda.device_count())
-    return 2
+    return max(1, visible_gpus()) if backend == "nccl" else 2
 
 
-def start(cfg: SweepConfig, nproc: int | None, launch: Launch) -> Outcome:
-    """Run this process as one rank of a launcher's job, or spawn local ranks; returns how it ended."""
+def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bool = False) -> Outcome:
+    """Run this process as one rank of a launcher's job, or spawn local ranks; returns how it ended.
+
+    Before a rank is spawned, everything this process can know is checked: the output file, the
+    host's cores and memory against the ranks and the sweep, the GPUs against nccl ranks.
+    """
     from commbench.run.worker import run_worker
 
     if launch.is_rank:
         if cfg.backend == "horovod" and launch.kind != "horovodrun":
             raise UserError(HOROVOD_LAUNCH_HINT)
         if nproc is not None:
-            how = "-np" if launch.kind == "horovodrun" else "--nproc_per_node"
+            how = RANK_COUNT_OPTION[launch.kind]
             raise UserError(f"--nproc is for spawning local ranks; under {launch.kind} use {how} instead")
+        if launch.kind in TORCH_ENV_KINDS:
+            # torch's env:// rendezvous reads torchrun's variables; srun and mpirun set their own.
+            export_torch_env(launch)
         return run_worker(cfg, launch)
-    nproc = default_nproc(cfg.backend) if nproc is None else nproc
-    if nproc < 1:
+    if nproc is not None and nproc < 1:
         raise UserError(f"--nproc must be at least 1 (got {nproc})")
-    path = Path(cfg.output) if cfg.output else default_output(cfg.backend, nproc)
-    check_writable(path, cfg.overwrite)
+    nproc = default_nproc(cfg.backend) if nproc is None else nproc
+    # Options that depend on the number of ranks (--root) are checked before any rank starts.
+    if (error := world_error(build_ops(cfg.ops, cfg.op_options, cfg.variants), nproc)) is not None:
+        raise UserError(error)
+    path = resolve_output(cfg.output, cfg.backend, nproc, cfg.overwrite, cfg.raw)
+    _check_host(cfg, nproc, oversubscribe)
     # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
     cfg = dataclasses.replace(cfg, output=str(path.resolve()))
+    click.echo(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
     if cfg.backend == "horovod":
         from commbench.run.horovod_launch import spawn_horovod
 
@@ -66,6 +90,23 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch) -> Outcome:
     else:
         code = spawn(cfg, nproc)
     return Outcome(code, Path(cfg.output))
+
+
+def _check_host(cfg: SweepConfig, nproc: int, oversubscribe: bool) -> None:
+    """Refuse local ranks this host cannot run, in one line that says what to change."""
+    from commbench.backends import cuda_missing
+    from commbench.ops import build_ops
+    from commbench.run.resources import local_ranks_error
+
+    if cfg.backend == "nccl" and nproc > (gpus := visible_gpus()):
+        raise UserError(
+            f"--nproc {nproc} needs {nproc} GPUs with nccl (one per rank), but {gpus} "
+            f"{'is' if gpus == 1 else 'are'} visible; use --nproc {gpus}, or --backend gloo for more ranks"
+        )
+    on_host = cfg.backend == "gloo" or (cfg.backend == "horovod" and cuda_missing() is not None)
+    ops = build_ops(cfg.ops, cfg.op_options, cfg.variants)
+    if (error := local_ranks_error(nproc, ops, cfg.sizes, on_host, oversubscribe)) is not None:
+        raise UserError(error)
 
 
 def host_store(timeout_s: float) -> tuple[Any, int]:
@@ -96,6 +137,13 @@ def host_store(timeout_s: float) -> tuple[Any, int]:
     return store, port
 
 
+def _hand_over(stream: IO[str], text: str) -> None:
+    """Write a rank's configuration to its stdin; a rank that died first is the supervisor's to report."""
+    with contextlib.suppress(BrokenPipeError, OSError):
+        stream.write(text)
+        stream.close()
+
+
 def _relay(stream: IO[str], err: bool, lock: threading.Lock, display: Display) -> None:
     """Pass a rank's lines through; rank 0's progress lines become the display's progress."""
     for text in iter(stream.readline, ""):
@@ -121,7 +169,6 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
         store, port = host_store(cfg.timeout)
         env = {
             **os.environ,
-            CONFIG_ENV: cfg.to_json(),
             LAUNCHER_PID_ENV: str(os.getpid()),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
@@ -137,16 +184,21 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))),
         }
         display = Display()
+        config = cfg.to_json()
         for rank in range(nproc):
             proc = subprocess.Popen(
                 [sys.executable, "-m", "commbench.run.worker"],
                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
                 start_new_session=True,
             )
             procs.append(proc)
+            # The configuration goes in on stdin: the environment and the command line have size
+            # limits (a long --sizes list once overflowed them), a pipe has none.
+            threading.Thread(target=_hand_over, args=(proc.stdin, config), daemon=True).start()
             for stream, err in ((proc.stdout, False), (proc.stderr, True)):
                 t = threading.Thread(target=_relay, args=(stream, err, lock, display), daemon=True)
                 t.start()

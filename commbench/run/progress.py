@@ -171,7 +171,8 @@ class ProgressBoard:
                 findings.append(f"rank {rank} has stopped ({rec.state})")
                 counted[rank] = (rec.issued, rec.label)  # where it stopped still tells who fell behind
             elif before is not None and before.beat == rec.beat:
-                findings.append(f"rank {rank} is gone (no heartbeat for {self.stale_s:.1f}s; last seen in {rec.label})")
+                where = f"in {rec.label}" if rec.label else "before its first step"
+                findings.append(f"rank {rank} is gone (no heartbeat for {self.stale_s:.1f}s; last seen {where})")
             else:
                 counted[rank] = (rec.issued, rec.label)
         most = max(n for n, _ in counted.values())

@@ -17,7 +17,7 @@ from commbench.backends import load_backend
 from commbench.backends.base import Backend
 from commbench.errors import ExitCode, UserError
 from commbench.launchers import Launch
-from commbench.ops import build_ops, choose_variants
+from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
 from commbench.results.display import Display, choose_mode
 from commbench.results.schema import resolve_output
@@ -25,6 +25,7 @@ from commbench.results.sink import Measured, Sink
 from commbench.results.stats import Stats
 from commbench.run.config import Outcome, RunFacts, SweepConfig, agree
 from commbench.run.eta import SweepProgress
+from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters
 from commbench.run.progress import ProgressBoard, connect_store
 from commbench.run.resources import memory_error
@@ -44,7 +45,12 @@ def run_rank(cfg: SweepConfig, launch: Launch) -> Outcome:
     backend = load_backend(cfg.backend)()
     # The transport's own timeout is only a backstop: the watchdog fires first with the step's label and
     # a diagnosis, where NCCL's would abort the process with neither.
-    backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S, launch)
+    try:
+        backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S, launch)
+    except RuntimeError as exc:  # torch.distributed's errors: the store or a peer cannot be reached
+        raise CollectiveFailure(
+            f"rank {launch.rank}: could not join the process group: {_first_sentence(exc)}"
+        ) from exc
     try:
         return _sweep(cfg, launch, backend, ops)
     finally:
@@ -69,17 +75,20 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
             path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
         except UserError as exc:
             error = exc.format_message()
-    facts = agree(backend, cfg, error)
+    facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
+    watchdog.arm(f"creating the --group {cfg.group} process groups")
+    grouping = form_groups(backend, cfg.group, facts.rank_hosts)
     watchdog.disarm()
-    sink = _open_sink(cfg, backend, facts, path, launch) if lead and path is not None else None
-    progress = SweepProgress(_case_count(cfg, backend, ops), cfg.time_per_size if cfg.auto else None)
+    sink = _open_sink(cfg, backend, facts, path, launch, grouping) if lead and path is not None else None
+    progress = SweepProgress(_case_count(cfg, grouping, ops), cfg.time_per_size if cfg.auto else None)
     try:
         wrong_total = 0
         for op in ops:
             if sink:
-                sink.section(f"{op.name} on {backend.world_size} ranks")
+                names = {"op": [op.name], "variant": op.variants, "phase": op.phases, "dtype": cfg.dtypes}
+                sink.section(f"{op.name} on {backend.world_size} ranks{_in_groups(grouping)}", names)
             for dtype in cfg.dtypes:
-                wrong_total += _sweep_op(cfg, backend, op, dtype, watchdog, sink, board, progress)
+                wrong_total += _sweep_op(cfg, grouping, op, dtype, watchdog, sink, board, progress)
     except CollectiveFailure as exc:
         watchdog.disarm()  # this path diagnoses; the watchdog must not race it with a second report
         detail = bounded(board.diagnose, 4 * watchdog.poll_s + 5)
@@ -98,11 +107,13 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, path)
 
 
-def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch: Launch) -> Sink:
+def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch: Launch, grouping: Grouping) -> Sink:
     base = {
         "run_id": facts.run_id,
         "mode": cfg.mode,
         "world_size": backend.world_size,
+        "group": grouping.kind,
+        "group_size": grouping.size,
         "backend": cfg.backend,
         "warmup": cfg.warmup,
         "hosts": facts.hosts,
@@ -115,8 +126,8 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch
     display = Display(choose_mode(sys.stdout, relay=launch.spawned))
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
-        f"{backend.world_size} ranks on {facts.hosts}, mode {cfg.mode}, {cfg.iterations_text}, "
-        f"{cfg.warmup} warm-up; results -> {path}"
+        f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, "
+        f"{cfg.iterations_text}, {cfg.warmup} warm-up; results -> {path}"
     )
     return Sink(path, base, cfg.overwrite, cfg.raw, display)
 
@@ -134,13 +145,19 @@ class _Slot:
     sample_s: float = 0.0
 
 
-def _variants(cfg: SweepConfig, backend: Backend, op: Op, dtype: str) -> tuple[list[str], dict[str, str]]:
-    """The variants of the op that can run in dtype here, and why each of the others cannot."""
+def _in_groups(grouping: Grouping) -> str:
+    return "" if grouping.kind == "world" else f", --group {grouping.kind} (groups of {grouping.size})"
+
+
+def _variants(cfg: SweepConfig, grouping: Grouping, op: Op, dtype: str) -> tuple[list[str], dict[str, str]]:
+    """The variants of the op that can run in dtype in this group, and why each of the others cannot."""
     torch_dtype = getattr(torch, dtype)
+    backend = grouping.backend
     runnable, unavailable = [], {}
     for variant in choose_variants(op.variants, cfg.variants):
         reason = (
-            backend.dtype_unavailable(torch_dtype)
+            grouping.unavailable
+            or backend.dtype_unavailable(torch_dtype)
             or op.dtype_unavailable(torch_dtype)
             or op.unavailable(variant, backend)
         )
@@ -151,10 +168,10 @@ def _variants(cfg: SweepConfig, backend: Backend, op: Op, dtype: str) -> tuple[l
     return runnable, unavailable
 
 
-def _case_count(cfg: SweepConfig, backend: Backend, ops: list[Op]) -> int:
+def _case_count(cfg: SweepConfig, grouping: Grouping, ops: list[Op]) -> int:
     """Cases the sweep plans to measure, before sizes that round to one another are merged."""
     return sum(
-        len(op.points(cfg.sizes)) * len(_variants(cfg, backend, op, dtype)[0]) * len(op.phases)
+        len(op.points(cfg.sizes)) * len(_variants(cfg, grouping, op, dtype)[0]) * len(op.phases)
         for op in ops
         for dtype in cfg.dtypes
     )
@@ -186,7 +203,7 @@ def rotation_groups(op: Op, points: list[Point], variants: list[str], world_size
 
 def _sweep_op(
     cfg: SweepConfig,
-    backend: Backend,
+    grouping: Grouping,
     op: Op,
     dtype: str,
     watchdog: Watchdog,
@@ -195,7 +212,8 @@ def _sweep_op(
     progress: SweepProgress,
 ) -> int:
     """Every point x variant x phase of one op in one dtype, interleaved in rounds (see _rotate)."""
-    variants, unavailable = _variants(cfg, backend, op, dtype)
+    backend = grouping.backend  # the ops see their group's ranks
+    variants, unavailable = _variants(cfg, grouping, op, dtype)
     if sink:
         for variant, reason in unavailable.items():
             sink.unavailable(op.name, variant, dtype, reason)
@@ -208,7 +226,8 @@ def _sweep_op(
             op.setup(args, point)
             waits_inside = op.completes_internally(variant)
             window = 1 if waits_inside else cfg.window_per_sample
-            note = WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else ""
+            notes = [WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "", op.note(args)]
+            note = "; ".join(n for n in notes if n)
             for phase in op.phases:
                 s_bytes = op.size_bytes(args, phase)
                 if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
@@ -285,7 +304,7 @@ def _rotate(
                 try:
                     done = _visit(cfg, slot, round_index, progress)
                 except RuntimeError as exc:
-                    raise CollectiveFailure(f"rank {backend.rank}: {label} failed: {_first_sentence(exc)}") from exc
+                    raise CollectiveFailure(f"rank {board.rank}: {label} failed: {_first_sentence(exc)}") from exc
                 if done:
                     pending.remove(slot)
                     wrong_total += max(slot.case.wrong, 0)

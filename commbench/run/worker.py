@@ -1,4 +1,4 @@
-"""Entry point of one rank: `python -m commbench.run.worker` with COMMBENCH_CONFIG in the environment.
+"""Entry point of one rank: `python -m commbench.run.worker`, its SweepConfig as JSON on stdin.
 
 The same run_worker() serves ranks started by a launcher (in-process) and by commbench's spawner.
 """
@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import traceback
 
 from commbench.errors import ExitCode, UserError
-from commbench.launchers import CONFIG_ENV, LAUNCHER_PID_ENV, Launch, detect
+from commbench.launchers import LAUNCHER_PID_ENV, Launch, detect
 from commbench.run.config import Outcome, PeerError, SweepConfig
 
 
@@ -53,9 +54,12 @@ def die_with_launcher() -> None:
 def main() -> None:
     try:
         die_with_launcher()
-        code = run_worker(SweepConfig.from_json(os.environ[CONFIG_ENV]), detect()).code
+        code = run_worker(SweepConfig.from_json(sys.stdin.read()), detect()).code
     except KeyboardInterrupt:
         code = ExitCode.INTERRUPTED
+    except Exception:  # a bug: keep its traceback, but never exit 1, which means wrong results
+        traceback.print_exc()
+        code = ExitCode.INTERNAL
     sys.exit(code)
 
 

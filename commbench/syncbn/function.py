@@ -1,5 +1,19 @@
 """The autograd Function of SyncBatchNorm in training mode: synchronised statistics forward,
-synchronised gradient sums backward (docs/syncbn.md), in plain torch ops on any device."""
+synchronised gradient sums backward (docs/syncbn.md), in torch's batch-norm kernels on any device.
+
+torch.nn.SyncBatchNorm's own kernels (batch_norm_stats, batch_norm_elemt, batch_norm_backward_reduce,
+batch_norm_backward_elemt) are CUDA-only, so the eval-mode forms of torch's batch norm, which run
+everywhere, do the full-size work, given the merged global statistics as their "running" ones:
+  forward   the rank's statistics (stats.local_stats: torch's statistics kernel, or two vectorised
+            reductions where that kernel is slow), then the normalisation in one pass
+            (torch.native_batch_norm in eval mode with the global mean and biased variance);
+  backward  sum(dy) and sum(dy (x - mean)) in one pass (native_batch_norm_backward in eval mode returns
+            them as grad_bias and grad_weight = sum(dy (x - mean)) * invstd), then grad_input from the
+            synchronised sums in two elementwise passes (no CPU kernel fuses them): the eval-mode
+            normalisation of x gives its x and constant terms, and an in-place addcmul adds dy's.
+Everything else is per-channel vectors. Half inputs keep float32 statistics and sums (the kernels'
+mixed-type mode) and are never copied to float32; channels_last inputs are never copied.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +22,60 @@ from typing import Any
 import torch
 
 from commbench.syncbn.comm import Communicator
-from commbench.syncbn.stats import check_enough_values, per_channel, reduce_dims, stat_dtype
+from commbench.syncbn.stats import check_enough_values, per_channel
 from commbench.syncbn.strategies import Strategy
 
 
-def _normalize(
-    xs: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
-) -> torch.Tensor:
-    scale = invstd if weight is None else invstd * weight.to(invstd.dtype)
-    out = (xs - per_channel(mean, xs.dim())) * per_channel(scale, xs.dim())
-    return out if bias is None else out + per_channel(bias.to(invstd.dtype), xs.dim())
+def _as(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    return t if t is None or t.dtype == dtype else t.to(dtype)
 
 
 def _update_running(running: torch.Tensor | None, value: torch.Tensor, momentum: float) -> None:
+    """running = (1 - momentum) running + momentum value."""
     if running is not None:
-        running.mul_(1 - momentum).add_(value.to(running.dtype), alpha=momentum)
+        running.lerp_(_as(value, running.dtype), momentum)
+
+
+def _grad_sums(dy: torch.Tensor, input: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, invstd: torch.Tensor,
+               eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(sum(dy), sum(dy (x - mean)), sum(dy (x - mean)) * invstd) per channel, in the statistics' type.
+
+    One pass of the eval-mode batch-norm backward, which returns the last and the first (as grad_weight
+    and grad_bias; it divides nothing by the count). An empty batch sums to zeros (the kernel would
+    divide by zero on it): an empty rank still joins the all-reduce its peers wait on.
+    """
+    if input.numel() == 0:
+        zeros = mean.new_zeros(mean.shape)
+        return zeros, zeros.clone(), zeros.clone()
+    _, dot_invstd, sum_dy = torch.ops.aten.native_batch_norm_backward(
+        dy, input, None, mean, var, None, None, False, eps, [False, True, True]
+    )
+    # The kernel scales by its own 1/sqrt(var + eps); dividing by ours recovers the sum to an ulp.
+    return sum_dy, dot_invstd / invstd, dot_invstd
+
+
+def _grad_input(dy: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
+                var: torch.Tensor, invstd: torch.Tensor, total_dy: torch.Tensor, total_dy_xmu: torch.Tensor, n: int,
+                eps: float) -> torch.Tensor:  # fmt: skip
+    """(dy - total_dy/n - (x - mean) invstd^2 total_dy_xmu/n) * invstd * weight, in input's dtype.
+
+    The x and constant terms are the eval-mode normalisation of x with weight -invstd^2 total_dy_xmu/n
+    * weight (the kernel multiplies by its own invstd) and bias -total_dy/n * invstd * weight; dy *
+    invstd * weight is added in place. Half inputs get the sum in float32, rounded once at the end.
+    """
+    scale = invstd if weight is None else invstd * weight
+    neg_scale = scale * (-1.0 / n)
+    x_bias = total_dy * neg_scale
+    x_weight = torch.mul(total_dy_xmu, neg_scale).mul_(invstd)
+    ndim = input.dim()
+    if input.dtype == mean.dtype:
+        grad = torch.native_batch_norm(input, x_weight, x_bias, mean, var, False, 0.0, eps)[0]
+        return grad.addcmul_(dy, per_channel(scale, ndim))
+    # Half input: the same terms in float32 (x * a + b, as the eval kernel computes them), then dy.
+    x_scale = x_weight.mul_(invstd)
+    x_shift = x_bias.addcmul_(mean, x_scale, value=-1)
+    grad = torch.addcmul(per_channel(x_shift, ndim), input, per_channel(x_scale, ndim))
+    return grad.addcmul_(dy, per_channel(scale, ndim)).to(input.dtype)
 
 
 class SyncBatchNormFunction(torch.autograd.Function):
@@ -34,45 +87,33 @@ class SyncBatchNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(
-        ctx: Any,
-        input: torch.Tensor,
-        weight: torch.Tensor | None,
-        bias: torch.Tensor | None,
-        running_mean: torch.Tensor | None,
-        running_var: torch.Tensor | None,
-        eps: float,
-        momentum: float,
-        strategy: Strategy,
-        comm: Communicator,
-    ) -> torch.Tensor:
-        xs = input.to(stat_dtype(input.dtype))
-        stats = strategy.forward(comm, xs, eps)
+    def forward(ctx: Any, input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                running_mean: torch.Tensor | None, running_var: torch.Tensor | None, eps: float, momentum: float,
+                strategy: Strategy, comm: Communicator) -> torch.Tensor:  # fmt: skip
+        stats = strategy.forward(comm, input, eps)
         # Every rank holds the same global count, so every rank raises together: no peer is left waiting.
         check_enough_values(stats, comm.world_size, input.shape)
         _update_running(running_mean, stats.mean, momentum)
-        _update_running(running_var, stats.unbiased_var(), momentum)
-        invstd = stats.invstd(eps)
-        ctx.save_for_backward(input, weight, stats.mean, invstd)
-        ctx.count, ctx.strategy, ctx.comm = stats.count, strategy, comm
-        return _normalize(xs, stats.mean, invstd, weight, bias).to(input.dtype)
+        if running_var is not None:
+            _update_running(running_var, stats.unbiased_var(), momentum)
+        ctx.save_for_backward(input, weight, stats.mean, stats.var)
+        ctx.count, ctx.eps, ctx.strategy, ctx.comm = stats.count, eps, strategy, comm
+        # torch's eval-mode batch norm with the global statistics: one fused pass, in input's dtype and layout.
+        dtype = stats.mean.dtype
+        return torch.native_batch_norm(
+            input, _as(weight, dtype), _as(bias, dtype), stats.mean, stats.var, False, 0.0, eps
+        )[0]
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        input, weight, mean, invstd = ctx.saved_tensors
-        xs, dy = input.to(mean.dtype), grad_output.to(mean.dtype)
-        dims, ndim = reduce_dims(xs), xs.dim()
-        xmu = xs - per_channel(mean, ndim)
-        # Sums over an empty batch are zeros: an empty rank still joins the all-reduce its peers wait on.
-        sum_dy = dy.sum(dims)
-        sum_dy_xmu = (dy * xmu).sum(dims)
-        grad_weight = (sum_dy_xmu * invstd).to(weight.dtype) if weight is not None and ctx.needs_input_grad[1] else None
-        grad_bias = sum_dy.to(weight.dtype) if weight is not None and ctx.needs_input_grad[2] else None
+        input, weight, mean, var = ctx.saved_tensors
+        invstd = torch.rsqrt(var + ctx.eps)
+        sum_dy, sum_dy_xmu, dot_invstd = _grad_sums(grad_output, input, mean, var, invstd, ctx.eps)
+        grad_weight = _as(dot_invstd, weight.dtype) if weight is not None and ctx.needs_input_grad[1] else None
+        grad_bias = _as(sum_dy, weight.dtype) if weight is not None and ctx.needs_input_grad[2] else None
         grad_input = None
         if ctx.needs_input_grad[0]:
             total_dy, total_dy_xmu = ctx.strategy.backward(ctx.comm, sum_dy, sum_dy_xmu)
-            n = ctx.count
-            scale = invstd if weight is None else invstd * weight.to(invstd.dtype)
-            grad = dy - per_channel(total_dy / n, ndim) - xmu * per_channel(invstd.square() * total_dy_xmu / n, ndim)
-            grad_input = (grad * per_channel(scale, ndim)).to(input.dtype)
+            grad_input = _grad_input(grad_output, input, _as(weight, mean.dtype), mean, var, invstd, total_dy,
+                                     total_dy_xmu, ctx.count, ctx.eps)  # fmt: skip
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None

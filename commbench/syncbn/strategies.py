@@ -17,7 +17,7 @@ import torch
 
 from commbench.backends.base import Work
 from commbench.syncbn.comm import Communicator
-from commbench.syncbn.stats import GlobalStats, LocalStats, chan_merge, local_stats, merge_from_invstd, reduce_dims
+from commbench.syncbn.stats import GlobalStats, LocalStats, chan_merge, local_stats, merge_from_invstd, stat_dtype
 
 
 def _wait_all(works: list[Work]) -> None:
@@ -46,7 +46,8 @@ class Strategy(ABC):
 
     @abstractmethod
     def forward(self, comm: Communicator, xs: torch.Tensor, eps: float) -> GlobalStats:
-        """Local statistics of xs (in the statistics' type), exchanged and merged over every rank."""
+        """Local statistics of the input xs (in its own dtype: local_stats accumulates half types in
+        float32 without copying it), exchanged and merged over every rank."""
 
     def backward(
         self, comm: Communicator, sum_dy: torch.Tensor, sum_dy_xmu: torch.Tensor
@@ -163,14 +164,15 @@ class AllReduceStrategy(Strategy):
     def forward(self, comm: Communicator, xs: torch.Tensor, eps: float) -> GlobalStats:
         channels = xs.shape[1]
         count = xs.numel() // channels if channels else 0
-        total = torch.full((1,), float(count), dtype=xs.dtype, device=xs.device)
+        total = torch.full((1,), float(count), dtype=stat_dtype(xs.dtype), device=xs.device)
         pending = comm.all_reduce(total)
-        dims = reduce_dims(xs)
-        # An empty batch sums to zeros here, which is the weight-0 contribution it should make.
-        sums = torch.cat([xs.sum(dims), xs.square().sum(dims)])
+        # This rank's mean and E[x^2] = var + mean^2 from the shared statistics pass, not a pass of its
+        # own over x^2 (an empty batch gives zeros, the weight-0 contribution it should make).
+        local = local_stats(xs)
+        moments = torch.cat([local.mean, torch.addcmul(local.var, local.mean, local.mean)])
         pending.wait()
-        # sum_j (n_j / N) * (sums_j / n_j) = sums_j / N, written the way fairscale weighs the means.
-        vec = sums / total
+        # Weighted by n_j / N, as fairscale weighs the means: the all-reduce sums them to the global moments.
+        vec = moments.mul_(float(count)).div_(total)
         comm.all_reduce(vec).wait()
         mean, meansqr = vec[:channels], vec[channels:]
         # E[x^2] - mean^2 can round below zero when the variance is tiny next to the mean.

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Install what the launcher tests run for real, when missing: Open MPI's mpirun (openmpi-bin),
+# SLURM's daemons and clients (slurm-wlm) and MUNGE (munge), plus iproute2 and util-linux for the
+# two-host test (ip netns, tc, unshare). Debian/Ubuntu, as root (or through sudo).
+# The packages' own services are not started: tests/slurm_cluster.py runs private daemons.
+set -euo pipefail
+
+say() { echo "install-cluster-tools: $*" >&2; }
+
+declare -A wanted=([mpirun]=openmpi-bin [slurmctld]=slurm-wlm [slurmd]=slurm-wlm [srun]=slurm-wlm
+                   [munged]=munge [ip]=iproute2 [tc]=iproute2 [unshare]=util-linux)
+missing=()
+for tool in "${!wanted[@]}"; do
+  if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$tool" ]; then
+    missing+=("${wanted[$tool]}")
+  fi
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  say "mpirun, slurmctld, slurmd, srun, munged, ip, tc and unshare are all installed; nothing to do"
+  exit 0
+fi
+packages=($(printf '%s\n' "${missing[@]}" | sort -u))
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { say "not root and no sudo: install ${packages[*]} as root"; exit 1; }
+  sudo=(sudo)
+fi
+command -v apt-get >/dev/null || { say "no apt-get here: install ${packages[*]} with this system's package manager"; exit 1; }
+
+say "installing ${packages[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+# policy-rc.d 101: the packages' post-install scripts must not start system munged/slurmd services.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+  "${sudo[@]}" chmod +x "$policy"
+  created_policy=1
+fi
+cleanup() { if [ "$created_policy" -eq 1 ]; then "${sudo[@]}" rm -f "$policy"; fi; }
+trap cleanup EXIT
+"${sudo[@]}" apt-get install -y -q "${packages[@]}"
+say "done: $(mpirun --version 2>/dev/null | head -1 || true); $(srun --version 2>/dev/null || true)"

@@ -1,0 +1,309 @@
+"""A latency-bandwidth (Hockney) model of measured collectives, and its projection to other world sizes.
+
+Each (run, op, variant, phase, dtype, mode, backend, world size, group) measured at 4 or more sizes
+is fitted to T(S) = alpha + S / beta: alpha the latency (us), beta the bandwidth (GB/s). The fit
+minimises relative residuals (latencies span orders of magnitude, and a plain least-squares fit
+would hear only the largest sizes), weighted by the p50's confidence interval where the CSV has
+one, and is made robust with Huber's loss by iteratively reweighted least squares, so one
+disturbed size cannot pull the line.
+
+A projection turns the fitted collective into per-message link parameters through the textbook cost
+model of an algorithm at the measured world size, then evaluates the same model at other world
+sizes: T(p, S) = A(p) a + B(p) S b. It is a model, not a measurement (docs/model.md lists the
+formulas, their sources and their limits).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from commbench.errors import UserError
+from commbench.results.reader import ok_rows
+from commbench.units import format_size
+
+MIN_SIZES = 4
+MIN_R2 = 0.9  # below this the line does not describe the data: no projection from it
+HUBER_K = 1.345  # 95% efficiency under normal errors
+FIT_KEY = ("run", "op", "variant", "phase", "dtype", "mode", "backend", "world_size", "group")
+
+
+def _lg(p: int) -> float:
+    return float(math.ceil(math.log2(p))) if p > 1 else 0.0
+
+
+# (latency coefficient A(p), bandwidth coefficient B(p)) of T = A(p) alpha + B(p) S beta, with S as
+# commbench defines it per op (the collective's total bytes). Reductions' compute (gamma) is folded
+# into the per-byte term.
+Coefficients = Callable[[int], tuple[float, float]]
+ALGORITHMS: dict[str, dict[str, Coefficients]] = {
+    "ring": {
+        "all_gather": lambda p: (p - 1, (p - 1) / p),
+        "reduce_scatter_base": lambda p: (p - 1, (p - 1) / p),
+        "all_reduce": lambda p: (2 * (p - 1), 2 * (p - 1) / p),
+        "broadcast": lambda p: (_lg(p) + p - 1, 2 * (p - 1) / p),  # scatter + all_gather
+        "all_to_all": lambda p: (p - 1, (p - 1) / p),  # pairwise exchange
+    },
+    "tree": {
+        "all_gather": lambda p: (_lg(p), (p - 1) / p),  # recursive doubling
+        "reduce_scatter_base": lambda p: (_lg(p), (p - 1) / p),  # recursive halving
+        "all_reduce": lambda p: (2 * _lg(p), 2 * (p - 1) / p),  # Rabenseifner
+        "broadcast": lambda p: (_lg(p), _lg(p)),  # binomial tree
+        "reduce": lambda p: (_lg(p), _lg(p)),  # binomial tree
+        "gather": lambda p: (_lg(p), (p - 1) / p),  # binomial
+        "scatter": lambda p: (_lg(p), (p - 1) / p),  # binomial
+        "all_to_all": lambda p: (_lg(p), _lg(p) / 2),  # Bruck
+        "barrier": lambda p: (_lg(p), 0.0),  # dissemination
+    },
+}
+
+
+@dataclass(frozen=True)
+class Fit:
+    """T(S) = alpha_us + S / (beta_gbps * 1e3) microseconds, fitted on `sizes` sizes."""
+
+    key: tuple
+    sizes: int
+    alpha_us: float
+    beta_gbps: float
+    r2: float
+    worst_residual: float  # max |measured - fitted| / measured
+
+    @property
+    def half_size_bytes(self) -> float:
+        """n_1/2 = alpha x beta: the size at which half the bandwidth is reached."""
+        return self.alpha_us * 1e-6 * self.beta_gbps * 1e9
+
+    @property
+    def fits(self) -> bool:
+        return self.r2 >= MIN_R2 and self.alpha_us >= 0 and self.beta_gbps > 0
+
+    def time_us(self, size_bytes: float) -> float:
+        return self.alpha_us + size_bytes / (self.beta_gbps * 1e3)
+
+    def as_dict(self) -> dict:
+        return {
+            **dict(zip(FIT_KEY, self.key)),
+            **{k: v for k, v in asdict(self).items() if k != "key"},
+            "half_size_bytes": self.half_size_bytes,
+        }
+
+
+def fit_hockney(
+    size_bytes: np.ndarray, time_us: np.ndarray, sigma_us: np.ndarray | None = None
+) -> tuple[float, float, float, float]:
+    """(alpha_us, beta_gbps, r2, worst relative residual) of a robust fit of time = alpha + size / beta.
+
+    sigma_us is each point's uncertainty (half the width of its p50 interval); without it, 5% of the
+    time (relative errors). Huber IRLS: points whose standardised residual exceeds k x the MAD scale
+    get weight k/|r|.
+    """
+    s, t = np.asarray(size_bytes, dtype=float), np.asarray(time_us, dtype=float)
+    sigma = 0.05 * t
+    if sigma_us is not None:
+        given = np.asarray(sigma_us, dtype=float)
+        # A (near) zero-width interval must not dominate the fit: at least 1% of the time.
+        sigma = np.where(np.isfinite(given) & (given > 0), np.maximum(given, 0.01 * t), sigma)
+    design = np.column_stack([np.ones_like(s), s])
+    robust = np.ones_like(t)
+    for _ in range(50):
+        w = robust / sigma**2
+        coef = np.linalg.lstsq(design * np.sqrt(w)[:, None], t * np.sqrt(w), rcond=None)[0]
+        r = (t - design @ coef) / sigma
+        scale = 1.4826 * np.median(np.abs(r - np.median(r))) or 1.0
+        updated = np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(r), 1e-12))
+        if np.allclose(updated, robust, atol=1e-6):
+            break
+        robust = updated
+    alpha, slope = coef
+    fitted = design @ coef
+    # R^2 of log time: every size counts alike, as on the log-log chart (on the raw scale the
+    # largest sizes alone would decide it, and it would read 0.99 for almost any line).
+    log_t, log_f = np.log(t), np.log(np.maximum(fitted, 1e-12))
+    r2 = 1.0 - np.sum((log_t - log_f) ** 2) / max(np.sum((log_t - log_t.mean()) ** 2), 1e-300)
+    beta_gbps = 1.0 / (slope * 1e3) if slope > 0 else math.inf
+    return float(alpha), float(beta_gbps), float(r2), float(np.max(np.abs(t - fitted) / t))
+
+
+def fit_frame(frame: pd.DataFrame) -> tuple[list[Fit], list[str]]:
+    """Fits for every key with enough sizes, and a line for each key left out and why."""
+    from commbench.ops import spec_of
+
+    rows = ok_rows(frame)
+    rows = rows[rows["size_bytes"] > 0].copy()
+    if "group" not in rows.columns:
+        rows["group"] = "world"
+    rows["group"] = rows["group"].fillna("world").replace("", "world")
+    fits, skipped = [], []
+    for key, group in rows.groupby(list(FIT_KEY), sort=True):
+        spec = spec_of(key[1])
+        if spec is not None and spec.workload_column != "size_bytes":
+            skipped.append(f"{key[1]}/{key[2]}: its workload is {spec.workload_name}, not bytes; no line in S")
+            continue
+        points = group.groupby("size_bytes").first().reset_index()
+        if len(points) < MIN_SIZES:
+            skipped.append(
+                f"{key[1]}/{key[2]}/{key[3]} n={int(key[7])}: {len(points)} size(s), a fit needs {MIN_SIZES}"
+            )
+            continue
+        lo, hi = points.get("time_us_p50_lo"), points.get("time_us_p50_hi")
+        sigma = (
+            None if lo is None or hi is None else ((pd.to_numeric(hi) - pd.to_numeric(lo)) / 2).to_numpy(dtype=float)
+        )
+        alpha, beta, r2, worst = fit_hockney(points["size_bytes"].to_numpy(), points["time_us_p50"].to_numpy(), sigma)
+        fits.append(Fit(tuple(key), len(points), alpha, beta, r2, worst))
+    return fits, skipped
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The fitted collective at another world size, under one algorithm's cost model."""
+
+    fit: Fit
+    algorithm: str
+    world_size: int
+    alpha_us: float
+    beta_gbps: float
+    time_us_at_max: float  # at the largest size the fit was made on
+    max_size_bytes: int
+
+    def as_dict(self) -> dict:
+        return {
+            **{k: v for k, v in self.fit.as_dict().items() if k in FIT_KEY},
+            "algorithm": self.algorithm,
+            "measured_world_size": self.fit.key[7],
+            "world_size": self.world_size,
+            "alpha_us": self.alpha_us,
+            "beta_gbps": self.beta_gbps,
+            "max_size_bytes": self.max_size_bytes,
+            "time_us_at_max": self.time_us_at_max,
+        }
+
+
+def project(fit: Fit, algorithm: str, world_size: int, max_size_bytes: int) -> Projection | str:
+    """The projection, or why there is none (no formula for the op, a fit too poor to extrapolate)."""
+    op, measured = fit.key[1], int(fit.key[7])
+    coefficients = ALGORITHMS[algorithm].get(op)
+    if coefficients is None:
+        return f"{op}: the {algorithm} model has no formula for it"
+    if not fit.fits:
+        return f"{op}/{fit.key[2]} n={measured}: the line does not fit (R^2 {fit.r2:.3f} < {MIN_R2}); no projection"
+    a0, b0 = coefficients(measured)
+    a1, b1 = coefficients(world_size)
+    if a0 <= 0 or b0 <= 0:
+        return f"{op}/{fit.key[2]}: measured at n={measured}, where the model has no communication to scale from"
+    link_alpha, link_time_per_byte = fit.alpha_us / a0, 1.0 / (fit.beta_gbps * 1e3) / b0
+    alpha = a1 * link_alpha
+    beta = math.inf if b1 == 0 else 1.0 / (b1 * link_time_per_byte * 1e3)
+    time = alpha + (0.0 if b1 == 0 else max_size_bytes / (beta * 1e3))
+    return Projection(fit, algorithm, world_size, alpha, beta, time, max_size_bytes)
+
+
+def parse_world_sizes(text: str) -> list[int]:
+    values = []
+    for item in [v.strip() for v in str(text).split(",") if v.strip()]:
+        if not item.isdigit() or int(item) < 2:
+            raise UserError(f"--predict-n {item!r} is not a world size: give whole numbers >= 2 such as 8,64,512")
+        values.append(int(item))
+    if not values:
+        raise UserError("--predict-n holds no world size: give whole numbers >= 2 such as 8,64,512")
+    return values
+
+
+def check_algorithm(name: str) -> str:
+    if name not in ALGORITHMS:
+        raise UserError(f"unknown algorithm {name!r}; valid algorithms: {', '.join(ALGORITHMS)}")
+    return name
+
+
+def format_fits(fits: list[Fit], skipped: list[str]) -> str:
+    lines = [
+        "# model: T(S) = alpha + S / beta, a robust (Huber, relative-residual) fit of the p50 times",
+        f"# {'op/variant/phase dtype mode':<44} {'backend':>8} {'n':>4} {'sizes':>5} {'alpha(us)':>10} "
+        f"{'beta(GB/s)':>10} {'n1/2':>8} {'R^2':>6} {'worst':>6}",
+    ]
+    for fit in fits:
+        _run, op, variant, phase, dtype, mode, backend, world, group = fit.key
+        what = f"{op}/{variant}/{phase} {dtype} {mode}" + ("" if group == "world" else f" {group}")
+        what = what if len(what) <= 44 else what[:43] + "~"
+        flag = "" if fit.fits else "  does not fit"
+        lines.append(
+            f"  {what:<44} {backend:>8} {int(world):>4} {fit.sizes:>5} {fit.alpha_us:>10.1f} {fit.beta_gbps:>10.3f} "
+            f"{format_size(int(max(fit.half_size_bytes, 0))):>8} {fit.r2:>6.3f} {fit.worst_residual:>6.1%}{flag}"
+        )
+    lines.extend(f"# not fitted: {why}" for why in skipped)
+    return "\n".join(lines)
+
+
+def format_projections(projections: list[Projection], refused: list[str], algorithm: str) -> str:
+    lines = [
+        f"# projection ({algorithm} cost model; a MODEL, not a measurement): the fit's link parameters at other world sizes",
+        f"# {'op/variant/phase dtype':<36} {'fit n':>5} {'n':>6} {'alpha(us)':>11} {'beta(GB/s)':>10} {'T at S':>16}",
+    ]
+    for p in projections:
+        _, op, variant, phase, dtype, *_ = p.fit.key
+        at = f"{p.time_us_at_max:,.0f}us@{format_size(p.max_size_bytes)}"
+        beta = "-" if math.isinf(p.beta_gbps) else f"{p.beta_gbps:.3f}"
+        lines.append(
+            f"  {op + '/' + variant + '/' + phase + ' ' + dtype:<36} {int(p.fit.key[7]):>5} {p.world_size:>6} "
+            f"{p.alpha_us:>11.1f} {beta:>10} {at:>16}"
+        )
+    lines.extend(f"# not projected: {why}" for why in dict.fromkeys(refused))
+    return "\n".join(lines)
+
+
+def model_charts(frame: pd.DataFrame, fits: list[Fit]):
+    """Per (op, phase): the measured p50s (with their interval where known) and each fitted line."""
+    from matplotlib.figure import Figure
+
+    from commbench.analysis.plotting import Chart, _latency_axis, _size_axis
+
+    rows = ok_rows(frame)
+    charts = []
+    by_panel: dict[tuple[str, str], list[Fit]] = {}
+    for fit in fits:
+        by_panel.setdefault((fit.key[1], fit.key[3]), []).append(fit)
+    for (op, phase), panel in sorted(by_panel.items()):
+        fig = Figure(figsize=(8, 5))
+        ax = fig.subplots()
+        sizes_seen: list[float] = []
+        for i, fit in enumerate(panel):
+            run, _, variant, _, dtype, mode, backend, world, _group = fit.key
+            mine = rows[
+                (rows["run"] == run) & (rows["op"] == op) & (rows["variant"] == variant) & (rows["phase"] == phase)
+            ]
+            mine = mine[
+                (mine["dtype"] == dtype)
+                & (mine["mode"] == mode)
+                & (mine["world_size"] == world)
+                & (mine["size_bytes"] > 0)
+            ]
+            mine = mine.sort_values("size_bytes")
+            color = f"C{i % 10}"
+            label = f"{variant} n={int(world)} {backend}" + (f" ({run})" if rows["run"].nunique() > 1 else "")
+            ax.plot(
+                mine["size_bytes"], mine["time_us_p50"], "o", color=color, markersize=4, label=f"{label}: measured p50"
+            )
+            s = np.geomspace(mine["size_bytes"].min(), mine["size_bytes"].max(), 200)
+            style = "-" if fit.fits else ":"
+            ax.plot(
+                s,
+                [fit.time_us(x) for x in s],
+                style,
+                color=color,
+                label=f"fit: {fit.alpha_us:.0f} us + S / {fit.beta_gbps:.3g} GB/s (R^2 {fit.r2:.3f})",
+            )
+            sizes_seen += list(mine["size_bytes"])
+        _size_axis(ax, sizes_seen)
+        _latency_axis(ax)
+        ax.set_ylabel("time per op (us, p50)")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        fig.suptitle(f"{op} · {phase}: latency-bandwidth model T(S) = alpha + S / beta", fontsize=11)
+        fig.tight_layout()
+        caption = f"{op} ({phase}): measured p50 (points) and the fitted Hockney line per variant; dotted lines do not fit (R^2 < {MIN_R2})."
+        charts.append(Chart(name=f"{op}-{phase}-model", kind="model", figure=fig, caption=caption))
+    return charts

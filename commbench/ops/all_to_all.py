@@ -1,0 +1,182 @@
+"""all_to_all: rank r sends a chunk to every rank p and receives one from every rank q.
+
+`single` and `list` split each rank's count elements equally (all_to_all_single, all_to_all of n
+tensors). `uneven` splits them as mixture-of-experts token routing does: every rank routes the same
+number of elements, but some destinations (experts) are more popular than others, so ranks receive
+unequal totals. The splits are drawn from a seeded distribution (uneven_splits), identical on
+every rank and every run.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from commbench.errors import UserError
+from commbench.lazy import torch
+from commbench.ops.base import GATHER_FACTOR, Op, OpOption, OpSpec, Point, count_wrong, elements_for
+
+if TYPE_CHECKING:
+    from commbench.backends.base import Backend
+    from commbench.run.harness import CollArgs
+
+SPLITS_SEED = 0
+DEFAULT_IMBALANCE = 0.5
+IMBALANCE = OpOption(
+    "--imbalance",
+    "all_to_all uneven: the skew of the per-peer splits, the sigma of log-normal destination weights; "
+    f"0 splits evenly, 0.5 is moderate (on 2-8 ranks the busiest receives 1.4-1.9x the mean), 1 is strong. [default: {DEFAULT_IMBALANCE}]",
+)
+
+
+def parse_imbalance(text: str | None) -> float:
+    """--imbalance as a finite number >= 0; anything else is a one-line error."""
+    if text is None or str(text).strip() == "":
+        return DEFAULT_IMBALANCE
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(
+            f"--imbalance {text!r} is not a number: give the skew of the uneven splits, 0 (even) or more, e.g. 0.5"
+        ) from None
+    if not 0 <= value < math.inf:
+        raise UserError(f"--imbalance {text!r} must be a finite number >= 0 (0 splits evenly)")
+    return value
+
+
+def uneven_splits(world_size: int, per_rank: int, imbalance: float, seed: int = SPLITS_SEED) -> list[list[int]]:
+    """splits[src][dst]: the elements rank src sends to rank dst; every row sums to per_rank exactly.
+
+    As MoE routing: destination d's popularity z_d is shared by every sender (a popular expert is
+    popular from every rank), with some per-sender jitter e_sd: weight = exp(imbalance * (z_d + e_sd / 2)),
+    z and e standard normal draws of random.Random(seed). A row is its weights scaled to per_rank and
+    rounded to whole elements by largest remainder (ties to the lower rank), so the realised total
+    each rank sends is exactly per_rank. Pure Python: the same on every rank, host and version.
+    """
+    rng = random.Random(seed)
+    popularity = [rng.gauss(0.0, 1.0) for _ in range(world_size)]
+    splits = []
+    for _src in range(world_size):
+        weights = [math.exp(imbalance * (z + rng.gauss(0.0, 1.0) / 2)) for z in popularity]
+        exact = [per_rank * w / sum(weights) for w in weights]
+        row = [math.floor(x) for x in exact]
+        by_remainder = sorted(range(world_size), key=lambda d: (row[d] - exact[d], d))
+        for d in by_remainder[: per_rank - sum(row)]:
+            row[d] += 1
+        splits.append(row)
+    return splits
+
+
+def receive_imbalance(splits: list[list[int]]) -> float:
+    """The largest total a rank receives over the mean (1 for even splits), MoE's imbalance measure."""
+    received = [sum(column) for column in zip(*splits)]
+    mean = sum(received) / len(received)
+    return max(received) / mean if mean else 1.0
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Who sends how much to whom: the whole matrix, and this rank's row (send) and column (receive)."""
+
+    splits: list[list[int]]
+    send: list[int]
+    receive: list[int]
+
+
+def routed(sources: Any, destinations: Any, index: Any) -> Any:
+    """The value of element index of the chunk sources sends to destinations: small integers, exact in every dtype."""
+    return (3 * sources + 5 * destinations + index) % 13 + 1
+
+
+def chunk_values(rank: int, splits: list[int], sending: bool, dtype: Any, device: Any) -> Any:
+    """This rank's whole send buffer (sending) or expected receive buffer, chunk p for peer p."""
+    sizes = torch.tensor(splits, device=device)
+    peer = torch.repeat_interleave(torch.arange(len(splits), device=device), sizes)
+    starts = torch.cumsum(sizes, 0) - sizes
+    index = torch.arange(int(sizes.sum()), device=device) - starts[peer]
+    values = routed(rank, peer, index) if sending else routed(peer, rank, index)
+    return values.to(dtype)
+
+
+class AllToAll(Op):
+    """single (all_to_all_single), list (all_to_all of n tensors), uneven (all_to_all_single with MoE-like splits)."""
+
+    spec = OpSpec(
+        name="all_to_all",
+        summary="rank r sends chunk p of its count elements to rank p; uneven splits them as MoE routing "
+        "does: seeded log-normal destination popularity shared by all senders, skew --imbalance",
+        s_definition="S = bytes each rank sends in total = count x element size (count = n x per-peer count; "
+        "uneven: the realised total of the rank's splits)",
+        bus_factor=GATHER_FACTOR,
+        variants=("single", "list", "uneven"),
+        baseline="single",
+        options=(IMBALANCE,),
+    )
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        super().__init__(options)
+        self.imbalance = parse_imbalance(self.options.get(IMBALANCE.key))
+
+    def unavailable(self, variant: str, backend: Backend) -> str | None:
+        return backend.missing("all_to_all_list" if variant == "list" else "all_to_all_single")
+
+    def splits(self, variant: str, world_size: int, count: int) -> list[list[int]]:
+        if variant == "uneven":
+            return uneven_splits(world_size, count, self.imbalance)
+        return [[count // world_size] * world_size for _ in range(world_size)]
+
+    def memory_bytes(self, point: Point, world_size: int) -> int:
+        # Input, the temporaries that fill it, and the output and expected result, which are as
+        # large as the most a rank receives (about S x the realised imbalance for uneven).
+        worst = max(receive_imbalance(self.splits(v, world_size, max(point.size_bytes, 1))) for v in self.variants)
+        return int((2 + 2 * worst) * point.size_bytes)
+
+    def setup(self, args: CollArgs, point: Point) -> None:
+        n, r = args.world_size, args.rank
+        args.count = elements_for(point.size_bytes, args.element_size, n)
+        splits = self.splits(args.variant, n, args.count)
+        args.state = route = Routing(splits, splits[r], [row[r] for row in splits])
+        send = torch.empty(args.count, dtype=args.dtype, device=args.device)
+        receive = torch.empty(sum(route.receive), dtype=args.dtype, device=args.device)
+        if args.variant == "list":
+            args.input, args.output = list(send.split(route.send)), list(receive.split(route.receive))
+        else:
+            args.input, args.output = send, receive
+        args.expected = chunk_values(r, route.receive, False, args.dtype, args.device)
+
+    def fill(self, args: CollArgs) -> None:
+        route: Routing = args.state
+        values = chunk_values(args.rank, route.send, True, args.dtype, args.device)
+        if args.variant == "list":
+            for dst, src in zip(args.input, values.split(route.send)):
+                dst.copy_(src)
+            for out in args.output:
+                out.zero_()
+        else:
+            args.input.copy_(values)
+            args.output.zero_()
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        backend = args.backend
+        if args.variant == "list":
+            args.issue(backend.all_to_all_list(args.output, args.input))
+        elif args.variant == "uneven":
+            route: Routing = args.state
+            args.issue(backend.all_to_all_single(args.output, args.input, route.receive, route.send))
+        else:
+            args.issue(backend.all_to_all_single(args.output, args.input))
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        received = torch.cat(args.output) if args.variant == "list" else args.output
+        return count_wrong(received, args.expected)
+
+    def note(self, args: CollArgs) -> str:
+        if args.variant != "uneven":
+            return ""
+        return (
+            f"splits seed {SPLITS_SEED}, --imbalance {self.imbalance:g}: "
+            f"max received / mean = {receive_imbalance(args.state.splits):.2f}"
+        )

@@ -1,0 +1,45 @@
+"""broadcast: every rank's tensor becomes the root's (in place)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commbench.lazy import torch
+from commbench.ops.all_gather import contribution
+from commbench.ops.base import UNIT_FACTOR, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.rooted import ROOT, RootedOp
+
+if TYPE_CHECKING:
+    from commbench.run.harness import CollArgs
+
+
+class Broadcast(RootedOp):
+    """One in-place broadcast of `count` elements from --root (nccl-tests' broadcast_perf)."""
+
+    spec = OpSpec(
+        name="broadcast",
+        summary="the root's tensor is copied to every rank, in place (--root, default 0)",
+        s_definition="S = count x element size",
+        bus_factor=UNIT_FACTOR,
+        variants=("flat",),
+        options=(ROOT,),
+    )
+    collective = "broadcast"
+
+    def setup(self, args: CollArgs, point: Point) -> None:
+        args.count = elements_for(point.size_bytes, args.element_size, 1)
+        args.input = torch.empty(args.count, dtype=args.dtype, device=args.device)
+        args.expected = contribution(self.root, args.count, args.dtype, args.device)
+
+    def fill(self, args: CollArgs) -> None:
+        # Zeros on the other ranks: the values (1..11) can only arrive by the broadcast.
+        if args.rank == self.root:
+            args.input.copy_(args.expected)
+        else:
+            args.input.zero_()
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        args.issue(args.backend.broadcast(args.input, self.root))
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        return count_wrong(args.input, args.expected)  # the root's own tensor must be untouched too

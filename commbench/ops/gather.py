@@ -1,0 +1,51 @@
+"""gather: rank r's k elements land at [r*k, (r+1)*k) of the root's output."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commbench.lazy import torch
+from commbench.ops.all_gather import contribution, every_contribution
+from commbench.ops.base import GATHER_FACTOR, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.rooted import ROOT, RootedOp
+
+if TYPE_CHECKING:
+    from commbench.run.harness import CollArgs
+
+
+class Gather(RootedOp):
+    """Every rank's count/n elements into a list of n views of one flat buffer on --root (nccl-tests' gather_perf)."""
+
+    spec = OpSpec(
+        name="gather",
+        summary="every rank contributes count/n elements; the root receives all of them (--root, default 0)",
+        s_definition="S = gathered bytes at the root = per-rank count x element size x n",
+        bus_factor=GATHER_FACTOR,
+        variants=("flat",),
+        options=(ROOT,),
+    )
+    collective = "gather"
+
+    def setup(self, args: CollArgs, point: Point) -> None:
+        n = args.world_size
+        args.count = elements_for(point.size_bytes, args.element_size, n)
+        per_rank = args.count // n
+        args.input = torch.empty(per_rank, dtype=args.dtype, device=args.device)
+        args.state = contribution(args.rank, per_rank, args.dtype, args.device)
+        args.output = None  # the other ranks pass no output list
+        if args.rank == self.root:
+            args.output = list(torch.empty(args.count, dtype=args.dtype, device=args.device).chunk(n))
+            args.expected = every_contribution(n, per_rank, args.dtype, args.device)
+
+    def fill(self, args: CollArgs) -> None:
+        args.input.copy_(args.state)
+        for out in args.output or []:
+            out.zero_()
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        args.issue(args.backend.gather(args.output, args.input, self.root))
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        # The root's result; and every rank's input, which the API only reads.
+        gathered = 0 if args.output is None else count_wrong(torch.cat(args.output), args.expected)
+        return gathered + count_wrong(args.input, args.state)

@@ -1,0 +1,59 @@
+"""reduce: the sum over ranks lands in the root's tensor (in place)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commbench.lazy import torch
+from commbench.ops.all_gather import contribution
+from commbench.ops.base import UNIT_FACTOR, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.rooted import ROOT, RootedOp
+
+if TYPE_CHECKING:
+    from commbench.run.harness import CollArgs
+
+
+class Reduce(RootedOp):
+    """One in-place sum of `count` elements into --root (nccl-tests' reduce_perf)."""
+
+    spec = OpSpec(
+        name="reduce",
+        summary="sum over ranks into the root's tensor, in place (--root, default 0)",
+        s_definition="S = count x element size",
+        bus_factor=UNIT_FACTOR,
+        variants=("flat",),
+        options=(ROOT,),
+    )
+    collective = "reduce"
+
+    def setup(self, args: CollArgs, point: Point) -> None:
+        args.count = elements_for(point.size_bytes, args.element_size, 1)
+        args.input = torch.empty(args.count, dtype=args.dtype, device=args.device)
+        args.state = contribution(args.rank, args.count, args.dtype, args.device)  # refilled before each sample
+        if args.rank == self.root:
+            args.expected = sum(contribution(r, args.count, args.dtype, args.device) for r in range(args.world_size))
+        else:
+            args.expected = args.state  # the API reads the other ranks' tensors and writes only the root's
+
+    def fill(self, args: CollArgs) -> None:
+        args.input.copy_(args.state)
+
+    def before(self, args: CollArgs, phase: str) -> None:
+        # In place, the root's values grow about n-fold per iteration: refill (untimed), as all_reduce does.
+        self.fill(args)
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        args.issue(args.backend.reduce(args.input, self.root))
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        if args.rank != self.root and not args.backend.reduce_keeps_non_root:
+            return 0  # this transport uses the other ranks' tensors as scratch (the row's note says so)
+        return count_wrong(args.input, args.expected)
+
+    def note(self, args: CollArgs) -> str:
+        notes = [super().note(args)]
+        if not args.backend.reduce_keeps_non_root and args.world_size > 1:
+            notes.append(
+                f"only the root's result is checked: {args.backend.name}'s reduce uses the other ranks' tensors as scratch"
+            )
+        return "; ".join(n for n in notes if n)

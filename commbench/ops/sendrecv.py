@@ -1,0 +1,73 @@
+"""sendrecv: point-to-point transfers as pipeline parallelism issues them, through batch_isend_irecv.
+
+`pair`: rank r exchanges with r xor 1 in both directions (with an odd n the last rank has no
+partner and sits the op out). `ring`: every rank sends to r+1 and receives from r-1, in one batch.
+Each transfer's wait object goes to the holder, so blocking and non-blocking modes time them as
+they time any collective.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commbench.lazy import torch
+from commbench.ops.all_gather import contribution
+from commbench.ops.base import UNIT_FACTOR, Op, OpSpec, Point, count_wrong, elements_for
+
+if TYPE_CHECKING:
+    from commbench.backends.base import Backend
+    from commbench.run.harness import CollArgs
+
+
+def peers(variant: str, rank: int, world_size: int) -> tuple[int, int] | None:
+    """(the rank this one sends to, the rank it receives from), or None when it sits the op out."""
+    if variant == "pair":
+        partner = rank ^ 1
+        return (partner, partner) if partner < world_size else None
+    return (rank + 1) % world_size, (rank - 1) % world_size
+
+
+class SendRecv(Op):
+    """`count` elements sent and `count` received by every rank, as one batch of isend/irecv."""
+
+    spec = OpSpec(
+        name="sendrecv",
+        summary="point-to-point: pair (r exchanges with r xor 1) or ring (r sends to r+1, receives from r-1)",
+        s_definition="S = bytes one rank sends = count x element size",
+        bus_factor=UNIT_FACTOR,
+        variants=("pair", "ring"),
+    )
+
+    def unavailable(self, variant: str, backend: Backend) -> str | None:
+        if backend.world_size < 2:
+            return "point-to-point needs at least 2 ranks"
+        return backend.missing("send_recv")
+
+    def setup(self, args: CollArgs, point: Point) -> None:
+        args.count = elements_for(point.size_bytes, args.element_size, 1)
+        args.state = peers(args.variant, args.rank, args.world_size)
+        args.input = contribution(args.rank, args.count, args.dtype, args.device)  # only read
+        args.output = torch.empty(args.count, dtype=args.dtype, device=args.device)
+        source = args.rank if args.state is None else args.state[1]
+        args.expected = contribution(source, args.count, args.dtype, args.device)
+
+    def fill(self, args: CollArgs) -> None:
+        if args.state is None:  # sitting out: the check expects its own values, untouched
+            args.output.copy_(args.expected)
+        else:
+            args.output.zero_()
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        if args.state is None:
+            return
+        to, source = args.state
+        for work in args.backend.send_recv([(args.input, to)], [(args.output, source)]):
+            args.issue(work)
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        return count_wrong(args.output, args.expected)
+
+    def note(self, args: CollArgs) -> str:
+        if args.variant == "pair" and args.world_size % 2:
+            return f"rank {args.world_size - 1} has no partner (odd n = {args.world_size}) and sat the op out"
+        return ""
