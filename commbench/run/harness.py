@@ -119,7 +119,7 @@ class Case:
         self.op, self.args, self.phase, self.window = op, args, phase, window
         self.watchdog, self.label = watchdog, label
         self.rounds_us: list[list[float]] = []  # agreed: max over ranks
-        self.per_rank_us: list[list[float]] = [[] for _ in range(args.world_size)]
+        self.per_rank_us: list[list[float]] = []  # one list per rank that shares its samples
         self.timed_calls: Counter[str] = Counter()
         self.wrong = -1
 
@@ -178,6 +178,7 @@ class Case:
             self.timed_calls.update(self.backend.calls)
         wrong = self._check_here() if check else -1
         gathered = self._share((local_us, wrong))
+        self.per_rank_us += [[] for _ in range(len(gathered) - len(self.per_rank_us))]
         for rank, (samples, _) in enumerate(gathered):
             self.per_rank_us[rank].extend(samples)
         if len(self.rounds_us) <= round_index:
