@@ -33,7 +33,7 @@ FACTOR = 1.5
 
 
 def sweep(out: Path, extra: list[str]) -> None:
-    cmd = [sys.executable, "-m", "commbench", "sweep", *SWEEP, *extra, "-o", str(out), "--no-plot"]
+    cmd = [sys.executable, "-m", "commbench", "sweep", *SWEEP, *extra, "-o", str(out), "--overwrite", "--no-plot"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "CI": "1"})
     if proc.returncode != 0:
         raise SystemExit(f"sweep failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
