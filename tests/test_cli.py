@@ -99,10 +99,11 @@ def test_sweep_through_the_spawner_writes_every_row(tmp_path):
     flat_names = resolve_api(FLAT_ALL_GATHER), resolve_api(FLAT_REDUCE_SCATTER)
     assert set(core.api) == {*flat_names, "all_gather", "reduce_scatter"}
     assert (core.time_us_min <= core.time_us_p50).all() and (core.time_us_p50 <= core.time_us_max).all()
+    measured = df[df.status == "ok"]
+    assert (measured.iters == 3).all() and (measured.rounds == 3).all()  # --iters 3 is 3, one per round
     raw = pd.read_csv(out.with_name("run.raw.csv"))
-    assert (
-        len(raw[(raw.op == "all_gather") & (raw.variant == "flat") & (raw.size_bytes == 8)]) == 3 * 2
-    )  # iters x ranks
+    one = raw[(raw.op == "all_gather") & (raw.variant == "flat") & (raw.size_bytes == 8)]
+    assert len(one) == 3 * 2 and sorted(one["round"]) == [0, 0, 1, 1, 2, 2]  # iters x ranks
 
 
 @pytest.mark.slow
@@ -163,5 +164,6 @@ def test_nonblocking_rows_of_variants_that_wait_inside_are_honest(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = pd.read_csv(out, keep_default_na=False).set_index("variant")
-    assert rows.loc["per_tensor", "window"] == 4 and rows.loc["per_tensor", "note"] == ""
+    # (two iterations on a shared machine may also be noted as noisy; that is not this test's concern)
+    assert rows.loc["per_tensor", "window"] == 4 and "window" not in rows.loc["per_tensor", "note"]
     assert rows.loc["flat", "window"] == 1 and "window 1" in rows.loc["flat", "note"]

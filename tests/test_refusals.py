@@ -68,7 +68,7 @@ REFUSED = [
     (["--warmup", "-1"], ["--warmup must be between 0 and 1,000,000"]),
     (["--window", "0"], ["--window must be between 1 and 1,024"]),
     (["--window", "4096"], ["--window must be between 1 and 1,024"]),
-    (["--iters", "nan"], ["'nan' is not a valid integer"]),
+    (["--iters", "nan"], ["--iters takes a number of iterations or auto (got 'nan')"]),
     (["--op", "bucketed_reduce_scatter", "--bucket-cap-mb", "nan"], ["--bucket-cap-mb 'nan' must be a finite"]),
     (["--op", "bucketed_reduce_scatter", "--bucket-cap-mb", "inf"], ["--bucket-cap-mb 'inf' must be a finite"]),
     (["--op", "bucketed_all_reduce", "--message-size", "0"], ["--message-size '0' must be positive"]),

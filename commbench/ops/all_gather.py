@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for, tiled
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def contribution(rank: int, count: int, dtype: Any, device: Any) -> Any:
     """Rank-dependent small integers, exact in every dtype: (3r + j) % 11 + 1."""
-    return ((torch.arange(count, device=device) + 3 * rank) % 11 + 1).to(dtype)
+    return (tiled(count, 11, 3 * rank, device) + 1).to(dtype)
 
 
 def every_contribution(world_size: int, count: int, dtype: Any, device: Any) -> Any:

@@ -103,10 +103,18 @@ def count_wrong(actual: Any, expected: Any, tolerance: tuple[float, float] | Non
     """
     if actual.shape != expected.shape:
         return max(actual.numel(), expected.numel())
-    a, e = actual.double(), expected.double()
     rtol, atol = tolerance or ({torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}.get(expected.dtype, 0.0), 0.0)
-    ok = torch.isclose(a, e, rtol=rtol, atol=atol) if rtol or atol else a == e
+    if not (rtol or atol):  # exact: compared as they are, without two float64 copies of a large result
+        return int((actual != expected).sum().item())
+    ok = torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol)
     return int((~ok).sum().item())
+
+
+def tiled(count: int, period: int, start: int, device: Any) -> Any:
+    """(start + j) % period for j < count, as int64: the short pattern is built once and tiled, since
+    an integer modulo over tens of millions of elements takes longer than the collective it feeds."""
+    pattern = (torch.arange(period, device=device) + start) % period
+    return pattern.repeat(-(-count // period))[:count]
 
 
 def elements_for(size_bytes: int, element_size: int, multiple: int) -> int:

@@ -8,16 +8,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for, tiled
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
     from commbench.run.harness import CollArgs
 
 
-def values(rank: int, g: Any, shard: int) -> Any:
-    """Rank r's input at flat index g (shard s = g // shard): ((g + s) % 7) + 1 + (r % 2), small and exact."""
-    return (g + g // shard) % 7 + 1 + rank % 2
+def values(rank: int, s: int, shard: int, device: Any) -> Any:
+    """Rank r's input in shard s, at flat indices g = s x shard + j: ((g + s) % 7) + 1 + (r % 2), small and exact."""
+    return tiled(shard, 7, s * shard + s, device) + 1 + rank % 2
 
 
 class ReduceScatterBase(Op):
@@ -44,18 +44,18 @@ class ReduceScatterBase(Op):
             args.output = flat[args.rank * shard : (args.rank + 1) * shard]
         else:
             args.output = torch.empty(shard, dtype=args.dtype, device=args.device)
-        mine = torch.arange(args.rank * shard, (args.rank + 1) * shard, device=args.device)
-        args.expected = sum(values(r, mine, shard) for r in range(n)).to(args.dtype)
+        args.expected = sum(values(r, args.rank, shard, args.device) for r in range(n)).to(args.dtype)
 
     def fill(self, args: CollArgs) -> None:
         n, shard = args.world_size, args.output.numel()
         if args.variant != "inplace":  # in place, the output is part of the input written below
             args.output.zero_()
-        mine = args.state
-        if mine is None:
-            mine = values(args.rank, torch.arange(n * shard, device=args.device), shard).to(args.dtype)
-        for dst, src in zip(self._inputs(args), mine.chunk(n)):
-            dst.copy_(src)
+        if args.state is not None:
+            for dst, src in zip(self._inputs(args), args.state.chunk(n)):
+                dst.copy_(src)
+            return
+        for s, dst in enumerate(self._inputs(args)):
+            dst.copy_(values(args.rank, s, shard, args.device))
 
     def before(self, args: CollArgs, phase: str) -> None:
         # In place, the result overwrites this rank's input shard: refill (untimed) so every sample

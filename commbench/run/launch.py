@@ -34,6 +34,7 @@ from commbench.launchers import (
     export_torch_env,
 )
 from commbench.ops import build_ops, world_error
+from commbench.results.display import PROGRESS_MARK, Display, Status
 from commbench.results.schema import resolve_output
 from commbench.run.config import Outcome, SweepConfig
 
@@ -143,10 +144,14 @@ def _hand_over(stream: IO[str], text: str) -> None:
         stream.close()
 
 
-def _relay(stream: IO[str], err: bool, lock: threading.Lock) -> None:
+def _relay(stream: IO[str], err: bool, lock: threading.Lock, display: Display) -> None:
+    """Pass a rank's lines through; rank 0's progress lines become the display's progress."""
     for text in iter(stream.readline, ""):
         with lock:
-            click.echo(text, nl=False, err=err)
+            if not err and text.startswith(PROGRESS_MARK):
+                display.status(Status.from_line(text))
+            else:
+                display.write(text, err=err)
     stream.close()
 
 
@@ -158,6 +163,8 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
     procs: list[subprocess.Popen[str]] = []
     relays: list[threading.Thread] = []
     store = None
+    display: Display | None = None
+    lock = threading.Lock()
     try:
         store, port = host_store(cfg.timeout)
         env = {
@@ -176,7 +183,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
             # per core, or their thread pools spin against each other (sync_bn ran 100x slower).
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))),
         }
-        lock = threading.Lock()
+        display = Display()
         config = cfg.to_json()
         for rank in range(nproc):
             proc = subprocess.Popen(
@@ -193,7 +200,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
             # limits (a long --sizes list once overflowed them), a pipe has none.
             threading.Thread(target=_hand_over, args=(proc.stdin, config), daemon=True).start()
             for stream, err in ((proc.stdout, False), (proc.stderr, True)):
-                t = threading.Thread(target=_relay, args=(stream, err, lock), daemon=True)
+                t = threading.Thread(target=_relay, args=(stream, err, lock, display), daemon=True)
                 t.start()
                 relays.append(t)
         code = _supervise(procs, cfg.timeout, store)
@@ -203,6 +210,9 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
         code = ExitCode.INTERRUPTED
     for t in relays:
         t.join(timeout=2)
+    if display is not None:
+        with lock:
+            display.close()
     _say_where(code, Path(cfg.output))
     return code
 
