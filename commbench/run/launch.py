@@ -48,9 +48,23 @@ def visible_gpus() -> int:
     return torch.cuda.device_count()
 
 
+def gpu_per_rank(backend: str) -> bool:
+    """True when each local rank of this backend takes a GPU of its own: nccl, and Horovod built
+    with NCCL where CUDA works (a Horovod without NCCL moves host tensors through Gloo)."""
+    from commbench.backends import cuda_missing
+
+    if backend == "nccl":
+        return True
+    if backend == "horovod" and cuda_missing() is None:
+        from commbench.backends.horovod import horovod_on_gpus
+
+        return horovod_on_gpus()
+    return False
+
+
 def default_nproc(backend: str) -> int:
-    """Every visible GPU with nccl, else 2 ranks."""
-    return max(1, visible_gpus()) if backend == "nccl" else 2
+    """Every visible GPU where each rank takes one, else 2 ranks."""
+    return max(1, visible_gpus()) if gpu_per_rank(backend) else 2
 
 
 def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bool = False) -> Outcome:
@@ -93,18 +107,17 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
 
 def _check_host(cfg: SweepConfig, nproc: int, oversubscribe: bool) -> None:
     """Refuse local ranks this host cannot run, in one line that says what to change."""
-    from commbench.backends import cuda_missing
     from commbench.ops import build_ops
     from commbench.run.resources import local_ranks_error
 
-    if cfg.backend == "nccl" and nproc > (gpus := visible_gpus()):
+    on_gpus = gpu_per_rank(cfg.backend)
+    if on_gpus and nproc > (gpus := visible_gpus()):
         raise UserError(
-            f"--nproc {nproc} needs {nproc} GPUs with nccl (one per rank), but {gpus} "
+            f"--nproc {nproc} needs {nproc} GPUs with {cfg.backend} (one per rank), but {gpus} "
             f"{'is' if gpus == 1 else 'are'} visible; use --nproc {gpus}, or --backend gloo for more ranks"
         )
-    on_host = cfg.backend == "gloo" or (cfg.backend == "horovod" and cuda_missing() is not None)
     ops = build_ops(cfg.ops, cfg.op_options, cfg.variants)
-    if (error := local_ranks_error(nproc, ops, cfg.sizes, on_host, oversubscribe)) is not None:
+    if (error := local_ranks_error(nproc, ops, cfg.sizes, not on_gpus, oversubscribe)) is not None:
         raise UserError(error)
 
 
