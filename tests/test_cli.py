@@ -96,6 +96,7 @@ def test_sweep_through_the_spawner_writes_every_row(tmp_path):
     core = df[df.op.isin(["all_gather", "reduce_scatter_base"])]
     assert (core.wrong == 0).all() and (core.world_size == 2).all() and (core.status == "ok").all()
     assert set(df.group) == {"world"} and set(df.group_size) == {2}
+    assert set(df[df.status == "ok"].timer) == {"perf_counter"}  # the CPU backends' timer
     flat_names = resolve_api(FLAT_ALL_GATHER), resolve_api(FLAT_REDUCE_SCATTER)
     assert set(core.api) == {*flat_names, "all_gather", "reduce_scatter"}
     assert (core.time_us_min <= core.time_us_p50).all() and (core.time_us_p50 <= core.time_us_max).all()

@@ -22,7 +22,7 @@ SCHEMA_VERSION = 1
 # The tidy schema: one row per (op, variant, phase, dtype, mode, size). docs/csv-schema.md explains each column.
 COLUMNS = (
     *"schema_version run_id timestamp".split(),
-    *"op variant phase dtype mode size_bytes count world_size group group_size backend api calls iters warmup window".split(),
+    *"op variant phase dtype mode size_bytes count world_size group group_size backend api calls iters warmup window timer".split(),
     *STAT_COLUMNS,
     *"algbw_gbps busbw_gbps wrong status note".split(),
     *"hosts node_ranks torch_version backend_version commbench_version command".split(),

@@ -13,6 +13,7 @@ import commbench
 from commbench.results import table
 from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, raw_path
 from commbench.results.stats import Stats, bandwidth_gbps
+from commbench.run.timers import PERF_COUNTER
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Measured:
     apis: str
     window: int
     note: str = ""
+    timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
 
 
 class Sink:
@@ -82,7 +84,10 @@ class Sink:
         return {
             **self.base,
             "timestamp": _now(),
-            **{k: getattr(m, k) for k in ("op", "variant", "phase", "dtype", "size_bytes", "count", "wrong", "window")},
+            **{
+                k: getattr(m, k)
+                for k in ("op", "variant", "phase", "dtype", "size_bytes", "count", "wrong", "window", "timer")
+            },
             "api": m.apis,
             "calls": round(m.calls, 3),
             **stats.as_dict(),

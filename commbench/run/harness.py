@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from commbench.backends.base import Backend, Work
+from commbench.run.timers import PERF_COUNTER, timer_for
 
 if TYPE_CHECKING:
     from commbench.ops.base import Op
@@ -58,11 +59,16 @@ class CollArgs:
             work.wait()
 
 
-def complete(args: CollArgs) -> None:
-    """Wait on every outstanding wait object, then let the device drain."""
+def wait_all(args: CollArgs) -> None:
+    """Wait on every outstanding wait object (on CUDA, the current stream then waits for them)."""
     for work in args.wait_objs:
         work.wait()
     args.wait_objs.clear()
+
+
+def complete(args: CollArgs) -> None:
+    """Wait on every outstanding wait object, then let the device drain."""
+    wait_all(args)
     args.backend.synchronize()
 
 
@@ -75,6 +81,7 @@ class Measurement:
     wrong: int  # summed over ranks; -1 when the check was skipped
     calls: float  # collective calls per op iteration
     apis: str  # the API names those calls used
+    timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
 
 
 def _step(op: Op, args: CollArgs, phase: str, window: int) -> None:
@@ -97,10 +104,12 @@ def measure(
 ) -> Measurement:
     """Warm up, time `iters` samples of `window` back-to-back ops each, then check one fresh iteration.
 
-    Blocking mode is window=1: barrier (untimed), clock, issue, wait, clock. Non-blocking mode issues
-    `window` ops before completing them all and reports time / window.
+    Blocking mode is window=1: barrier (untimed), start, issue, wait, stop. Non-blocking mode issues
+    `window` ops before completing them all and reports time / window. The timer (timer_for) reads
+    every sample once the block is done.
     """
     backend = args.backend
+    timer = timer_for(backend)
     op.fill(args)
     for _ in range(warmup):
         op.before(args, phase)
@@ -110,16 +119,19 @@ def measure(
     # Only the timed steps' calls count: before() may communicate too (sync_bn's untimed forward
     # ahead of a timed backward), and those calls are not the phase's.
     timed_calls: Counter[str] = Counter()
-    local_us: list[float] = []
     for _ in range(iters):
         op.before(args, phase)
         watchdog.arm(label)
+        backend.synchronize()  # untimed: the barrier then lines up ranks whose devices are idle
         backend.barrier()
         backend.calls.clear()
-        start = backend.clock()
-        _step(op, args, phase, window)
-        local_us.append((backend.clock() - start) * 1e6 / window)
+        timer.start()
+        for _ in range(window):
+            op.issue(args, phase)
+        wait_all(args)
+        timer.stop()
         timed_calls.update(backend.calls)
+    local_us = [us / window for us in timer.read_us()]  # on CUDA, waits for the block's last event
     calls = sum(timed_calls.values()) / (iters * window)
     apis = "+".join(sorted(timed_calls))
 
@@ -137,4 +149,4 @@ def measure(
     per_rank = [g[0] for g in gathered]
     samples = [max(column) for column in zip(*per_rank)]
     total_wrong = sum(g[1] for g in gathered) if check else -1
-    return Measurement(samples, per_rank, total_wrong, calls, apis)
+    return Measurement(samples, per_rank, total_wrong, calls, apis, timer.name)

@@ -205,6 +205,7 @@ def _sweep_op(
                             m.apis,
                             window,
                             note,
+                            m.timer,
                         )
                     )
                 wrong_total += max(m.wrong, 0)
