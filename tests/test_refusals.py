@@ -167,6 +167,25 @@ def test_a_horovod_without_nccl_runs_more_ranks_than_gpus(
     assert spawned_horovod == [4]
 
 
+@pytest.mark.parametrize(
+    "args, warning",
+    [
+        (["--backend", "nccl"], "commbench: warning: 1 GPU is visible, so 1 rank runs, and a single rank measures"),
+        (["--nproc", "1"], "commbench: warning: a single rank measures a local copy, not communication;"),
+    ],
+    ids=["nccl on one GPU", "gloo --nproc 1"],
+)
+def test_one_rank_is_run_with_one_warning_line(
+    args: list[str], warning: str, fake_gpus: Any, spawned: list, tmp_path: Path
+) -> None:
+    fake_gpus.count = 1
+    result = CliRunner().invoke(main, ["sweep", *args, *QUICK, "-o", str(tmp_path / "one.csv")])
+    assert result.exit_code == 0, result.output
+    assert [nproc for _, nproc in spawned] == [1]
+    (line,) = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith(warning) and line.endswith("start 2 or more ranks to measure it"), line
+
+
 def test_oversubscribe_lifts_the_core_limit_and_says_how_many_start(
     spawned: list, small_host: None, tmp_path: Path
 ) -> None:

@@ -35,7 +35,7 @@ from commbench.launchers import (
 )
 from commbench.ops import build_ops, world_error
 from commbench.results.schema import resolve_output
-from commbench.run.config import Outcome, SweepConfig
+from commbench.run.config import ONE_RANK_NOTE, Outcome, SweepConfig
 
 GRACE_S = 5.0
 
@@ -87,12 +87,16 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
         return run_worker(cfg, launch)
     if nproc is not None and nproc < 1:
         raise UserError(f"--nproc must be at least 1 (got {nproc})")
+    chosen = nproc is None
     nproc = default_nproc(cfg.backend) if nproc is None else nproc
     # Options that depend on the number of ranks (--root) are checked before any rank starts.
     if (error := world_error(build_ops(cfg.ops, cfg.op_options, cfg.variants), nproc)) is not None:
         raise UserError(error)
     path = resolve_output(cfg.output, cfg.backend, nproc, cfg.overwrite, cfg.raw)
     _check_host(cfg, nproc, oversubscribe)
+    if nproc == 1:
+        why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
+        click.echo(f"commbench: warning: {why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it", err=True)
     # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
     cfg = dataclasses.replace(cfg, output=str(path.resolve()))
     click.echo(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")

@@ -18,7 +18,7 @@ from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
-from commbench.run.config import Outcome, RunFacts, SweepConfig, agree
+from commbench.run.config import ONE_RANK_NOTE, Outcome, RunFacts, SweepConfig, agree
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import CollArgs, measure
 from commbench.run.progress import ProgressBoard, connect_store
@@ -119,10 +119,14 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, groupi
     print(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
         f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, {cfg.iters} iters, "
-        f"{cfg.warmup} warm-up; results -> {path}",
+        f"{cfg.warmup} warm-up{_alone(backend.world_size)}; results -> {path}",
         flush=True,
     )
     return Sink(path, base, cfg.overwrite, cfg.raw)
+
+
+def _alone(world_size: int) -> str:
+    return f" ({ONE_RANK_NOTE})" if world_size == 1 else ""
 
 
 def _in_groups(grouping: Grouping) -> str:
@@ -163,7 +167,11 @@ def _sweep_op(
             op.setup(args, point)
             waits_inside = op.completes_internally(variant)
             window = 1 if waits_inside else cfg.window_per_sample
-            notes = [WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "", op.note(args)]
+            notes = [
+                WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "",
+                op.note(args),
+                ONE_RANK_NOTE if backend.world_size == 1 else "",
+            ]
             note = "; ".join(n for n in notes if n)
             for phase in op.phases:
                 s_bytes = op.size_bytes(args, phase)
