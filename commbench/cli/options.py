@@ -69,7 +69,7 @@ launch_options = _compose(
         "--nproc",
         type=int,
         default=None,
-        help="Ranks to spawn when not under a launcher (default: 2 on CPU, every GPU with nccl).",
+        help="Ranks to spawn when not under a launcher (default: 2 on CPU, every visible GPU with nccl or a Horovod built with NCCL).",
     ),
     click.option(
         "--oversubscribe",

@@ -22,6 +22,7 @@ from commbench.results.schema import (
     SCHEMA_VERSION,
     raw_path,
 )
+from commbench.run.timers import PERF_COUNTER
 
 # What charts, reports and compare actually use. A CSV that has these reads even when the writer
 # later grows optional columns; every other column of COLUMNS is filled in as empty when absent.
@@ -53,6 +54,7 @@ TEXT_COLUMNS = (
     "hosts",
     "node_ranks",
     "api",
+    "timer",
     "torch_version",
     "backend_version",
     "commbench_version",
@@ -113,6 +115,7 @@ def read_one(path: Path) -> pd.DataFrame:
         if column not in columns:
             frame[column] = pd.NA
     frame["group"] = frame["group"].fillna("world")  # rows from before --group: every op ran on all ranks
+    frame["timer"] = frame["timer"].fillna(PERF_COUNTER)  # rows from before the column: the host clock timed them
     for column in frame.columns:
         if column in TEXT_COLUMNS:
             frame[column] = frame[column].fillna("").astype(str)

@@ -25,7 +25,7 @@ READABLE_VERSIONS = (1, 2)
 COLUMNS = (
     *"schema_version run_id timestamp".split(),
     *"op variant phase dtype mode size_bytes count world_size group group_size backend api calls".split(),
-    *"iters warmup window rounds".split(),
+    *"iters warmup window rounds timer".split(),
     *STAT_COLUMNS,
     "time_us_p50_rounds",
     *"algbw_gbps busbw_gbps wrong status note".split(),

@@ -14,6 +14,7 @@ from commbench.results import table
 from commbench.results.display import Display, Status
 from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, raw_path
 from commbench.results.stats import Stats, bandwidth_gbps, noisy, percentile
+from commbench.run.timers import PERF_COUNTER
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Measured:
     apis: str
     window: int
     note: str = ""
+    timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
 
 
 class Sink:
@@ -86,7 +88,10 @@ class Sink:
         return {
             **self.base,
             "timestamp": _now(),
-            **{k: getattr(m, k) for k in ("op", "variant", "phase", "dtype", "size_bytes", "count", "wrong", "window")},
+            **{
+                k: getattr(m, k)
+                for k in ("op", "variant", "phase", "dtype", "size_bytes", "count", "wrong", "window", "timer")
+            },
             "api": m.apis,
             "calls": round(m.calls, 3),
             "iters": sum(len(block) for block in m.rounds_us),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from commbench.backends.base import Backend, Work
+from commbench.run.timers import PERF_COUNTER, timer_for
 
 if TYPE_CHECKING:
     from commbench.ops.base import Op
@@ -59,11 +60,16 @@ class CollArgs:
             work.wait()
 
 
-def complete(args: CollArgs) -> None:
-    """Wait on every outstanding wait object, then let the device drain."""
+def wait_all(args: CollArgs) -> None:
+    """Wait on every outstanding wait object (on CUDA, the current stream then waits for them)."""
     for work in args.wait_objs:
         work.wait()
     args.wait_objs.clear()
+
+
+def complete(args: CollArgs) -> None:
+    """Wait on every outstanding wait object, then let the device drain."""
+    wait_all(args)
     args.backend.synchronize()
 
 
@@ -76,6 +82,7 @@ class Measurement:
     wrong: int  # summed over ranks; -1 when the check was skipped
     calls: float  # collective calls per op iteration
     apis: str  # the API names those calls used
+    timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
 
     @property
     def samples_us(self) -> list[float]:
@@ -122,19 +129,29 @@ class Case:
         self.per_rank_us: list[list[float]] = []  # one list per rank that shares its samples
         self.timed_calls: Counter[str] = Counter()
         self.wrong = -1
+        self.timer = timer_for(self.backend)
 
     @property
     def backend(self) -> Backend:
         return self.args.backend
 
-    def _sample(self) -> float:
-        """One timed sample in seconds: untimed barrier, clock, `window` ops and their completion, clock."""
+    def _timed(self) -> None:
+        """One timed sample: untimed preparation and barrier, then start, `window` ops and their
+        completion, stop. The timer holds the sample until it is read."""
         self.op.before(self.args, self.phase)
+        self.backend.synchronize()  # untimed: the barrier then lines up ranks whose devices are idle
         self.backend.barrier()
         self.backend.calls.clear()
-        start = self.backend.clock()
-        _step(self.op, self.args, self.phase, self.window)
-        return self.backend.clock() - start
+        self.timer.start()
+        for _ in range(self.window):
+            self.op.issue(self.args, self.phase)
+        wait_all(self.args)
+        self.timer.stop()
+
+    def _sample(self) -> float:
+        """One sample in seconds, read at once: a warm-up sample's length decides the iteration count."""
+        self._timed()
+        return self.timer.read_us()[-1] * 1e-6
 
     def warm_up(self, warmup: int, time_per_size: float | None = None) -> float:
         """Fill the inputs and run the warm-up; returns the seconds per sample it saw.
@@ -171,11 +188,12 @@ class Case:
         """Time `iters` samples as part of round `round_index`, check the result when asked (the row's
         last block), then share the samples (and the check's wrong count), so that every rank holds
         the same per-iteration maxima over ranks."""
-        local_us: list[float] = []
         for _ in range(iters):
             self.watchdog.arm(self.label)
-            local_us.append(self._sample() * 1e6 / self.window)
+            self._timed()
             self.timed_calls.update(self.backend.calls)
+        # Read once the block is done: on CUDA one synchronise on the block's last event.
+        local_us = [us / self.window for us in self.timer.read_us()]
         wrong = self._check_here() if check else -1
         gathered = self._share((local_us, wrong))
         self.per_rank_us += [[] for _ in range(len(gathered) - len(self.per_rank_us))]
@@ -216,7 +234,8 @@ class Case:
     def measurement(self) -> Measurement:
         iters = max(self.iters, 1)
         calls = sum(self.timed_calls.values()) / (iters * self.window)
-        return Measurement(self.rounds_us, self.per_rank_us, self.wrong, calls, "+".join(sorted(self.timed_calls)))
+        apis = "+".join(sorted(self.timed_calls))
+        return Measurement(self.rounds_us, self.per_rank_us, self.wrong, calls, apis, self.timer.name)
 
 
 def measure(
@@ -234,8 +253,9 @@ def measure(
     """One case on its own: warm up, time `iters` samples of `window` back-to-back ops each in one
     block, then check one fresh iteration.
 
-    Blocking mode is window=1: barrier (untimed), clock, issue, wait, clock. Non-blocking mode issues
-    `window` ops before completing them all and reports time / window.
+    Blocking mode is window=1: barrier (untimed), start, issue, wait, stop. Non-blocking mode issues
+    `window` ops before completing them all and reports time / window. The timer (timer_for) reads
+    every sample once the block is done.
     """
     case = Case(op, args, phase, window=window, watchdog=watchdog, label=label)
     case.warm_up(warmup)

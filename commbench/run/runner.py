@@ -23,7 +23,7 @@ from commbench.results.display import Display, choose_mode
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
 from commbench.results.stats import Stats
-from commbench.run.config import Outcome, RunFacts, SweepConfig, agree
+from commbench.run.config import ONE_RANK_NOTE, Outcome, RunFacts, SweepConfig, agree
 from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters
@@ -127,7 +127,7 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
         f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, "
-        f"{cfg.iterations_text}, {cfg.warmup} warm-up; results -> {path}"
+        f"{cfg.iterations_text}, {cfg.warmup} warm-up{_alone(backend.world_size)}; results -> {path}"
     )
     return Sink(path, base, cfg.overwrite, cfg.raw, display)
 
@@ -143,6 +143,10 @@ class _Slot:
     note: str
     blocks: list[int] = field(default_factory=list)  # samples per round, planned at the first visit
     sample_s: float = 0.0
+
+
+def _alone(world_size: int) -> str:
+    return f" ({ONE_RANK_NOTE})" if world_size == 1 else ""
 
 
 def _in_groups(grouping: Grouping) -> str:
@@ -226,7 +230,11 @@ def _sweep_op(
             op.setup(args, point)
             waits_inside = op.completes_internally(variant)
             window = 1 if waits_inside else cfg.window_per_sample
-            notes = [WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "", op.note(args)]
+            notes = [
+                WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "",
+                op.note(args),
+                ONE_RANK_NOTE if backend.world_size == 1 else "",
+            ]
             note = "; ".join(n for n in notes if n)
             for phase in op.phases:
                 s_bytes = op.size_bytes(args, phase)
@@ -285,6 +293,7 @@ def _rotate(
                 apis=m.apis,
                 window=slot.window,
                 note="; ".join(n for n in (slot.note, note) if n),
+                timer=m.timer,
             )
         )
 
