@@ -14,27 +14,29 @@ from collections.abc import Callable
 from typing import Any
 
 
-def join_group(rank: int, world: int, port: int) -> Any:
-    """This process as rank `rank` of a Gloo group on loopback; returns its GlooBackend."""
+def join_group(rank: int, world: int, port: int, backend: str = "gloo") -> Any:
+    """This process as rank `rank` of a group on loopback (all ranks on this host); returns its backend."""
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         GLOO_SOCKET_IFNAME="lo",
+        NCCL_SOCKET_IFNAME="lo",
     )
     import torch
 
-    from commbench.backends.gloo import GlooBackend
+    from commbench.backends import load_backend
     from commbench.launchers import detect
 
     torch.set_num_threads(1)  # as commbench's spawner does: the ranks share the cores
     if hasattr(os, "sched_setaffinity"):  # one core per rank: fewer migrations, less noise for both loops
         os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
-    backend = GlooBackend()
-    backend.init(300, detect())
-    return backend
+    joined = load_backend(backend)()
+    joined.init(300, detect())
+    return joined
 
 
 def run_ranks(target: Callable[..., Any], ranks: int, *args: Any) -> Any:

@@ -14,7 +14,9 @@ Which launcher wins when several left variables (first match):
    GROUP_RANK, TORCHELASTIC_RUN_ID; commbench's own spawner sets them too). `srun torchrun ...`
    and `mpirun torchrun ...` leave SLURM or MPI variables as well, and inside torchrun torchrun's
    describe the ranks. Setting these five variables by hand is also how to run under a launcher
-   commbench does not know.
+   commbench does not know. Without LOCAL_RANK the local rank is SLURM's or the MPI launcher's
+   (RANK exported by hand in an srun or mpirun script), else RANK when LOCAL_WORLD_SIZE equals
+   WORLD_SIZE, else unknown: a global rank is no GPU index on a host of a multi-host job.
 3. MPI launchers that start their own daemons: Open MPI (OMPI_COMM_WORLD_*), MVAPICH2
    (MV2_COMM_WORLD_*), MPICH / Intel MPI Hydra (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID). They come
    before SLURM because `mpirun` inside an allocation starts its daemons with srun, so its ranks
@@ -67,6 +69,14 @@ LOOPBACK = "127.0.0.1"
 HOROVODRUN_ENV = ("HOROVOD_RANK", "HOROVOD_SIZE")
 # Set by the MPI launchers that run their own daemons; any of these means mpirun/mpiexec started us.
 MPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+# A rank's index on its host, by launcher: torchrun's, then SLURM's, Open MPI's, MVAPICH2's, Hydra's.
+LOCAL_RANK_ENV = (
+    "LOCAL_RANK",
+    "SLURM_LOCALID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+)
 # Shared by every rank of one Open MPI / PMIx job and different between jobs: seeds the port.
 MPI_JOB_ID_ENV = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
 
@@ -91,7 +101,7 @@ class Launch:
 
     kind is "local" (started by a user: commbench spawns the ranks) or the launcher that started
     this rank (KINDS); ranks commbench spawned get torchrun's variables and read as "torchrun".
-    local_world_size and node_rank are None when the launcher does not say (node_rank under a
+    local_rank, local_world_size and node_rank are None when the launcher does not say (node_rank under a
     multi-host mpirun, or without torchrun's GROUP_RANK); master_addr and master_port are None
     where no torch rendezvous applies (local, horovodrun).
     """
@@ -99,7 +109,7 @@ class Launch:
     kind: str
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
+    local_rank: int | None = 0  # None where the launcher does not say (RANK and WORLD_SIZE set by hand)
     local_world_size: int | None = None
     node_rank: int | None = None
     master_addr: str | None = None
@@ -179,7 +189,7 @@ def _detect(env: Mapping[str, str], master_addr: str | None, master_port: int | 
             "torchrun",
             _int(env, "RANK"),
             _int(env, "WORLD_SIZE"),
-            _int(env, "LOCAL_RANK", _int(env, "RANK")),
+            _local_rank(env),
             _opt_int(env, "LOCAL_WORLD_SIZE"),
             _opt_int(env, "GROUP_RANK"),
             env.get("MASTER_ADDR") or None,
@@ -193,6 +203,20 @@ def _detect(env: Mapping[str, str], master_addr: str | None, master_port: int | 
     if _is_srun_task(env):
         return _detect_slurm(env, master_addr, master_port, scontrol)
     return LOCAL
+
+
+def _local_rank(env: Mapping[str, str]) -> int | None:
+    """A torchrun-style rank's index on its host: LOCAL_RANK, else the local rank of the launcher
+    under which RANK and WORLD_SIZE were set by hand (srun, mpirun), else the rank itself when every
+    rank is on this host. Never the global rank otherwise: on a host of a multi-host job it is no
+    GPU index, so None (the GPU backends then ask for LOCAL_RANK)."""
+    for key in LOCAL_RANK_ENV:
+        if env.get(key):
+            return _int(env, key)
+    world_size = _int(env, "WORLD_SIZE")
+    if world_size == 1 or _opt_int(env, "LOCAL_WORLD_SIZE") == world_size:
+        return _int(env, "RANK")
+    return None
 
 
 def _detect_mpi(
@@ -299,10 +323,11 @@ def torch_env(launch: Launch, environ: Mapping[str, str] | None = None) -> dict[
     out = {
         "RANK": str(launch.rank),
         "WORLD_SIZE": str(launch.world_size),
-        "LOCAL_RANK": str(launch.local_rank),
         "MASTER_ADDR": launch.master_addr,
         "MASTER_PORT": str(launch.master_port),
     }
+    if launch.local_rank is not None:
+        out["LOCAL_RANK"] = str(launch.local_rank)
     if launch.local_world_size is not None:
         out["LOCAL_WORLD_SIZE"] = str(launch.local_world_size)
     if launch.node_rank is not None:

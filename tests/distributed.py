@@ -117,7 +117,9 @@ def commbench(
     )
 
 
-def torchrun(nproc: int, *args: str, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def torchrun(
+    nproc: int, *args: str, timeout: float = 300, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`torchrun --nproc_per_node=N -m commbench ...` on loopback, its rendezvous on a store this process hosts."""
     with rendezvous_store() as port:
         return subprocess.run(
@@ -137,5 +139,5 @@ def torchrun(nproc: int, *args: str, timeout: float = 300, cwd: Path | None = No
             text=True,
             timeout=timeout,
             cwd=cwd or REPO,
-            env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
+            env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **(env or {})},
         )

@@ -1,7 +1,9 @@
 """Result CSVs the tests build themselves: real COLUMNS, written by the real CsvAppender.
 
 Times are drawn from a seeded log-normal around a simple latency + bandwidth model, so two runs
-with different seeds come from the same distribution and a factor plants a known change.
+with different seeds come from the same distribution and a factor plants a known change. With
+rounds, each round's samples are scaled by its own log-normal drift (round_sigma), as a shared
+machine's load moves between rounds. version=1 writes the first schema (no interval, no rounds).
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, raw_path
-from commbench.results.stats import Stats, bandwidth_gbps
+from commbench.results.schema import COLUMNS, RAW_COLUMNS, RAW_COLUMNS_V1, SCHEMA_VERSION, CsvAppender, raw_path
+from commbench.results.stats import Stats, bandwidth_gbps, percentile
+
+# What version 1 of the schema lacked.
+V2_ONLY = ("rounds", "time_us_p50_lo", "time_us_p50_hi", "time_us_p50_rounds")
+COLUMNS_V1 = tuple(c for c in COLUMNS if c not in V2_ONLY)
 
 SIZES = (8, 1024, 65536, 1 << 20)
 
@@ -51,15 +57,18 @@ def synth_run(
     run_id: str | None = None,
     host: str = "testhost",
     group: str = "world",
+    rounds: int = 1,
+    round_sigma: float = 0.0,
+    version: int = SCHEMA_VERSION,
 ) -> Path:
     """Write a results CSV (and its .raw.csv when raw) for the cases; returns the CSV path."""
     rng = random.Random(seed)
     run_id = run_id or f"run{seed}"
     path.parent.mkdir(parents=True, exist_ok=True)
-    writer = CsvAppender(path, COLUMNS)
-    raw_writer = CsvAppender(raw_path(path), RAW_COLUMNS) if raw else None
+    writer = CsvAppender(path, COLUMNS if version >= 2 else COLUMNS_V1)
+    raw_writer = CsvAppender(raw_path(path), RAW_COLUMNS if version >= 2 else RAW_COLUMNS_V1) if raw else None
     base: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": version,
         "run_id": run_id,
         "timestamp": "2026-01-01T00:00:00+00:00",
         "dtype": dtype,
@@ -86,7 +95,13 @@ def synth_run(
             continue
         for size in case.sizes:
             centre = base_time_us(size) * case.factor * case.factors_by_size.get(size, 1.0)
-            samples = [centre * math.exp(rng.gauss(0.0, sigma)) for _ in range(iters)]
+            per_round = [iters // rounds + (1 if r < iters % rounds else 0) for r in range(rounds)]
+            by_round = []
+            for n in per_round:
+                drift = math.exp(rng.gauss(0.0, round_sigma))
+                by_round.append([centre * drift * math.exp(rng.gauss(0.0, sigma)) for _ in range(n)])
+            samples = [t for block in by_round for t in block]
+            round_of = [r for r, block in enumerate(by_round) for _ in block]
             stats = Stats.from_samples(samples)
             key = {
                 "op": case.op,
@@ -105,6 +120,8 @@ def synth_run(
                     "api": case.op,
                     "calls": 1,
                     **stats.as_dict(),
+                    "rounds": rounds,
+                    "time_us_p50_rounds": ";".join(f"{percentile(sorted(b), 50):.6g}" for b in by_round),
                     "algbw_gbps": algbw,
                     "busbw_gbps": busbw,
                     "wrong": wrong,
@@ -120,6 +137,7 @@ def synth_run(
                         **key,
                         "dtype": dtype,
                         "mode": "blocking",
+                        "round": round_of[i],
                         "iteration": i,
                         "rank": r,
                         "time_us": t * (1.0 if r == 0 else 0.9),

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from commbench.analysis.compare import Threshold, compare_runs, mann_whitney_p
 from commbench.cli import main
 from commbench.errors import UserError
+from commbench.results.stats import holm
 from tests.synth_results import Case, synth_run
 from tests.test_cli import _one_line_error
 
@@ -26,28 +27,64 @@ def _compare(*args: str):
     return CliRunner().invoke(main, ["compare", *args])
 
 
-@pytest.mark.parametrize("raw", [True, False], ids=["u-test", "spread"])
-def test_planted_20_percent_regression_is_flagged_and_fails(tmp_path: Path, raw: bool) -> None:
-    base = synth_run(tmp_path / "base.csv", CASES, seed=1, raw=raw)
-    cand = synth_run(tmp_path / "cand.csv", _planted(1.2), seed=2, raw=raw)
+# How each noise test is reached: (synth_run options, the method, words of its line in the output).
+METHODS = {
+    "rounds": ({"rounds": 5, "round_sigma": 0.01, "raw": False}, "Welch's t"),
+    "u-test": ({"raw": True}, "Mann-Whitney U"),
+    "interval": ({"raw": False}, "p50 95% interval"),
+    "spread": ({"raw": False, "version": 1}, "own spread"),
+}
+METHOD_NAMES = {"rounds": "rounds", "u-test": "U", "interval": "interval", "spread": "spread"}
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_planted_20_percent_regression_is_flagged_and_fails(tmp_path: Path, method: str) -> None:
+    options, words = METHODS[method]
+    base = synth_run(tmp_path / "base.csv", CASES, seed=1, **options)
+    cand = synth_run(tmp_path / "cand.csv", _planted(1.2), seed=2, **options)
     result = compare_runs(base, cand)
     flagged = [(d.key[0], d.key[1], d.key[5], d.verdict) for d in result.deltas if d.verdict != "unchanged"]
     assert flagged == [("all_gather", "flat", SLOW, "regression")]
-    assert result.methods == (["U"] if raw else ["spread"])
+    assert result.methods == [METHOD_NAMES[method]]
     cli = _compare(str(base), str(cand))
     assert cli.exit_code == 1, cli.output
-    assert ("Mann-Whitney U" if raw else "own spread") in cli.output
+    assert words in cli.output and "Holm" in cli.output
     assert "1 regression" in cli.output and "FAILED" in cli.output
 
 
-@pytest.mark.parametrize("raw", [True, False], ids=["u-test", "spread"])
-def test_runs_from_one_distribution_stay_quiet(tmp_path: Path, raw: bool) -> None:
-    base = synth_run(tmp_path / "base.csv", CASES, seed=11, raw=raw)
-    cand = synth_run(tmp_path / "cand.csv", CASES, seed=12, raw=raw)
+@pytest.mark.parametrize("method", list(METHODS))
+def test_runs_from_one_distribution_stay_quiet(tmp_path: Path, method: str) -> None:
+    options = METHODS[method][0]
+    base = synth_run(tmp_path / "base.csv", CASES, seed=11, **options)
+    cand = synth_run(tmp_path / "cand.csv", CASES, seed=12, **options)
     result = compare_runs(base, cand)
     assert {d.verdict for d in result.deltas} <= {"unchanged", "within noise"}
     assert len(result.deltas) == 12 and not result.failed
     assert _compare(str(base), str(cand)).exit_code == 0
+
+
+def test_drift_between_rounds_is_noise_not_a_regression(tmp_path: Path) -> None:
+    # Each run's rounds wander by ~8% (the machine's load moving), while the samples within a round
+    # are tight: the U test on samples would call 10% changes; the rounds' spread does not.
+    drift = {"rounds": 5, "round_sigma": 0.08, "sigma": 0.01, "iters": 200}
+    base = synth_run(tmp_path / "base.csv", CASES, seed=21, raw=True, **drift)
+    cand = synth_run(tmp_path / "cand.csv", CASES, seed=22, raw=True, **drift)
+    result = compare_runs(base, cand)
+    assert result.methods == ["rounds"] and not result.failed
+    assert any(abs(d.change) > 0.05 for d in result.deltas)  # changes over the threshold happened
+
+
+def test_a_planted_slowdown_stands_out_of_drifting_rounds(tmp_path: Path) -> None:
+    drift = {"rounds": 5, "round_sigma": 0.05, "raw": False}
+    base = synth_run(tmp_path / "base.csv", CASES, seed=31, **drift)
+    cand = synth_run(tmp_path / "cand.csv", [Case(c.op, c.variant, factor=1.5) for c in CASES], seed=32, **drift)
+    result = compare_runs(base, cand)
+    assert {d.verdict for d in result.deltas} == {"regression"}
+
+
+def test_holm_keeps_the_family_wise_error() -> None:
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5] and holm([]) == []
 
 
 def test_a_large_change_within_noise_is_not_called(tmp_path: Path) -> None:

@@ -127,6 +127,31 @@ DETECTED = [
         {},
         Launch("torchrun", 3, 4, 1, 2, 1, "node01", 29400),
     ),
+    # RANK and WORLD_SIZE set by hand: the local rank is the launcher's, never the global rank.
+    (
+        "RANK and WORLD_SIZE by hand under srun: SLURM_LOCALID",
+        {**SRUN, "RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "gpu02", "MASTER_PORT": "29500"},
+        {},
+        Launch("torchrun", 3, 4, 1, None, None, "gpu02", 29500),
+    ),
+    (
+        "RANK and WORLD_SIZE by hand under mpirun: Open MPI's local rank",
+        {**OMPI_TWO_HOSTS, "RANK": "5", "WORLD_SIZE": "8", "MASTER_ADDR": "a", "MASTER_PORT": "29500"},
+        {},
+        Launch("torchrun", 5, 8, 1, None, None, "a", 29500),
+    ),
+    (
+        "RANK and WORLD_SIZE by hand, all on this host",
+        {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "29500"},
+        {},
+        Launch("torchrun", 2, 4, 2, 4, None, "h", 29500),
+    ),
+    (
+        "RANK and WORLD_SIZE by hand, hosts unknown: no local rank",
+        {"RANK": "6", "WORLD_SIZE": "8", "MASTER_ADDR": "h", "MASTER_PORT": "29500"},
+        {},
+        Launch("torchrun", 6, 8, None, None, None, "h", 29500),
+    ),
     ("horovodrun", HOROVODRUN, {}, Launch("horovodrun", 2, 4, 0, 2, 1)),
     (
         "mpirun under Horovod's MPI controller",

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.colors import to_hex
 
+from commbench.analysis.compare import compare_runs
 from commbench.analysis.plotting import build_charts, charts_folder, plot_results, render, speedup_family
 from commbench.cli import main
 from commbench.cli.options import chart_after
@@ -55,12 +57,17 @@ def test_size_chart_has_a_line_per_variant_on_log2_axes_with_human_labels(run_cs
         assert [ax.xaxis.get_major_formatter()(s, 0) for s in SIZES] == ["8B", "1K", "64K", "1M"]
         assert sorted(ax.get_lines()[0].get_xdata()) == list(SIZES)
     assert latency.get_yscale() == "log"
-    assert len(latency.collections) == 2  # one min..p95 band per line
-    flat = read_results([run_csv]).query("variant == 'flat'")
-    band = latency.collections[0].get_paths()[0].vertices[:, 1]
+    bands = [c for c in latency.collections if isinstance(c, PolyCollection)]
+    intervals = [c for c in latency.collections if isinstance(c, LineCollection)]
+    assert len(bands) == 2 and len(intervals) == 2  # per line: a min..p95 band, a bar per p50's interval
+    flat = read_results([run_csv]).query("variant == 'flat'").sort_values("size_bytes")
+    band = bands[0].get_paths()[0].vertices[:, 1]
     assert band.min() == pytest.approx(flat["time_us_min"].min()) and band.max() == pytest.approx(
         flat["time_us_p95"].max()
     )
+    # Each interval bar spans the row's time_us_p50_lo..time_us_p50_hi at its size.
+    spans = [y for segment in intervals[0].get_segments() for y in segment[:, 1]]
+    assert spans == pytest.approx([y for pair in zip(flat["time_us_p50_lo"], flat["time_us_p50_hi"]) for y in pair])
     title = chart.figure.get_suptitle()
     for fact in ("all_gather", "n=2", "gloo", "float32", "testhost"):
         assert fact in title
@@ -91,14 +98,17 @@ def test_each_run_is_its_own_line_and_no_two_lines_look_alike(tmp_path: Path) ->
         "list (old/run, n=2)",
     ]
     for ax in (latency, busbw):
-        looks = {line.get_label(): _look(line) for line in ax.get_lines()}
+        looks = {line.get_label(): _look(line) for line in ax.get_lines() if not line.get_label().startswith("_")}
         assert len(set(looks.values())) == 4, looks  # distinct colour, line style and marker
         # colour is the variant, line style and marker the run
         assert looks["flat (new/run, n=4)"][0] == looks["flat (old/run, n=2)"][0] != looks["list (old/run, n=2)"][0]
         assert looks["flat (new/run, n=4)"][1:] == looks["list (new/run, n=4)"][1:] != looks["flat (old/run, n=2)"][1:]
     # Four lines: the bands leave the overview for small multiples, one panel per variant with its runs.
     assert len(latency.collections) == 0 and [ax.get_title() for ax in multiples] == ["flat", "list"]
-    assert [len(ax.get_lines()) for ax in multiples] == [2, 2] and [len(ax.collections) for ax in multiples] == [2, 2]
+    assert [sum(line.get_linestyle() != "None" for line in ax.get_lines()) for ax in multiples] == [2, 2]
+    # each panel: per run, a min..p95 band and an error bar per p50's interval
+    assert [sum(isinstance(c, PolyCollection) for c in ax.collections) for ax in multiples] == [2, 2]
+    assert [sum(isinstance(c, LineCollection) for c in ax.collections) for ax in multiples] == [2, 2]
     # The legend sits beside the data, not over it.
     render(chart, "png")
     legend = busbw.get_legend()
@@ -184,7 +194,7 @@ def _write(path: Path, text: str) -> Path:
             lambda d: _write(d / "other.csv", "name,value\na,1\n"),
             ["lacks required column(s)", "time_us_p50", "not a commbench"],
         ),
-        (lambda d: _write(d / "v9.csv", "schema_version,op\n9,x\n"), ["schema_version 9", "reads schema_version 1"]),
+        (lambda d: _write(d / "v9.csv", "schema_version,op\n9,x\n"), ["schema_version 9", "reads schema_version 1, 2"]),
         (
             lambda d: _write(d / "r.raw.csv", "run_id,op,variant,phase,dtype,mode,size_bytes,iteration,rank,time_us\n"),
             ["--raw", "r.csv"],
@@ -194,6 +204,22 @@ def _write(path: Path, text: str) -> Path:
 def test_unusable_input_is_one_line(tmp_path: Path, make, fragments: list[str]) -> None:
     path = make(tmp_path)
     _one_line_error(CliRunner().invoke(main, ["plot", str(path), "-o", str(tmp_path / "out")]), str(path), *fragments)
+
+
+def test_version_1_files_read_with_the_new_columns_empty(tmp_path: Path) -> None:
+    old = synth_run(tmp_path / "v1.csv", CASES[:1], seed=1, raw=True, version=1)
+    assert "time_us_p50_lo" not in old.read_text().splitlines()[0]
+    frame = read_results([old])
+    assert (frame["schema_version"] == 1).all() and len(frame) == len(SIZES)
+    assert frame["time_us_p50_lo"].isna().all() and frame["rounds"].isna().all()
+    assert (frame["time_us_p50_rounds"] == "").all()
+    assert [c.name for c in build_charts(frame)] == ["all_gather-comm"]  # charted, without intervals
+    new = synth_run(tmp_path / "v2.csv", CASES[:1], seed=2, raw=True)
+    assert {d.method for d in compare_runs(old, new).deltas} == {"U"}  # both kept raw samples
+    assert {
+        d.method
+        for d in compare_runs(old, synth_run(tmp_path / "v1b.csv", CASES[:1], seed=3, raw=False, version=1)).deltas
+    } == {"spread"}
 
 
 @pytest.mark.slow

@@ -8,12 +8,16 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 import commbench.backends
+import commbench.backends.horovod
+import commbench.run.horovod_launch
 import commbench.run.launch
 import commbench.run.resources
 from commbench.cli import main
@@ -68,7 +72,7 @@ REFUSED = [
     (["--warmup", "-1"], ["--warmup must be between 0 and 1,000,000"]),
     (["--window", "0"], ["--window must be between 1 and 1,024"]),
     (["--window", "4096"], ["--window must be between 1 and 1,024"]),
-    (["--iters", "nan"], ["'nan' is not a valid integer"]),
+    (["--iters", "nan"], ["--iters takes a number of iterations or auto (got 'nan')"]),
     (["--op", "bucketed_reduce_scatter", "--bucket-cap-mb", "nan"], ["--bucket-cap-mb 'nan' must be a finite"]),
     (["--op", "bucketed_reduce_scatter", "--bucket-cap-mb", "inf"], ["--bucket-cap-mb 'inf' must be a finite"]),
     (["--op", "bucketed_all_reduce", "--message-size", "0"], ["--message-size '0' must be positive"]),
@@ -109,6 +113,77 @@ def test_nccl_ranks_beyond_the_visible_gpus_are_refused(spawned: list, monkeypat
     result = CliRunner().invoke(main, ["sweep", "--backend", "nccl", "--nproc", "2", *QUICK])
     _one_line_error(result, "--nproc 2 needs 2 GPUs with nccl (one per rank), but 1 is visible", "--backend gloo")
     assert spawned == []
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A host with CUDA and `gpus.count` visible GPUs (nccl usable), and a Horovod built with NCCL
+    or not (`gpus.horovod_nccl`); nothing on it is started."""
+    gpus = SimpleNamespace(count=2, horovod_nccl=True)
+    nccl = dataclasses.replace(commbench.backends.BACKENDS["nccl"], missing=lambda: None)
+    monkeypatch.setitem(commbench.backends.BACKENDS, "nccl", nccl)
+    monkeypatch.setattr(commbench.backends, "cuda_missing", lambda: None)
+    monkeypatch.setattr(commbench.run.launch, "visible_gpus", lambda: gpus.count)
+    monkeypatch.setattr(commbench.backends.horovod, "horovod_on_gpus", lambda: gpus.horovod_nccl)
+    return gpus
+
+
+@pytest.fixture
+def spawned_horovod(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Stand in for the Horovod spawner: record how many ranks would have started."""
+    calls: list[int] = []
+
+    def spawn_horovod(cfg: SweepConfig, nproc: int) -> int:
+        calls.append(nproc)
+        return ExitCode.OK
+
+    monkeypatch.setattr(commbench.run.horovod_launch, "spawn_horovod", spawn_horovod)
+    return calls
+
+
+def test_horovod_ranks_beyond_the_visible_gpus_are_refused(fake_gpus: Any, spawned_horovod: list[int]) -> None:
+    result = CliRunner().invoke(main, ["sweep", "--backend", "horovod", "--nproc", "3", *QUICK])
+    _one_line_error(result, "--nproc 3 needs 3 GPUs with horovod (one per rank), but 2 are visible", "--nproc 2")
+    assert spawned_horovod == []
+
+
+@pytest.mark.parametrize("nccl, expected", [(True, 3), (False, 2)], ids=["built with NCCL", "Gloo only"])
+def test_horovod_on_gpus_starts_a_rank_per_gpu_by_default(
+    nccl: bool, expected: int, fake_gpus: Any, spawned_horovod: list[int], tmp_path: Path
+) -> None:
+    fake_gpus.count, fake_gpus.horovod_nccl = 3, nccl
+    result = CliRunner().invoke(main, ["sweep", "--backend", "horovod", *QUICK, "-o", str(tmp_path / "h.csv")])
+    assert result.exit_code == 0, result.output
+    assert spawned_horovod == [expected]
+
+
+def test_a_horovod_without_nccl_runs_more_ranks_than_gpus(
+    fake_gpus: Any, spawned_horovod: list[int], tmp_path: Path
+) -> None:
+    fake_gpus.horovod_nccl = False
+    args = ["sweep", "--backend", "horovod", "--nproc", "4", *QUICK, "-o", str(tmp_path / "h.csv")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert spawned_horovod == [4]
+
+
+@pytest.mark.parametrize(
+    "args, warning",
+    [
+        (["--backend", "nccl"], "commbench: warning: 1 GPU is visible, so 1 rank runs, and a single rank measures"),
+        (["--nproc", "1"], "commbench: warning: a single rank measures a local copy, not communication;"),
+    ],
+    ids=["nccl on one GPU", "gloo --nproc 1"],
+)
+def test_one_rank_is_run_with_one_warning_line(
+    args: list[str], warning: str, fake_gpus: Any, spawned: list, tmp_path: Path
+) -> None:
+    fake_gpus.count = 1
+    result = CliRunner().invoke(main, ["sweep", *args, *QUICK, "-o", str(tmp_path / "one.csv")])
+    assert result.exit_code == 0, result.output
+    assert [nproc for _, nproc in spawned] == [1]
+    (line,) = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith(warning) and line.endswith("start 2 or more ranks to measure it"), line
 
 
 def test_oversubscribe_lifts_the_core_limit_and_says_how_many_start(

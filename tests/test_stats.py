@@ -3,10 +3,63 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
-from commbench.results.stats import Stats, bandwidth_gbps, percentile
+from commbench.results.stats import (
+    NOISY_ROUNDS,
+    NOISY_WIDTH,
+    Stats,
+    bandwidth_gbps,
+    median_ci,
+    noisy,
+    percentile,
+    rounds_p,
+)
+
+
+def _coverage(n: int, j: int) -> float:
+    """P(x(j) <= median <= x(n-j+1)) (1-based order statistics): 1 - 2 P(Binomial(n, 1/2) <= j-1)."""
+    return 1 - 2 * sum(math.comb(n, i) for i in range(j)) / 2**n
+
+
+def _brute_force_ci(values: list[float]) -> tuple[float, float]:
+    """The narrowest symmetric pair of order statistics whose coverage of the median is >= 95%,
+    found by trying every pair; the whole range when none reaches it."""
+    s, n = sorted(values), len(values)
+    best = (s[0], s[-1])
+    for j in range(1, n // 2 + 1):
+        if _coverage(n, j) >= 0.95:
+            best = (s[j - 1], s[n - j])
+    return best
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 6, 7, 9, 10, 17, 20, 33, 50, 100, 251, 1000])
+def test_median_interval_equals_the_brute_force_reference(n: int) -> None:
+    rng = random.Random(n)
+    values = [rng.lognormvariate(0.0, 0.5) for _ in range(n)]
+    assert median_ci(sorted(values)) == _brute_force_ci(values)
+
+
+def test_median_interval_on_known_samples() -> None:
+    # 1..20: B(20, 1/2) puts 2.07% below rank 6's threshold, so [x(6), x(15)] covers 95.9%.
+    assert median_ci([float(i) for i in range(1, 21)]) == (6.0, 15.0)
+    assert Stats.from_samples([float(i) for i in range(1, 21)]).relative_width == pytest.approx(9 / 10.5)
+
+
+def test_a_wide_interval_or_disagreeing_rounds_make_a_row_noisy() -> None:
+    steady = Stats.from_samples([100.0 + (i % 5) * 0.5 for i in range(60)])
+    assert noisy(steady, [101.0, 100.5, 101.2]) is None
+    assert "rounds' p50s differ" in noisy(steady, [100.0, 100.0 * NOISY_ROUNDS * 1.1, 101.0])
+    wide = Stats.from_samples([100.0 * (1 + NOISY_WIDTH * 10 * i / 60) for i in range(60)])
+    assert "interval" in noisy(wide, [120.0])
+
+
+def test_rounds_test_is_on_the_rounds_spread() -> None:
+    assert rounds_p([100.0, 104.0, 98.0], [101.0, 97.0, 103.0]) > 0.5
+    assert rounds_p([100.0, 101.0, 99.0], [150.0, 151.0, 149.0]) < 1e-4
+    assert rounds_p([100.0, 100.0], [100.0, 100.0]) == 1.0 and rounds_p([100.0, 100.0], [120.0, 120.0]) == 0.0
 
 
 def test_stats_from_fixed_samples():
@@ -14,7 +67,10 @@ def test_stats_from_fixed_samples():
     assert (s.time_us_min, s.time_us_p50, s.time_us_mean, s.time_us_max) == (1.0, 3.0, 3.0, 5.0)
     assert s.time_us_p95 == pytest.approx(4.8)  # linear interpolation, as numpy
     assert s.time_us_std == pytest.approx(math.sqrt(2.5))  # sample standard deviation
-    assert list(s.as_dict()) == [f"time_us_{k}" for k in ("min", "p50", "mean", "p95", "max", "std")]
+    assert list(s.as_dict()) == [
+        f"time_us_{k}" for k in ("min", "p50", "p50_lo", "p50_hi", "mean", "p95", "max", "std")
+    ]
+    assert (s.time_us_p50_lo, s.time_us_p50_hi) == (1.0, 5.0)  # 5 samples: no pair reaches 95%
 
 
 def test_single_sample_has_zero_spread():

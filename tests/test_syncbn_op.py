@@ -1,14 +1,20 @@
 """The sync_bn op on real Gloo ranks (every variant and phase checks out, a corrupted result is caught),
-its options, SyncBatchNorm's one-line errors, and `commbench syncbn` end to end."""
+its options, SyncBatchNorm's one-line errors, `commbench syncbn` end to end, and where the native
+layers are offered and how their calls are counted."""
 
 from __future__ import annotations
+
+import dis
+import importlib
+from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from commbench.errors import UserError
 from commbench.ops import choose_variants
-from commbench.ops.sync_bn import SyncBN
+from commbench.ops.sync_bn import NATIVE_HOROVOD, NATIVE_TORCH, SyncBN, native_calls, recording
 from commbench.run.harness import CollArgs, measure
 from commbench.run.watchdog import Watchdog
 from commbench.syncbn import SyncBatchNorm
@@ -244,3 +250,100 @@ def test_bad_command_lines_are_one_line_errors(argv, message):
     run = commbench(*argv, timeout=60)
     assert run.returncode == 2
     assert message in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+# -- the native layers: where they are offered, and their calls counted as they are made ---------------
+
+
+def _fake_backend(name: str, device: str, torch_process_group: bool) -> SimpleNamespace:
+    return SimpleNamespace(
+        name=name,
+        device=torch.device(device),
+        torch_process_group=torch_process_group,
+        group_unavailable=lambda: None,
+    )
+
+
+NATIVE_GATES = [
+    ("nccl", "cuda", True, None, "hvd.SyncBatchNorm needs the horovod backend on CUDA"),
+    ("gloo", "cpu", True, "refuses CPU tensors", "hvd.SyncBatchNorm needs the horovod backend on CUDA"),
+    # Horovod on CUDA has no torch process group: torch's layer would silently run a local batch norm.
+    ("horovod", "cuda", False, "needs a torch.distributed process group, which the horovod backend has not", None),
+    ("horovod", "cpu", False, "refuses CPU tensors", "hvd.SyncBatchNorm needs the horovod backend on CUDA"),
+]
+
+
+@pytest.mark.parametrize("backend, device, group, torch_reason, horovod_reason", NATIVE_GATES)
+def test_each_native_layer_is_offered_only_where_it_communicates(backend, device, group, torch_reason, horovod_reason):
+    op = SyncBN()
+    fake = _fake_backend(backend, device, group)
+    for variant, reason in ((NATIVE_TORCH, torch_reason), (NATIVE_HOROVOD, horovod_reason)):
+        found = op.unavailable(variant, fake)
+        assert found is None if reason is None else reason in found, (variant, found)
+
+
+class _Recorder:
+    """Backend.record's bookkeeping alone."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.issued = 0
+
+    def record(self, api: str) -> None:
+        self.calls[api] += 1
+        self.issued += 1
+
+
+def test_a_native_layers_collectives_are_recorded_as_they_are_made(monkeypatch):
+    seen = []
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda *a, **k: seen.append((a, k)) or "work")
+    fake_all_reduce = torch.distributed.all_reduce
+    backend = _Recorder()
+    with recording(NATIVE_TORCH, backend):
+        assert torch.distributed.all_reduce is not fake_all_reduce
+        assert torch.distributed.all_reduce("t", group="g", async_op=False) == "work"  # passed through
+        torch.distributed.all_reduce("u")
+    assert backend.calls == {"all_reduce": 2} and backend.issued == 2
+    assert seen == [(("t",), {"group": "g", "async_op": False}), (("u",), {})]
+    assert torch.distributed.all_reduce is fake_all_reduce  # restored
+    with recording("torch", backend):  # commbench's own strategies record through the backend already
+        assert torch.distributed.all_reduce is fake_all_reduce
+
+
+def test_the_layers_functions_are_restored_when_the_layer_raises(monkeypatch):
+    originals = {name: getattr(torch.distributed, name) for name in native_calls(NATIVE_TORCH)[1]}
+    with pytest.raises(ValueError, match="layer failed"), recording(NATIVE_TORCH, _Recorder()):
+        raise ValueError("layer failed")
+    assert {name: getattr(torch.distributed, name) for name in originals} == originals
+
+
+def _called_names(fn) -> set[str]:
+    """Global and attribute names a function's code looks up."""
+    return set(fn.__code__.co_names)
+
+
+def test_torch_sync_batch_norm_calls_only_collectives_that_are_recorded():
+    """torch.nn.SyncBatchNorm looks its collectives up on torch.distributed at each call: what a
+    torch upgrade adds there must be added to native_calls, or the rows would undercount."""
+    from torch.nn.modules import _functions
+
+    module_name, names = native_calls(NATIVE_TORCH)
+    assert _functions.dist is importlib.import_module(module_name)
+    collectives = {n for n in dir(torch.distributed) if n.lstrip("_").startswith(("all_", "reduce", "broadcast"))}
+    forward = _called_names(_functions.SyncBatchNorm.forward) & collectives
+    backward = _called_names(_functions.SyncBatchNorm.backward) & collectives
+    assert forward and forward <= set(names), forward
+    assert backward == {"all_reduce"}
+
+
+def test_horovod_sync_batch_norm_makes_the_calls_of_the_horovod_strategy():
+    sync_batch_norm = pytest.importorskip("horovod.torch.sync_batch_norm")
+    module_name, names = native_calls(NATIVE_HOROVOD)
+    assert sync_batch_norm.__name__ == module_name
+    layer = sync_batch_norm._SyncBatchNorm
+    for fn, calls in ((layer.forward, {"allgather_async": 3}), (layer.backward, {"allreduce_async": 2})):
+        loads = Counter(i.argval for i in dis.get_instructions(fn) if i.opname == "LOAD_GLOBAL")
+        async_calls = {name: n for name, n in loads.items() if name.endswith("_async")}
+        assert async_calls == calls and set(async_calls) <= set(names)
+    strategy = STRATEGIES["horovod"]  # its S and the declared calls describe the native layer's messages
+    assert (strategy.forward_calls, strategy.backward_calls) == (3, 2)

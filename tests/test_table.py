@@ -12,11 +12,15 @@ ROW = {
     "size_bytes": 14 * 2**20 + 24,
     "count": 3670022,
     "time_us_p50": 243978.4,
+    "time_us_p50_lo": 240000.0,
+    "time_us_p50_hi": 250000.0,
     "time_us_p95": 378539.8,
     "algbw_gbps": 0.06,
     "busbw_gbps": 0.03,
     "wrong": 0,
+    "iters": 10,
     "status": "ok",
+    "note": "",
 }
 
 
@@ -45,7 +49,7 @@ def test_columns_fit_the_longest_names_of_the_op():
     long = table.line(ROW)
     # Text columns start where their titles do; numbers end where theirs do.
     assert long.index("bucketed_100MB") == short.index("flat") == titles.index("variant")
-    numbers = slice(-7, None)  # size, count, p50, p95, algbw, busbw, #wrong: right-aligned
+    numbers = slice(-9, None)  # size, count, p50, ±, p95, algbw, busbw, #wrong, iters: right-aligned
     assert _ends(long)[numbers] == _ends(short)[numbers] == _ends(titles)[numbers]
     assert "14M+24B" in long
 

@@ -1,10 +1,14 @@
 """Run-to-run comparison: match rows, measure deltas, and call a change only when it is real.
 
 A row is a regression (or an improvement) only when its change exceeds the threshold *and* the
-noise test says the two runs differ (p < alpha): a Mann-Whitney U test on per-iteration samples when
-both runs were measured with --raw, else a test on the runs' own spread (p50 and std over iters).
-The threshold alone would cry wolf on a noisy machine; the noise test alone would flag 0.5% changes
-on a quiet one. pytest-benchmark's habit: thresholds are small objects parsed from "5%".
+noise test says the two runs differ (p < alpha, Holm-adjusted over the rows compared). The noise
+test is, in order of preference: Welch's t-test on the runs' per-round p50s (rounds are independent
+replicates, so their spread includes the machine's drift between them); a Mann-Whitney U test on
+per-iteration samples when both runs kept --raw but have one round; each run's p50 interval; the
+runs' own spread (p50 and std, version-1 files). The threshold alone would cry wolf on a noisy
+machine; the noise test alone would flag 0.5% changes on a quiet one; the adjustment keeps a
+comparison of many rows from finding a change by chance. pytest-benchmark's habit: thresholds are
+small objects parsed from "5%".
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import pandas as pd
 
 from commbench.errors import UserError
 from commbench.results.reader import MATCH_COLUMNS, read_one, read_samples
-from commbench.results.stats import mann_whitney_p, spread_p
+from commbench.results.stats import holm, interval_p, mann_whitney_p, rounds_p, spread_p
 from commbench.units import format_size
 
 # Metrics compare can gate on, and whether a larger value is better.
@@ -32,8 +36,12 @@ METRICS: dict[str, bool] = {
     "busbw_gbps": True,
 }
 
-U_TEST = "Mann-Whitney U on per-iteration samples (both runs kept --raw)"
-SPREAD_TEST = "the runs' own spread (p50 and std over iters; run sweep with --raw for the U test)"
+TESTS = {
+    "rounds": "Welch's t on the logs of each run's per-round p50s (rounds are independent replicates)",
+    "U": "Mann-Whitney U on per-iteration samples (both runs kept --raw; one round each)",
+    "interval": "each run's p50 95% interval (one round and no raw samples: sweep with --rounds 3 or more)",
+    "spread": "the runs' own spread (p50 and std over iters; schema version 1 files)",
+}
 
 
 @dataclass(frozen=True)
@@ -174,7 +182,11 @@ def compare_runs(
             # A latency-only op (a barrier, S = 0) has no bandwidth to compare.
             result.not_compared.append(f"{describe(key)} has no {metric} (latency only); compare it on a time metric")
             continue
-        result.deltas.append(_classify(key, b, c, samples, result))
+        result.deltas.append(_test(key, b, c, samples, result))
+    tested = [d for d in result.deltas if d.method]
+    for delta, adjusted in zip(tested, holm([d.p_value for d in tested])):
+        delta.p_value = adjusted
+        _classify(delta, result)
     return result
 
 
@@ -190,23 +202,46 @@ def _unavailable(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[str]:
     ]
 
 
-def _classify(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Comparison) -> Delta:
+def _test(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Comparison) -> Delta:
+    """The row's delta with the noise test's own p-value (adjusted over the rows afterwards)."""
     delta = Delta(key, float(b[spec.metric]), float(c[spec.metric]), math.nan, "", "unchanged")
     if b["status"] != "ok" or c["status"] != "ok":
         delta.verdict = "wrong results" if c["status"] == "wrong" else "wrong in baseline"
         return delta
-    if all(s is not None and key in s for s in samples):
+    rounds = _rounds(b), _rounds(c)
+    if min(map(len, rounds)) >= 2:
+        delta.p_value, delta.method = rounds_p(*rounds), "rounds"
+    elif all(s is not None and key in s for s in samples):
         delta.p_value, delta.method = mann_whitney_p(samples[0][key], samples[1][key]), "U"
+    elif all(_has_interval(row) for row in (b, c)):
+        delta.p_value, delta.method = interval_p(_interval(b), _interval(c)), "interval"
     else:
         delta.p_value, delta.method = spread_p(_spread(b), _spread(c)), "spread"
+    return delta
+
+
+def _classify(delta: Delta, spec: Comparison) -> None:
     if not spec.threshold.exceeded(delta.baseline, delta.candidate):
-        return delta
+        return
     if delta.p_value >= spec.alpha:
         delta.verdict = "within noise"
-        return delta
+        return
     better = (delta.candidate > delta.baseline) == METRICS[spec.metric]
     delta.verdict = "improvement" if better else "regression"
-    return delta
+
+
+def _rounds(row: pd.Series) -> list[float]:
+    """The row's per-round p50s; none in a version-1 file."""
+    cell = row["time_us_p50_rounds"]
+    return [float(x) for x in str(cell).split(";") if x] if isinstance(cell, str) else []
+
+
+def _has_interval(row: pd.Series) -> bool:
+    return all(pd.notna(row[c]) and row[c] > 0 for c in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
+
+
+def _interval(row: pd.Series) -> tuple[float, float, float]:
+    return row["time_us_p50"], row["time_us_p50_lo"], row["time_us_p50_hi"]
 
 
 def _spread(row: pd.Series) -> tuple[float, float, float]:
@@ -216,11 +251,12 @@ def _spread(row: pd.Series) -> tuple[float, float, float]:
 def format_comparison(result: Comparison) -> str:
     """The delta table and the lists of rows not compared, as compare prints them."""
     unit = "GB/s" if result.metric.endswith("gbps") else "us"
-    methods = {"U": U_TEST, "spread": SPREAD_TEST}
+    tested = sum(1 for d in result.deltas if d.method)
     lines = [
         f"# compare {result.metric} ({unit}): baseline {result.baseline_label} -> candidate {result.candidate_label}",
-        f"# a row changes only when |change| > {result.threshold} and the noise test gives p < {result.alpha:g}",
-        *(f"# noise test {m}: {methods[m]}" for m in result.methods),
+        f"# a row changes only when |change| > {result.threshold} and the noise test gives p < {result.alpha:g} "
+        f"(p adjusted by Holm's method over the {tested} rows tested)",
+        *(f"# noise test {m}: {TESTS[m]}" for m in result.methods),
         f"# {'op/variant/phase dtype mode size n':<58} {'baseline':>10} {'candidate':>10} {'change':>8} "
         f"{'p':>7} {'test':>6}  verdict",
     ]

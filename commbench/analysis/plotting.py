@@ -310,6 +310,11 @@ def draw_band(
     ax.fill_between(rows["size_bytes"], rows[low], rows[high], color=color, alpha=alpha, linewidth=0)
 
 
+def draw_interval(ax, rows: pd.DataFrame, color: str = "C0") -> None:
+    """One series' p50 interval (time_us_p50_lo..hi) as an error bar at each size."""
+    ax.errorbar(rows["size_bytes"], rows["time_us_p50"], yerr=_interval(rows), fmt="none", ecolor=color, capsize=3)
+
+
 def _latency_axis(ax) -> None:
     """Log latency axis with plain numbers (200, 1000, 5000 read faster than 2x10^2)."""
     ax.set_yscale("log")
@@ -326,6 +331,7 @@ def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette:
         latency.plot(rows["size_bytes"], rows["time_us_p50"], markersize=4, label=label, **style)
         if bands:
             draw_band(latency, rows, color=style["color"])
+            draw_interval(latency, rows, color=style["color"])
         if busbw is not None:
             busbw.plot(rows["size_bytes"], rows["busbw_gbps"], markersize=4, label=label, **style)
     sizes = pd.concat([rows["size_bytes"] for _, rows in series])
@@ -333,7 +339,7 @@ def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette:
         if ax is not None:
             _size_axis(ax, sizes)
     _latency_axis(latency)
-    latency.set_ylabel("time per op (µs): p50 line" + (", min..p95 band" if bands else ""))
+    latency.set_ylabel("time per op (µs): p50 line" + (" with its 95% interval, min..p95 band" if bands else ""))
     _legend_outside(busbw or latency)
 
 
@@ -350,6 +356,7 @@ def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Pal
                 style = palette.style(rows)
                 ax.plot(rows["size_bytes"], rows["time_us_p50"], markersize=3, label=f"_{variant}", **style)
                 draw_band(ax, rows, color=style["color"])
+                draw_interval(ax, rows, color=style["color"])
         ax.set_title(variant, fontsize=9, color=palette.color(variant))
         _size_axis(ax, sizes)
         ax.set_xlabel("")
@@ -357,7 +364,7 @@ def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Pal
     _latency_axis(axes.flat[0])
     for ax in list(axes.flat)[len(variants) :]:
         ax.set_visible(False)
-    subfig.supylabel("µs (p50, min..p95)", fontsize=8)
+    subfig.supylabel("µs (p50 with its 95% interval, min..p95)", fontsize=8)
     subfig.supxlabel("size S (bytes)", fontsize=8)
 
 
@@ -418,8 +425,11 @@ def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette: 
         [p - float(rows["time_us_min"].iloc[0]) for p, (_, rows) in zip(p50, series)],
         [float(rows["time_us_p95"].iloc[0]) - p for p, (_, rows) in zip(p50, series)],
     ]
-    _bars(latency, series, palette, p50, [f"{p:,.0f}" for p in p50], yerr=spread, capsize=3, ecolor="dimgray")
-    latency.set_ylabel("time per op (µs): p50 bar, min..p95 whisker")
+    bars = _bars(latency, series, palette, p50, [f"{p:,.0f}" for p in p50], yerr=spread, capsize=3, ecolor="dimgray")
+    centres = [bar.get_x() + bar.get_width() / 2 for bar in bars]
+    firsts = pd.concat([rows.iloc[:1] for _, rows in series])
+    latency.errorbar(centres, p50, yerr=_interval(firsts), fmt="none", ecolor="black", capsize=5, elinewidth=2)
+    latency.set_ylabel("time per op (µs): p50 bar with its 95% interval (black), min..p95 whisker")
     latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}"))
     if busbw is None:  # latency only (a barrier): its panel keeps the legend
         return
@@ -427,6 +437,15 @@ def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette: 
     _bars(busbw, series, palette, busbw_values, [f"{b:.3g}" for b in busbw_values])
     if latency.get_legend() is not None:  # one legend per figure, beside the last panel
         latency.get_legend().remove()
+
+
+def _interval(rows: pd.DataFrame) -> list:
+    """Distances from the p50 down to its interval's low end and up to its high end (0 where a
+    version-1 file has no interval)."""
+    p50 = rows["time_us_p50"].to_numpy(dtype=float)
+    lo = rows["time_us_p50_lo"].fillna(rows["time_us_p50"]).to_numpy(dtype=float)
+    hi = rows["time_us_p50_hi"].fillna(rows["time_us_p50"]).to_numpy(dtype=float)
+    return [p50 - lo, hi - p50]
 
 
 def _left_out(group: pd.DataFrame) -> str:

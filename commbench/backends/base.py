@@ -65,7 +65,7 @@ class Backend(ABC):
         self.rank = 0
         self.node_rank: int | None = 0  # None where the launcher does not say
         self.world_size = 1
-        self.local_rank = 0
+        self.local_rank: int | None = 0  # None where the launcher does not say
         self.device = torch.device("cpu")
         self.calls: Counter[str] = Counter()
         # Collective calls since init, never cleared: published by the heartbeat so a timeout can

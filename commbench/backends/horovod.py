@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from commbench.backends.base import Backend, Work
+from commbench.backends.devices import bind_own_gpu
 from commbench.errors import UserError
 from commbench.launchers import HOROVOD_LAUNCH_HINT
 
@@ -47,6 +48,20 @@ def import_horovod() -> Any:
             f"this Horovod was built without Gloo, which horovodrun --gloo and --nproc need (use mpirun, or {INSTALL_HINT})"
         )
     return hvd
+
+
+def on_gpus(hvd: Any) -> bool:
+    """True when Horovod ranks use GPU tensors: a Horovod built with NCCL, where CUDA works. Each rank
+    then needs its own GPU (NCCL refuses two on one); otherwise tensors live in host memory (Gloo)."""
+    return bool(hvd.nccl_built()) and torch.cuda.is_available()
+
+
+def horovod_on_gpus() -> bool:
+    """on_gpus for the launching process, before any rank exists: False when Horovod cannot load."""
+    try:
+        return on_gpus(import_horovod())
+    except UserError:
+        return False
 
 
 REQUIRED_APIS = (
@@ -191,10 +206,8 @@ class HorovodBackend(Backend):
         hvd.init()
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
         self.node_rank = hvd.cross_rank()
-        # Device tensors only when this Horovod can move them (NCCL ops); otherwise host memory.
-        if hvd.nccl_built() and torch.cuda.is_available():
-            self.device = torch.device("cuda", self.local_rank % torch.cuda.device_count())
-            torch.cuda.set_device(self.device)
+        if on_gpus(hvd):
+            self.device = bind_own_gpu(self.local_rank, hvd.local_size(), self.name)
 
     def close(self) -> None:
         if self.hvd is not None and self.hvd.is_initialized():

@@ -1,32 +1,43 @@
-"""NCCL: torch.distributed on one GPU per rank (cuda:LOCAL_RANK)."""
+"""NCCL: torch.distributed on one GPU per rank (commbench/backends/devices.py says which)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from commbench.backends.devices import bind_own_gpu
 from commbench.backends.torch_dist import TorchDistBackend
 from commbench.errors import UserError
 
+if TYPE_CHECKING:
+    from commbench.launchers import Launch
+
+# NCCL's words when two ranks of one communicator sit on one GPU.
+DUPLICATE_GPU = "Duplicate GPU detected"
+
 
 class NcclBackend(TorchDistBackend):
-    """torch.distributed over NCCL; rank r uses cuda:LOCAL_RANK and CUDA-synchronises before every clock read."""
+    """torch.distributed over NCCL; each rank binds its own GPU before the process group exists."""
 
     name = "nccl"
     reduce_keeps_non_root = True  # ncclReduce reads the non-root buffers and writes only the root's
 
-    def select_device(self) -> torch.device:
-        if not torch.cuda.is_available():
-            raise UserError("--backend nccl needs a CUDA GPU and none is usable here; use --backend gloo")
-        if self.local_rank >= torch.cuda.device_count():
-            raise UserError(
-                f"local rank {self.local_rank} has no GPU ({torch.cuda.device_count()} visible); "
-                "NCCL needs one GPU per rank: lower --nproc / --nproc_per_node"
-            )
-        device = torch.device("cuda", self.local_rank)
-        torch.cuda.set_device(device)
-        return device
+    def select_device(self, launch: Launch) -> torch.device:
+        return bind_own_gpu(launch.local_rank, launch.local_world_size, self.name)
+
+    def init(self, timeout_s: float, launch: Launch) -> None:
+        try:
+            super().init(timeout_s, launch)
+        except RuntimeError as exc:
+            # Ranks that each see one GPU (device 0) may still share it: NCCL finds out when the
+            # communicator is created (at init, as the device is given), on every rank at once.
+            if DUPLICATE_GPU in str(exc):
+                raise UserError(
+                    f"rank {launch.rank}: NCCL found two ranks on one GPU ({DUPLICATE_GPU}); give each rank its "
+                    "own GPU: fewer ranks per host, or CUDA_VISIBLE_DEVICES naming a different GPU for each"
+                ) from None
+            raise
 
     def init_kwargs(self) -> dict[str, Any]:
         return {"device_id": self.device}

@@ -51,7 +51,8 @@ class TorchDistBackend(Backend):
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
         warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.distributed")
 
-    def select_device(self) -> torch.device:
+    def select_device(self, launch: Launch) -> torch.device:
+        """The device this rank's tensors live on (set before the process group is created)."""
         return torch.device("cpu")
 
     def init_kwargs(self) -> dict[str, Any]:
@@ -62,7 +63,7 @@ class TorchDistBackend(Backend):
         # (under srun and mpirun, start() exports it from the Launch first).
         self.rank, self.world_size = launch.rank, launch.world_size
         self.local_rank, self.node_rank = launch.local_rank, launch.node_rank
-        self.device = self.select_device()
+        self.device = self.select_device(launch)
         dist.init_process_group(
             backend=self.name,
             rank=self.rank,

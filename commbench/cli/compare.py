@@ -30,16 +30,17 @@ from commbench.errors import ExitCode
     type=float,
     default=0.05,
     show_default=True,
-    help="Significance level of the noise test: a change counts only when p < alpha.",
+    help="Significance level of the noise test over all rows (Holm): a change counts only when p < alpha.",
 )
 def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha: float) -> None:
     """Compare CANDIDATE.csv against BASELINE.csv row by row; exit 1 when anything regressed.
 
     Rows match on (op, variant, phase, dtype, mode, size_bytes, world_size). A row is a regression or
-    an improvement only when its change exceeds --threshold AND the noise test finds the runs differ:
-    a Mann-Whitney U test on the per-iteration samples when both runs were swept with --raw, else a
-    test on each run's own spread (p50 and std). Rows found in one run only are listed, not compared.
-    Wrong results in the candidate also fail the comparison.
+    an improvement only when its change exceeds --threshold AND the noise test finds the runs differ
+    (p < alpha, Holm-adjusted over the rows): Welch's t-test on the runs' per-round p50s (sweeps with
+    --rounds 2 or more, the default), else a Mann-Whitney U test on per-iteration samples (--raw),
+    else each run's p50 interval (or, for version-1 files, its spread). Rows found in one run only
+    are listed, not compared. Wrong results in the candidate also fail the comparison.
 
     \b
     Exit codes: 0 no regression, 1 regression or wrong results, 2 unusable input.

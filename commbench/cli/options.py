@@ -12,7 +12,16 @@ from typing import Any
 import click
 
 from commbench.errors import UserError
-from commbench.run.config import DTYPES, MODES, Outcome, SweepConfig
+from commbench.run.config import (
+    DEFAULT_MAX_ITERS,
+    DEFAULT_MIN_ITERS,
+    DEFAULT_ROUNDS,
+    DEFAULT_TIME_PER_SIZE,
+    DTYPES,
+    MODES,
+    Outcome,
+    SweepConfig,
+)
 from commbench.run.groups import GROUPS
 
 F = Callable[..., Any]
@@ -31,6 +40,27 @@ def _split_csv(ctx: click.Context, param: click.Parameter, values: tuple[str, ..
     return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
 
 
+def _iters(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
+    """--iters: "auto" (None) or a whole number; SweepConfig checks that it is at least 1."""
+    if str(value).strip().lower() == "auto":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise UserError(f"--iters takes a number of iterations or auto (got {value!r})") from None
+
+
+def _fraction(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """A percentage ("2%") or a fraction ("0.02"); SweepConfig checks its range."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise UserError(f"--{param.name} takes a percentage such as 2% (got {value!r})") from None
+
+
 launch_options = _compose(
     click.option(
         "--backend", default=None, help="gloo, nccl, horovod (default: nccl when a GPU is usable, else gloo)."
@@ -39,7 +69,7 @@ launch_options = _compose(
         "--nproc",
         type=int,
         default=None,
-        help="Ranks to spawn when not under a launcher (default: 2 on CPU, every GPU with nccl).",
+        help="Ranks to spawn when not under a launcher (default: 2 on CPU, every visible GPU with nccl or a Horovod built with NCCL).",
     ),
     click.option(
         "--oversubscribe",
@@ -84,10 +114,54 @@ measure_options = _compose(
         help=f"Element type, repeatable: {', '.join(DTYPES)} (default float32).",
     ),
     click.option(
-        "--iters", "-n", type=int, default=20, show_default=True, help="Timed iterations per size (1 to 1,000,000)."
+        "--iters",
+        "-n",
+        default="auto",
+        show_default=True,
+        callback=_iters,
+        help="Timed iterations per (variant, phase, size): a number (1 to 1,000,000), or auto to fill --time-per-size.",
     ),
     click.option(
-        "--warmup", "-w", type=int, default=5, show_default=True, help="Untimed iterations per size (0 to 1,000,000)."
+        "--time-per-size",
+        type=float,
+        default=DEFAULT_TIME_PER_SIZE,
+        show_default=True,
+        help="With --iters auto: seconds of timed work per (variant, phase, size).",
+    ),
+    click.option(
+        "--min-iters",
+        type=int,
+        default=DEFAULT_MIN_ITERS,
+        show_default=True,
+        help="With --iters auto: at least this many.",
+    ),
+    click.option(
+        "--max-iters",
+        type=int,
+        default=DEFAULT_MAX_ITERS,
+        show_default=True,
+        help="With --iters auto: at most this many.",
+    ),
+    click.option(
+        "--rounds",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        show_default=True,
+        help="Visit every (variant, phase, size) this many times in rotation, each visit a block of its iterations.",
+    ),
+    click.option(
+        "--precision",
+        default=None,
+        callback=_fraction,
+        help="Stop a row early once its p50's 95% interval is this narrow, e.g. 2% (within the budget).",
+    ),
+    click.option(
+        "--warmup",
+        "-w",
+        type=int,
+        default=5,
+        show_default=True,
+        help="Untimed iterations per size, 0 to 1,000,000 (with --iters auto at most this many, at least 1).",
     ),
     click.option(
         "--mode",

@@ -105,8 +105,8 @@ def count_wrong(actual: Any, expected: Any, tolerance: tuple[float, float] | Non
     if actual.shape != expected.shape:
         return max(actual.numel(), expected.numel())
     rtol, atol = tolerance or ({torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}.get(expected.dtype, 0.0), 0.0)
-    if not (rtol or atol):
-        return int((actual != expected).sum().item())  # exact: no float64 copies of either
+    if not (rtol or atol):  # exact: compared as they are, without two float64 copies of a large result
+        return int((actual != expected).sum().item())
     ok = torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol)
     return int((~ok).sum().item())
 

@@ -13,7 +13,16 @@ from pathlib import Path
 import pandas as pd
 
 from commbench.errors import UserError
-from commbench.results.schema import COLUMNS, KEY_COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, raw_path
+from commbench.results.schema import (
+    COLUMNS,
+    KEY_COLUMNS,
+    RAW_COLUMNS,
+    RAW_COLUMNS_V1,
+    READABLE_VERSIONS,
+    SCHEMA_VERSION,
+    raw_path,
+)
+from commbench.run.timers import PERF_COUNTER
 
 # What charts, reports and compare actually use. A CSV that has these reads even when the writer
 # later grows optional columns; every other column of COLUMNS is filled in as empty when absent.
@@ -45,11 +54,13 @@ TEXT_COLUMNS = (
     "hosts",
     "node_ranks",
     "api",
+    "timer",
     "torch_version",
     "backend_version",
     "commbench_version",
     "command",
     "timestamp",
+    "time_us_p50_rounds",
 )
 # The key compare matches rows on: the CSV key plus the world size and group, so n=2 never meets
 # n=8 and an intra-host run never meets a world one.
@@ -78,18 +89,21 @@ def read_one(path: Path) -> pd.DataFrame:
     path = Path(path)
     frame = _read_csv(path, "results file")
     columns = set(frame.columns)
-    if columns == set(RAW_COLUMNS):
+    if columns in (set(RAW_COLUMNS), set(RAW_COLUMNS_V1)):
         raise UserError(
             f"{path} holds per-iteration samples (--raw); pass the summary CSV "
             f"{path.name.replace('.raw.csv', '.csv')} instead"
         )
-    # The version is checked before the columns: another version may have renamed them.
+    # The version is checked before the columns: another version may have renamed them. Version 1
+    # lacks the p50's interval and the rounds; those columns read as empty.
     if "schema_version" in columns:
         versions = sorted({v for v in frame["schema_version"].dropna()})
-        if versions and versions != [str(SCHEMA_VERSION)]:
+        unknown = [v for v in versions if v not in {str(r) for r in READABLE_VERSIONS}]
+        if unknown:
+            readable = ", ".join(map(str, READABLE_VERSIONS))
             raise UserError(
-                f"{path} has schema_version {', '.join(versions)}; this commbench reads "
-                f"schema_version {SCHEMA_VERSION}: read it with the commbench that wrote it"
+                f"{path} has schema_version {', '.join(unknown)}; this commbench reads schema_version "
+                f"{readable} (it writes {SCHEMA_VERSION}): read it with the commbench that wrote it"
             )
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
@@ -101,6 +115,7 @@ def read_one(path: Path) -> pd.DataFrame:
         if column not in columns:
             frame[column] = pd.NA
     frame["group"] = frame["group"].fillna("world")  # rows from before --group: every op ran on all ranks
+    frame["timer"] = frame["timer"].fillna(PERF_COUNTER)  # rows from before the column: the host clock timed them
     for column in frame.columns:
         if column in TEXT_COLUMNS:
             frame[column] = frame[column].fillna("").astype(str)
@@ -139,7 +154,7 @@ def read_samples(csv_path: Path) -> dict[tuple, list[float]] | None:
     if not path.exists():
         return None
     raw = _read_csv(path, "raw samples file")
-    missing = [c for c in RAW_COLUMNS if c not in raw.columns]
+    missing = [c for c in RAW_COLUMNS_V1 if c not in raw.columns]  # version 1 has no round column
     if missing:
         raise UserError(f"{path} lacks raw-sample column(s) {', '.join(missing)}")
     summary = read_one(Path(csv_path))

@@ -17,18 +17,23 @@ from typing import Any
 from commbench.errors import UserError
 from commbench.results.stats import STAT_COLUMNS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions the readers accept: version 1 lacks the interval and round columns, read as empty.
+READABLE_VERSIONS = (1, 2)
 
 # The tidy schema: one row per (op, variant, phase, dtype, mode, size). docs/csv-schema.md explains each column.
 COLUMNS = (
     *"schema_version run_id timestamp".split(),
-    *"op variant phase dtype mode size_bytes count world_size group group_size backend api calls iters warmup window".split(),
+    *"op variant phase dtype mode size_bytes count world_size group group_size backend api calls".split(),
+    *"iters warmup window rounds timer".split(),
     *STAT_COLUMNS,
+    "time_us_p50_rounds",
     *"algbw_gbps busbw_gbps wrong status note".split(),
     *"hosts node_ranks torch_version backend_version commbench_version command".split(),
 )
-RAW_COLUMNS = ("run_id", "op", "variant", "phase", "dtype", "mode", "size_bytes", "iteration", "rank", "time_us")
 KEY_COLUMNS = ("op", "variant", "phase", "dtype", "mode", "size_bytes")
+RAW_COLUMNS = ("run_id", *KEY_COLUMNS, "round", "iteration", "rank", "time_us")
+RAW_COLUMNS_V1 = tuple(c for c in RAW_COLUMNS if c != "round")
 
 
 def default_output(backend: str, world_size: int, folder: str | Path = "results") -> Path:

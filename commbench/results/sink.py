@@ -11,8 +11,10 @@ from typing import Any
 
 import commbench
 from commbench.results import table
+from commbench.results.display import Display, Status
 from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, raw_path
-from commbench.results.stats import Stats, bandwidth_gbps
+from commbench.results.stats import Stats, bandwidth_gbps, noisy, percentile
+from commbench.run.timers import PERF_COUNTER
 
 
 @dataclass(frozen=True)
@@ -26,66 +28,76 @@ class Measured:
     size_bytes: int
     count: int
     bus_factor: float | None  # None: latency only, no bandwidth
-    samples_us: Sequence[float]  # per iteration, the max over ranks
-    per_rank_us: Sequence[Sequence[float]]
+    rounds_us: Sequence[Sequence[float]]  # per round, per iteration: the max over ranks
+    per_rank_us: Sequence[Sequence[float]]  # per rank, every iteration (rounds in order)
     wrong: int  # summed over ranks; -1 when the check was skipped
     calls: float
     apis: str
     window: int
     note: str = ""
+    timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
 
 
 class Sink:
     """Writes rows as they complete; run facts (run id, hosts, versions) are the same on every row."""
 
-    def __init__(self, path: Path, base: dict[str, Any], overwrite: bool, raw: bool) -> None:
+    def __init__(self, path: Path, base: dict[str, Any], overwrite: bool, raw: bool, display: Display) -> None:
         self.path = path
         self.base = {"schema_version": SCHEMA_VERSION, "commbench_version": commbench.__version__, **base}
+        self.display = display
         self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
         self.raw = CsvAppender(raw_path(path), RAW_COLUMNS, overwrite=overwrite) if raw else None
-        self.done = 0
         self.table = table.Table.fitted({})
 
     def section(self, title: str, names: dict[str, Iterable[str]]) -> None:
         """A header for the rows that follow, its columns fitted to the names they will print."""
         self.table = table.Table.fitted(names)
-        print(self.table.header(title), flush=True)
+        self.display.write(self.table.header(title))
 
-    def progress(self, label: str) -> None:
-        self.done += 1
-        table.progress(self.done, label)
+    def progress(self, status: Status) -> None:
+        self.display.status(status)
 
     def unavailable(self, op: str, variant: str, dtype: str, reason: str) -> None:
         row = {**self.base, "timestamp": _now(), "op": op, "variant": variant, "dtype": dtype}
         row.update(status="unavailable", note=reason)
         self.writer.write(row)
-        print(self.table.line(row), flush=True)
+        self.display.write(self.table.line(row))
 
     def measured(self, m: Measured) -> None:
         row = self.row(m)
         self.writer.write(row)
         if self.raw is not None:
             key = {k: row[k] for k in ("run_id", "op", "variant", "phase", "dtype", "mode", "size_bytes")}
+            round_of = [r for r, block in enumerate(m.rounds_us) for _ in block]
             self.raw.write_many(
-                {**key, "iteration": i, "rank": r, "time_us": t}
+                {**key, "round": round_of[i], "iteration": i, "rank": r, "time_us": t}
                 for r, samples in enumerate(m.per_rank_us)
                 for i, t in enumerate(samples)
             )
-        print(self.table.line(row), flush=True)
+        self.display.write(self.table.line(row))
 
     def row(self, m: Measured) -> dict[str, Any]:
-        stats = Stats.from_samples(m.samples_us)
+        stats = Stats.from_samples([t for block in m.rounds_us for t in block])
+        round_p50s = [percentile(sorted(block), 50) for block in m.rounds_us]
         algbw, busbw = bandwidth_gbps(m.size_bytes, stats.time_us_p50, m.bus_factor)
         notes = [m.note] if m.note else []
+        if (why := noisy(stats, round_p50s)) is not None:
+            notes.append(why)
         if m.wrong < 0:
             notes.append("check skipped")
         return {
             **self.base,
             "timestamp": _now(),
-            **{k: getattr(m, k) for k in ("op", "variant", "phase", "dtype", "size_bytes", "count", "wrong", "window")},
+            **{
+                k: getattr(m, k)
+                for k in ("op", "variant", "phase", "dtype", "size_bytes", "count", "wrong", "window", "timer")
+            },
             "api": m.apis,
             "calls": round(m.calls, 3),
+            "iters": sum(len(block) for block in m.rounds_us),
+            "rounds": len(m.rounds_us),
             **stats.as_dict(),
+            "time_us_p50_rounds": ";".join(f"{p:.6g}" for p in round_p50s),
             "algbw_gbps": algbw,
             "busbw_gbps": busbw,
             "status": "wrong" if m.wrong > 0 else "ok",
@@ -93,16 +105,18 @@ class Sink:
         }
 
     def close(self) -> None:
-        table.progress_done()
+        self.display.close()
         for f in (self.writer, self.raw):
             if f is not None:
                 f.close()
 
     def finish(self, wrong_total: int) -> None:
         if wrong_total:
-            print(f"# FAILED: {wrong_total} wrong elements in total; see the 'wrong' column of {self.path}", flush=True)
+            self.display.write(
+                f"# FAILED: {wrong_total} wrong elements in total; see the 'wrong' column of {self.path}"
+            )
         else:
-            print(f"# done: results in {self.path}", flush=True)
+            self.display.write(f"# done: results in {self.path}")
 
 
 def _now() -> str:

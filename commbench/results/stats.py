@@ -7,6 +7,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
+from fractions import Fraction
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:
@@ -18,12 +19,64 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+CONFIDENCE = 0.95
+# A row is noisy when its p50's interval is wider than this fraction of the p50, or when its rounds'
+# medians disagree by more than this factor (max / min). Chosen on a shared 2-core machine, where a
+# steady row's interval is a few percent wide and its rounds agree within ~10%: docs/measurement.md.
+NOISY_WIDTH = 0.10
+NOISY_ROUNDS = 1.25
+
+
+def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int]:
+    """0-based ranks (lo, hi) of the order statistics bounding the median with at least `confidence`.
+
+    Distribution-free: the number of samples below the true median is Binomial(n, 1/2), so
+    [x(j), x(n-j+1)] (1-based) covers it with probability 1 - 2 P(B <= j-1); j is the largest rank that
+    keeps that at or above `confidence`. Exact integer arithmetic. Below 6 samples no pair reaches 95%:
+    the interval is then the whole range (min, max), the most that can be said.
+    """
+    if n < 1:
+        raise ValueError("an interval of no samples")
+    # P(B <= k) = sum(comb(n, i) for i <= k) / 2^n, compared as integers: no float overflow at any n.
+    tail = Fraction((1.0 - confidence) / 2).limit_denominator(10**6)
+    bound = tail.numerator << n
+    j, cumulative, term = 0, 0, 1  # term = comb(n, j)
+    while j < n // 2:
+        cumulative += term
+        if cumulative * tail.denominator > bound:  # P(B <= j) > tail: rank j + 1 would lose coverage
+            break
+        j += 1
+        term = term * (n - j + 1) // j
+    j = max(j, 1)
+    return j - 1, n - j
+
+
+def median_ci(sorted_values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The distribution-free confidence interval of the median of sorted samples (see median_ci_ranks)."""
+    lo, hi = median_ci_ranks(len(sorted_values), confidence)
+    return sorted_values[lo], sorted_values[hi]
+
+
+def relative_width(p50: float, lo: float, hi: float) -> float:
+    """Width of the p50's interval as a fraction of the p50 (0.04: the p50 is known to within 4%)."""
+    return (hi - lo) / p50 if p50 > 0 else math.inf
+
+
+def round_spread(round_p50s: Sequence[float]) -> float:
+    """max / min of the rounds' medians; 1.0 with fewer than two rounds (nothing to disagree)."""
+    if len(round_p50s) < 2 or min(round_p50s) <= 0:
+        return 1.0
+    return max(round_p50s) / min(round_p50s)
+
+
 @dataclass(frozen=True)
 class Stats:
     """Summary of timing samples in microseconds; field names are the CSV column names."""
 
     time_us_min: float
     time_us_p50: float
+    time_us_p50_lo: float
+    time_us_p50_hi: float
     time_us_mean: float
     time_us_p95: float
     time_us_max: float
@@ -32,17 +85,34 @@ class Stats:
     @classmethod
     def from_samples(cls, samples_us: Sequence[float]) -> Stats:
         s = sorted(samples_us)
+        lo, hi = median_ci(s)
         return cls(
             time_us_min=s[0],
             time_us_p50=percentile(s, 50),
+            time_us_p50_lo=lo,
+            time_us_p50_hi=hi,
             time_us_mean=statistics.fmean(s),
             time_us_p95=percentile(s, 95),
             time_us_max=s[-1],
             time_us_std=statistics.stdev(s) if len(s) > 1 else 0.0,
         )
 
+    @property
+    def relative_width(self) -> float:
+        return relative_width(self.time_us_p50, self.time_us_p50_lo, self.time_us_p50_hi)
+
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+def noisy(stats: Stats, round_p50s: Sequence[float]) -> str | None:
+    """Why a row's p50 cannot be trusted to the precision it prints, or None when it can."""
+    reasons = []
+    if stats.relative_width > NOISY_WIDTH:
+        reasons.append(f"p50 interval {stats.relative_width:.0%} wide")
+    if (spread := round_spread(round_p50s)) > NOISY_ROUNDS:
+        reasons.append(f"rounds' p50s differ {spread:.2f}x")
+    return f"noisy: {', '.join(reasons)}" if reasons else None
 
 
 STAT_COLUMNS = tuple(f.name for f in fields(Stats))
@@ -83,3 +153,45 @@ def spread_p(baseline: tuple[float, float, float], candidate: tuple[float, float
     if not se2 > 0:  # a single iteration, or an std of 0: no spread to judge by
         return 0.0 if diff > 0 else 1.0
     return math.erfc(diff / math.sqrt(se2) / math.sqrt(2))
+
+
+_Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+
+
+def rounds_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value that two runs' per-round p50s differ: Welch's t-test on their logarithms.
+
+    Each round is an independent replicate of the whole measurement, taken minutes or seconds
+    apart, so their spread includes the machine's drift that the samples within one run hide.
+    Logarithms: a slowdown is a factor, and the rounds' spread scales with the time.
+    """
+    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
+    if statistics.pvariance(la) == 0 and statistics.pvariance(lb) == 0:  # nothing to judge a difference by
+        return 0.0 if statistics.fmean(la) != statistics.fmean(lb) else 1.0
+    from scipy.stats import ttest_ind
+
+    return float(ttest_ind(la, lb, equal_var=False).pvalue)
+
+
+def interval_p(baseline: tuple[float, float, float], candidate: tuple[float, float, float]) -> float:
+    """Two-sided p-value that two p50s differ, from each run's (p50, lo, hi) 95% interval.
+
+    The interval's half-width on a log scale over 1.96 is taken as the standard error of the log p50.
+    """
+    se2 = sum(((math.log(hi) - math.log(lo)) / (2 * _Z95)) ** 2 for _p50, lo, hi in (baseline, candidate))
+    diff = abs(math.log(candidate[0]) - math.log(baseline[0]))
+    if not se2 > 0:
+        return 0.0 if diff > 0 else 1.0
+    return math.erfc(diff / math.sqrt(se2) / math.sqrt(2))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment: p-values whose family-wise error rate is at most the alpha
+    they are compared with, however many rows a comparison holds."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [1.0] * len(p_values)
+    running = 0.0
+    for step, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - step) * p_values[i]))
+        adjusted[i] = running
+    return adjusted

@@ -8,7 +8,6 @@ to ten million µs).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -44,16 +43,28 @@ def _number(key: str, spec: str) -> Callable[[dict[str, Any]], str]:
     return lambda row: "-" if row[key] is None or row[key] != row[key] else format(row[key], spec)
 
 
+NOISY_MARK = "noisy"
+
+
+def _half_width(row: dict[str, Any]) -> str:
+    """Half the p50's 95% interval, as a percentage of the p50."""
+    p50, lo, hi = row["time_us_p50"], row["time_us_p50_lo"], row["time_us_p50_hi"]
+    return f"{(hi - lo) / 2 / p50:.1%}" if p50 and p50 > 0 else "-"
+
+
 TEXT_COLUMNS = ("op", "variant", "phase", "dtype")
 COLUMNS = (
     *(Column(key, _text(key), left=True) for key in TEXT_COLUMNS),
     Column("size", lambda row: format_size(row["size_bytes"]), width=9),
     Column("count", _text("count"), width=10),
     Column("p50", _number("time_us_p50", ".1f"), width=10, unit="(us)"),
+    Column("±", lambda row: _half_width(row), width=6, unit="(95%)"),
     Column("p95", _number("time_us_p95", ".1f"), width=10, unit="(us)"),
     Column("algbw", _number("algbw_gbps", ".3f"), width=8, unit="(GB/s)"),
     Column("busbw", _number("busbw_gbps", ".3f"), width=8, unit="(GB/s)"),
     Column("#wrong", lambda row: "skip" if row["wrong"] < 0 else str(row["wrong"])),
+    Column("iters", _text("iters"), width=6),
+    Column("", lambda row: NOISY_MARK if NOISY_MARK in row["note"] else "", left=True),
 )
 
 
@@ -71,23 +82,13 @@ class Table:
     def header(self, title: str) -> str:
         titles = " ".join(c.render(c.title) for c in self.columns)
         units = " ".join(c.render(c.unit) for c in self.columns)
-        return f"# {title}\n# {titles}\n# {units.rstrip()}"
+        return (
+            f"# {title}\n# {titles.rstrip()}\n# {units.rstrip()}\n"
+            f"# ±: half-width of the p50's 95% interval; {NOISY_MARK}: the interval is wide or the rounds disagree"
+        )
 
     def line(self, row: dict[str, Any]) -> str:
         if row["status"] == "unavailable":
             op, variant = self.columns[0], self.columns[1]
             return f"  {op.render(row['op'])} {variant.render(row['variant'])} unavailable: {row['note']}"
-        return "  " + " ".join(c.render(c.cell(row)) for c in self.columns)
-
-
-def progress(done: int, what: str) -> None:
-    """A one-line progress indication on stderr, when someone is watching."""
-    if sys.stderr.isatty():
-        sys.stderr.write(f"\r\033[K[{done}] {what}")
-        sys.stderr.flush()
-
-
-def progress_done() -> None:
-    if sys.stderr.isatty():
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
+        return ("  " + " ".join(c.render(c.cell(row)) for c in self.columns)).rstrip()

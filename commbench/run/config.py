@@ -21,6 +21,14 @@ from commbench.run.groups import GROUPS, layout, refusal
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
 
+# --iters auto: each (variant, phase, size) gets DEFAULT_TIME_PER_SIZE seconds of timed work, within
+# [min, max] iterations, in DEFAULT_ROUNDS interleaved rounds. docs/measurement.md says how these
+# were chosen.
+DEFAULT_TIME_PER_SIZE = 0.02
+DEFAULT_MIN_ITERS = 10
+DEFAULT_MAX_ITERS = 1000
+DEFAULT_ROUNDS = 3
+
 # Bytes per element of each dtype a sweep takes (torch-free, for memory estimates before a rank starts).
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8}
 DTYPES = tuple(DTYPE_BYTES)
@@ -33,7 +41,13 @@ MODES = ("blocking", "nonblocking")
 ITERS_RANGE = (1, 1_000_000)
 WARMUP_RANGE = (0, 1_000_000)
 WINDOW_RANGE = (1, 1024)
+# --time-per-size: under a millisecond every case sits at --min-iters; an hour per case is a typo.
+TIME_PER_SIZE_RANGE_S = (0.001, 3600.0)
+ROUNDS_RANGE = (1, 1000)
 TIMEOUT_RANGE_S = (1.0, 7 * 24 * 3600.0)
+# A run of one rank is legal (nccl-tests allows it), but nothing crosses a link: the warning before
+# it starts, the printed header and every row's note say so.
+ONE_RANK_NOTE = "a single rank measures a local copy, not communication"
 
 
 @dataclass(frozen=True)
@@ -44,8 +58,13 @@ class SweepConfig:
     ops: tuple[str, ...]
     sizes: tuple[int, ...]
     dtypes: tuple[str, ...] = ("float32",)
-    iters: int = 20
+    iters: int | None = None  # None: auto, from the time budget
     warmup: int = 5
+    min_iters: int = DEFAULT_MIN_ITERS
+    max_iters: int = DEFAULT_MAX_ITERS
+    time_per_size: float = DEFAULT_TIME_PER_SIZE
+    rounds: int = DEFAULT_ROUNDS
+    precision: float | None = None  # stop a row once its p50's interval is this narrow (relative width)
     mode: str = "blocking"
     window: int = 8
     check: bool = True
@@ -69,7 +88,18 @@ class SweepConfig:
         for dtype in self.dtypes:
             if dtype not in DTYPES:
                 raise UserError(f"unknown dtype {dtype!r}; valid dtypes: {', '.join(DTYPES)}")
-        in_range("--iters", self.iters, ITERS_RANGE)
+        if self.iters is not None:
+            in_range("--iters", self.iters, ITERS_RANGE)
+        in_range("--min-iters", self.min_iters, ITERS_RANGE)
+        in_range("--max-iters", self.max_iters, ITERS_RANGE)
+        if self.max_iters < self.min_iters:
+            raise UserError(
+                f"--max-iters ({self.max_iters}) is below --min-iters ({self.min_iters}); raise --max-iters"
+            )
+        in_range("--time-per-size", self.time_per_size, TIME_PER_SIZE_RANGE_S, "seconds")
+        in_range("--rounds", self.rounds, ROUNDS_RANGE)
+        if self.precision is not None and not 0 < self.precision < 1:
+            raise UserError(f"--precision must lie between 0% and 100%, e.g. 2% (got {self.precision * 100:g}%)")
         in_range("--warmup", self.warmup, WARMUP_RANGE)
         if self.mode not in MODES:
             raise UserError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
@@ -77,6 +107,20 @@ class SweepConfig:
         if self.group not in GROUPS:
             raise UserError(f"unknown group {self.group!r}; valid groups: {', '.join(GROUPS)}")
         in_range("--timeout", self.timeout, TIMEOUT_RANGE_S, "seconds")
+
+    @property
+    def auto(self) -> bool:
+        """Iterations from the time budget (--iters auto) rather than a fixed count."""
+        return self.iters is None
+
+    @property
+    def iterations_text(self) -> str:
+        """How the iterations are chosen, for the run's header line."""
+        rounds = f" in {self.rounds} interleaved rounds" if self.rounds > 1 else ""
+        if self.iters is not None:
+            return f"{self.iters} iters{rounds}"
+        precision = f", or until the p50 is known to {self.precision:.3g}" if self.precision else ""
+        return f"auto iters ({self.time_per_size:g} s per case{precision}, {self.min_iters}..{self.max_iters}){rounds}"
 
     @property
     def window_per_sample(self) -> int:

@@ -6,6 +6,7 @@ The harness never names an op: everything op-specific goes through the Op contra
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from commbench.backends.base import Backend, Work
+from commbench.run.timers import PERF_COUNTER, timer_for
 
 if TYPE_CHECKING:
     from commbench.ops.base import Op
@@ -63,29 +65,182 @@ def unavailable(op: Op, variant: str, backend: Backend, dtype: torch.dtype) -> s
     return backend.dtype_unavailable(dtype) or op.dtype_unavailable(dtype) or op.unavailable(variant, backend)
 
 
-def complete(args: CollArgs) -> None:
-    """Wait on every outstanding wait object, then let the device drain."""
+def wait_all(args: CollArgs) -> None:
+    """Wait on every outstanding wait object (on CUDA, the current stream then waits for them)."""
     for work in args.wait_objs:
         work.wait()
     args.wait_objs.clear()
+
+
+def complete(args: CollArgs) -> None:
+    """Wait on every outstanding wait object, then let the device drain."""
+    wait_all(args)
     args.backend.synchronize()
 
 
 @dataclass
 class Measurement:
-    """One (variant, phase, size) measured on every rank."""
+    """One (variant, phase, size) measured on every rank, in one or more rounds."""
 
-    samples_us: list[float]  # per iteration, the max over ranks
-    per_rank_us: list[list[float]]
+    rounds_us: list[list[float]]  # per round, per iteration: the max over ranks
+    per_rank_us: list[list[float]]  # per rank, every iteration in order (rounds concatenated)
     wrong: int  # summed over ranks; -1 when the check was skipped
     calls: float  # collective calls per op iteration
     apis: str  # the API names those calls used
+    timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
+
+    @property
+    def samples_us(self) -> list[float]:
+        """Every round's samples, pooled."""
+        return [t for block in self.rounds_us for t in block]
 
 
 def _step(op: Op, args: CollArgs, phase: str, window: int) -> None:
     for _ in range(window):
         op.issue(args, phase)
     complete(args)
+
+
+def planned_iters(sample_s: float, time_per_size: float, min_iters: int, max_iters: int) -> int:
+    """Samples that fill the time budget at `sample_s` seconds each, within [min_iters, max_iters]."""
+    wanted = math.ceil(time_per_size / sample_s) if sample_s > 0 else max_iters
+    return max(min_iters, min(max_iters, wanted))
+
+
+def blocks(iters: int, rounds: int) -> list[int]:
+    """Split `iters` samples into at most `rounds` blocks as equal as can be (the first ones longer)."""
+    used = max(1, min(rounds, iters))
+    return [iters // used + (1 if r < iters % used else 0) for r in range(used)]
+
+
+# Auto mode's warm-up stops early once it has taken this share of the time budget: a 100 ms
+# collective needs one warm-up iteration, not five, before its ten timed ones.
+WARMUP_SHARE = 0.5
+
+
+class Case:
+    """One (variant, phase, size) measured in blocks, possibly with other cases' blocks in between.
+
+    Every rank must issue the same collectives in the same order, so every decision taken here (how
+    many warm-up iterations, how many timed ones) is taken from values exchanged between the ranks:
+    after each block the ranks share their samples, and all of them hold the same per-iteration
+    maximum over ranks. The op never sees the clock.
+    """
+
+    def __init__(self, op: Op, args: CollArgs, phase: str, *, window: int, watchdog: Watchdog, label: str) -> None:
+        self.op, self.args, self.phase, self.window = op, args, phase, window
+        self.watchdog, self.label = watchdog, label
+        self.rounds_us: list[list[float]] = []  # agreed: max over ranks
+        self.per_rank_us: list[list[float]] = []  # one list per rank that shares its samples
+        self.timed_calls: Counter[str] = Counter()
+        self.wrong = -1
+        self.timer = timer_for(self.backend)
+
+    @property
+    def backend(self) -> Backend:
+        return self.args.backend
+
+    def _timed(self) -> None:
+        """One timed sample: untimed preparation and barrier, then start, `window` ops and their
+        completion, stop. The timer holds the sample until it is read."""
+        self.op.before(self.args, self.phase)
+        self.backend.synchronize()  # untimed: the barrier then lines up ranks whose devices are idle
+        self.backend.barrier()
+        self.backend.calls.clear()
+        self.timer.start()
+        for _ in range(self.window):
+            self.op.issue(self.args, self.phase)
+        wait_all(self.args)
+        self.timer.stop()
+
+    def _sample(self) -> float:
+        """One sample in seconds, read at once: a warm-up sample's length decides the iteration count."""
+        self._timed()
+        return self.timer.read_us()[-1] * 1e-6
+
+    def warm_up(self, warmup: int, time_per_size: float | None = None) -> float:
+        """Fill the inputs and run the warm-up; returns the seconds per sample it saw.
+
+        Fixed iterations (no time budget): exactly `warmup` iterations; the estimate is this rank's
+        own, good for a progress estimate only. Auto mode: warm-up runs at least once, since it times
+        the case, and stops early once it has taken WARMUP_SHARE of the budget; the ranks agree on that
+        after the first iteration. The estimate is then the fastest warm-up sample after the first (a
+        cold one): on a shared machine a few descheduled samples would otherwise leave a cheap case
+        with --min-iters; it is agreed as the max over ranks, so a rank whose clock reads slower
+        decides for every rank, and every rank runs the same count.
+        """
+        self.op.fill(self.args)
+        auto = time_per_size is not None
+        planned = max(warmup, 1) if auto else warmup
+        local: list[float] = []
+        first = math.nan
+        while len(local) < planned:
+            self.watchdog.arm(f"{self.label} (warm-up)")
+            local.append(self._sample())
+            if auto and len(local) == 1:
+                first = self._agree_max(local[0])
+                planned = min(planned, 1 + math.floor(WARMUP_SHARE * time_per_size / max(first, 1e-9)))
+        self.watchdog.disarm()
+        estimate = min(local[1:] or local) if local else math.nan
+        if not auto or len(local) == 1:
+            return first if auto else estimate
+        return self._agree_max(estimate)
+
+    def _agree_max(self, value: float) -> float:
+        return max(self._share(value))
+
+    def block(self, iters: int, round_index: int, check: bool = False) -> None:
+        """Time `iters` samples as part of round `round_index`, check the result when asked (the row's
+        last block), then share the samples (and the check's wrong count), so that every rank holds
+        the same per-iteration maxima over ranks."""
+        for _ in range(iters):
+            self.watchdog.arm(self.label)
+            self._timed()
+            self.timed_calls.update(self.backend.calls)
+        # Read once the block is done: on CUDA one synchronise on the block's last event.
+        local_us = [us / self.window for us in self.timer.read_us()]
+        wrong = self._check_here() if check else -1
+        gathered = self._share((local_us, wrong))
+        self.per_rank_us += [[] for _ in range(len(gathered) - len(self.per_rank_us))]
+        for rank, (samples, _) in enumerate(gathered):
+            self.per_rank_us[rank].extend(samples)
+        if len(self.rounds_us) <= round_index:
+            self.rounds_us.append([])
+        self.rounds_us[round_index].extend(max(column) for column in zip(*(g[0] for g in gathered)))
+        if check:
+            self.wrong = sum(g[1] for g in gathered)
+
+    def check(self) -> None:
+        """Check one fresh iteration on its own (the last block ran unchecked) and share the count."""
+        self.wrong = sum(self._share(self._check_here()))
+
+    def _check_here(self) -> int:
+        """Re-fill the inputs, run one iteration, and count this rank's wrong elements."""
+        self.op.fill(self.args)
+        self.op.before(self.args, self.phase)
+        self.watchdog.arm(f"{self.label} (check)")
+        _step(self.op, self.args, self.phase, 1)
+        return self.op.wrong(self.args, self.phase)
+
+    def _share(self, value: Any) -> list[Any]:
+        self.watchdog.arm(f"{self.label} (gathering results)")
+        gathered = self.backend.all_gather_object(value)
+        self.watchdog.disarm()
+        return gathered
+
+    @property
+    def samples_us(self) -> list[float]:
+        return [t for block in self.rounds_us for t in block]
+
+    @property
+    def iters(self) -> int:
+        return sum(len(r) for r in self.rounds_us)
+
+    def measurement(self) -> Measurement:
+        iters = max(self.iters, 1)
+        calls = sum(self.timed_calls.values()) / (iters * self.window)
+        apis = "+".join(sorted(self.timed_calls))
+        return Measurement(self.rounds_us, self.per_rank_us, self.wrong, calls, apis, self.timer.name)
 
 
 def measure(
@@ -100,46 +255,14 @@ def measure(
     watchdog: Watchdog,
     label: str,
 ) -> Measurement:
-    """Warm up, time `iters` samples of `window` back-to-back ops each, then check one fresh iteration.
+    """One case on its own: warm up, time `iters` samples of `window` back-to-back ops each in one
+    block, then check one fresh iteration.
 
-    Blocking mode is window=1: barrier (untimed), clock, issue, wait, clock. Non-blocking mode issues
-    `window` ops before completing them all and reports time / window.
+    Blocking mode is window=1: barrier (untimed), start, issue, wait, stop. Non-blocking mode issues
+    `window` ops before completing them all and reports time / window. The timer (timer_for) reads
+    every sample once the block is done.
     """
-    backend = args.backend
-    op.fill(args)
-    for _ in range(warmup):
-        op.before(args, phase)
-        watchdog.arm(f"{label} (warm-up)")
-        _step(op, args, phase, 1)
-
-    # Only the timed steps' calls count: before() may communicate too (sync_bn's untimed forward
-    # ahead of a timed backward), and those calls are not the phase's.
-    timed_calls: Counter[str] = Counter()
-    local_us: list[float] = []
-    for _ in range(iters):
-        op.before(args, phase)
-        watchdog.arm(label)
-        backend.barrier()
-        backend.calls.clear()
-        start = backend.clock()
-        _step(op, args, phase, window)
-        local_us.append((backend.clock() - start) * 1e6 / window)
-        timed_calls.update(backend.calls)
-    calls = sum(timed_calls.values()) / (iters * window)
-    apis = "+".join(sorted(timed_calls))
-
-    wrong = -1
-    if check:
-        op.fill(args)
-        op.before(args, phase)
-        watchdog.arm(f"{label} (check)")
-        _step(op, args, phase, 1)
-        wrong = op.wrong(args, phase)
-
-    watchdog.arm(f"{label} (gathering results)")
-    gathered = backend.all_gather_object((local_us, wrong))
-    watchdog.disarm()
-    per_rank = [g[0] for g in gathered]
-    samples = [max(column) for column in zip(*per_rank)]
-    total_wrong = sum(g[1] for g in gathered) if check else -1
-    return Measurement(samples, per_rank, total_wrong, calls, apis)
+    case = Case(op, args, phase, window=window, watchdog=watchdog, label=label)
+    case.warm_up(warmup)
+    case.block(iters, 0, check)
+    return case.measurement()

@@ -34,8 +34,9 @@ from commbench.launchers import (
     export_torch_env,
 )
 from commbench.ops import build_ops, world_error
+from commbench.results.display import PROGRESS_MARK, Display, Status
 from commbench.results.schema import resolve_output
-from commbench.run.config import Outcome, SweepConfig
+from commbench.run.config import ONE_RANK_NOTE, Outcome, SweepConfig
 
 GRACE_S = 5.0
 
@@ -48,9 +49,23 @@ def visible_gpus() -> int:
     return torch.cuda.device_count()
 
 
+def gpu_per_rank(backend: str) -> bool:
+    """True when each local rank of this backend takes a GPU of its own: nccl, and Horovod built
+    with NCCL where CUDA works (a Horovod without NCCL moves host tensors through Gloo)."""
+    from commbench.backends import cuda_missing
+
+    if backend == "nccl":
+        return True
+    if backend == "horovod" and cuda_missing() is None:
+        from commbench.backends.horovod import horovod_on_gpus
+
+        return horovod_on_gpus()
+    return False
+
+
 def default_nproc(backend: str) -> int:
-    """Every visible GPU with nccl, else 2 ranks."""
-    return max(1, visible_gpus()) if backend == "nccl" else 2
+    """Every visible GPU where each rank takes one, else 2 ranks."""
+    return max(1, visible_gpus()) if gpu_per_rank(backend) else 2
 
 
 def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bool = False) -> Outcome:
@@ -73,12 +88,16 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
         return run_worker(cfg, launch)
     if nproc is not None and nproc < 1:
         raise UserError(f"--nproc must be at least 1 (got {nproc})")
+    chosen = nproc is None
     nproc = default_nproc(cfg.backend) if nproc is None else nproc
     # Options that depend on the number of ranks (--root) are checked before any rank starts.
     if (error := world_error(build_ops(cfg.ops, cfg.op_options, cfg.variants), nproc)) is not None:
         raise UserError(error)
     path = resolve_output(cfg.output, cfg.backend, nproc, cfg.overwrite, cfg.raw)
     _check_host(cfg, nproc, oversubscribe)
+    if nproc == 1:
+        why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
+        click.echo(f"commbench: warning: {why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it", err=True)
     # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
     cfg = dataclasses.replace(cfg, output=str(path.resolve()))
     click.echo(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
@@ -93,18 +112,17 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
 
 def _check_host(cfg: SweepConfig, nproc: int, oversubscribe: bool) -> None:
     """Refuse local ranks this host cannot run, in one line that says what to change."""
-    from commbench.backends import cuda_missing
     from commbench.ops import build_ops
     from commbench.run.resources import local_ranks_error
 
-    if cfg.backend == "nccl" and nproc > (gpus := visible_gpus()):
+    on_gpus = gpu_per_rank(cfg.backend)
+    if on_gpus and nproc > (gpus := visible_gpus()):
         raise UserError(
-            f"--nproc {nproc} needs {nproc} GPUs with nccl (one per rank), but {gpus} "
+            f"--nproc {nproc} needs {nproc} GPUs with {cfg.backend} (one per rank), but {gpus} "
             f"{'is' if gpus == 1 else 'are'} visible; use --nproc {gpus}, or --backend gloo for more ranks"
         )
-    on_host = cfg.backend == "gloo" or (cfg.backend == "horovod" and cuda_missing() is not None)
     ops = build_ops(cfg.ops, cfg.op_options, cfg.variants)
-    if (error := local_ranks_error(nproc, ops, cfg, on_host, oversubscribe)) is not None:
+    if (error := local_ranks_error(nproc, ops, cfg, not on_gpus, oversubscribe)) is not None:
         raise UserError(error)
 
 
@@ -143,10 +161,14 @@ def _hand_over(stream: IO[str], text: str) -> None:
         stream.close()
 
 
-def _relay(stream: IO[str], err: bool, lock: threading.Lock) -> None:
+def _relay(stream: IO[str], err: bool, lock: threading.Lock, display: Display) -> None:
+    """Pass a rank's lines through; rank 0's progress lines become the display's progress."""
     for text in iter(stream.readline, ""):
         with lock:
-            click.echo(text, nl=False, err=err)
+            if not err and text.startswith(PROGRESS_MARK):
+                display.status(Status.from_line(text))
+            else:
+                display.write(text, err=err)
     stream.close()
 
 
@@ -158,6 +180,8 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
     procs: list[subprocess.Popen[str]] = []
     relays: list[threading.Thread] = []
     store = None
+    display: Display | None = None
+    lock = threading.Lock()
     try:
         store, port = host_store(cfg.timeout)
         env = {
@@ -176,7 +200,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
             # per core, or their thread pools spin against each other (sync_bn ran 100x slower).
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))),
         }
-        lock = threading.Lock()
+        display = Display()
         config = cfg.to_json()
         for rank in range(nproc):
             proc = subprocess.Popen(
@@ -193,7 +217,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
             # limits (a long --sizes list once overflowed them), a pipe has none.
             threading.Thread(target=_hand_over, args=(proc.stdin, config), daemon=True).start()
             for stream, err in ((proc.stdout, False), (proc.stderr, True)):
-                t = threading.Thread(target=_relay, args=(stream, err, lock), daemon=True)
+                t = threading.Thread(target=_relay, args=(stream, err, lock, display), daemon=True)
                 t.start()
                 relays.append(t)
         code = _supervise(procs, cfg.timeout, store)
@@ -203,6 +227,9 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
         code = ExitCode.INTERRUPTED
     for t in relays:
         t.join(timeout=2)
+    if display is not None:
+        with lock:
+            display.close()
     _say_where(code, Path(cfg.output))
     return code
 

@@ -76,17 +76,21 @@ def largest_need(
     """(bytes per rank, op, point) of the sweep's most demanding case with world_size ranks, over its
     dtypes, chosen variants (those runnable allows; all when it is None) and points; None when no
     case runs. Torch-free: the launching process calls it before it starts a rank."""
-    copies = copies_of(cfg.backend)
     needs = []
     for op in ops:
         for dtype in cfg.dtypes:
             for variant in choose_variants(op.variants, cfg.variants):
                 if runnable is not None and not runnable(op, variant, dtype):
                     continue
-                window = op.window_for(variant, cfg.window_per_sample)
-                case = MemoryCase(world_size, variant, DTYPE_BYTES[dtype], window, copies, on_host)
+                case = memory_case(op, variant, dtype, cfg, world_size, on_host)
                 needs += [(op.memory_bytes(case, point), op, point) for point in op.points(cfg.sizes)]
     return max(needs, key=lambda need: need[0], default=None)
+
+
+def memory_case(op: Op, variant: str, dtype: str, cfg: SweepConfig, world_size: int, on_host: bool) -> MemoryCase:
+    """What op.memory_bytes needs to know of one (variant, dtype) of this sweep."""
+    window = op.window_for(variant, cfg.window_per_sample)
+    return MemoryCase(world_size, variant, DTYPE_BYTES[dtype], window, copies_of(cfg.backend), on_host)
 
 
 def memory_error(ops: Sequence[Op], cfg: SweepConfig, backend: Backend, local_ranks: int | None = None) -> str | None:

@@ -5,7 +5,11 @@ Used in-process under a launcher (torchrun, horovodrun) and by every rank `commb
 
 from __future__ import annotations
 
+import math
 import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,13 +20,16 @@ from commbench.errors import ExitCode, UserError
 from commbench.launchers import Launch
 from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
+from commbench.results.display import Display, choose_mode
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
-from commbench.run.config import Outcome, RunFacts, SweepConfig, agree
+from commbench.results.stats import Stats
+from commbench.run.config import ONE_RANK_NOTE, Outcome, RunFacts, SweepConfig, agree
+from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
-from commbench.run.harness import CollArgs, measure, unavailable
+from commbench.run.harness import Case, CollArgs, blocks, planned_iters, unavailable
 from commbench.run.progress import ProgressBoard, connect_store
-from commbench.run.resources import memory_error
+from commbench.run.resources import memory_case, memory_error
 from commbench.run.watchdog import Watchdog, bounded
 
 TRANSPORT_TIMEOUT_SLACK_S = 10.0
@@ -73,7 +80,8 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     watchdog.arm(f"creating the --group {cfg.group} process groups")
     grouping = form_groups(backend, cfg.group, facts.rank_hosts)
     watchdog.disarm()
-    sink = _open_sink(cfg, backend, facts, path, grouping) if lead and path is not None else None
+    sink = _open_sink(cfg, backend, facts, path, launch, grouping) if lead and path is not None else None
+    progress = SweepProgress(_case_count(cfg, grouping, ops), cfg.time_per_size if cfg.auto else None)
     try:
         wrong_total = 0
         for op in ops:
@@ -81,7 +89,7 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
                 names = {"op": [op.name], "variant": op.variants, "phase": op.phases, "dtype": cfg.dtypes}
                 sink.section(f"{op.name} on {backend.world_size} ranks{_in_groups(grouping)}", names)
             for dtype in cfg.dtypes:
-                wrong_total += _sweep_op(cfg, grouping, op, dtype, watchdog, sink, board)
+                wrong_total += _sweep_op(cfg, grouping, op, dtype, watchdog, sink, board, progress)
     except CollectiveFailure as exc:
         watchdog.disarm()  # this path diagnoses; the watchdog must not race it with a second report
         detail = bounded(board.diagnose, 4 * watchdog.poll_s + 5)
@@ -100,7 +108,7 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, path)
 
 
-def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, grouping: Grouping) -> Sink:
+def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch: Launch, grouping: Grouping) -> Sink:
     base = {
         "run_id": facts.run_id,
         "mode": cfg.mode,
@@ -108,7 +116,6 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, groupi
         "group": grouping.kind,
         "group_size": grouping.size,
         "backend": cfg.backend,
-        "iters": cfg.iters,
         "warmup": cfg.warmup,
         "hosts": facts.hosts,
         "node_ranks": facts.node_ranks,
@@ -116,17 +123,85 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, groupi
         "backend_version": backend.version(),
         "command": cfg.command,
     }
-    print(
+    # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
+    display = Display(choose_mode(sys.stdout, relay=launch.spawned))
+    display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
-        f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, {cfg.iters} iters, "
-        f"{cfg.warmup} warm-up; results -> {path}",
-        flush=True,
+        f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, "
+        f"{cfg.iterations_text}, {cfg.warmup} warm-up{_alone(backend.world_size)}; results -> {path}"
     )
-    return Sink(path, base, cfg.overwrite, cfg.raw)
+    return Sink(path, base, cfg.overwrite, cfg.raw, display)
+
+
+@dataclass
+class _Slot:
+    """A case of the rotation and what its row needs besides the measurement."""
+
+    case: Case
+    args: CollArgs
+    s_bytes: int
+    window: int
+    note: str
+    blocks: list[int] = field(default_factory=list)  # samples per round, planned at the first visit
+    sample_s: float = 0.0
+
+
+def _alone(world_size: int) -> str:
+    return f" ({ONE_RANK_NOTE})" if world_size == 1 else ""
 
 
 def _in_groups(grouping: Grouping) -> str:
     return "" if grouping.kind == "world" else f", --group {grouping.kind} (groups of {grouping.size})"
+
+
+def _variants(cfg: SweepConfig, grouping: Grouping, op: Op, dtype: str) -> tuple[list[str], dict[str, str]]:
+    """The variants of the op that can run in dtype in this group, and why each of the others cannot."""
+    torch_dtype = getattr(torch, dtype)
+    backend = grouping.backend
+    runnable, refused = [], {}
+    for variant in choose_variants(op.variants, cfg.variants):
+        reason = grouping.unavailable or unavailable(op, variant, backend, torch_dtype)
+        if reason is None:
+            runnable.append(variant)
+        else:
+            refused[variant] = reason
+    return runnable, refused
+
+
+def _case_count(cfg: SweepConfig, grouping: Grouping, ops: list[Op]) -> int:
+    """Cases the sweep plans to measure, before sizes that round to one another are merged."""
+    return sum(
+        len(op.points(cfg.sizes)) * len(_variants(cfg, grouping, op, dtype)[0]) * len(op.phases)
+        for op in ops
+        for dtype in cfg.dtypes
+    )
+
+
+# Cases are interleaved (rotated) in groups whose buffers are alive together. A group may hold this
+# much, or the sweep's largest single case where that is more, so a rotation never needs more memory
+# than the memory check allowed: small sizes rotate all together, the largest one at a time.
+ROTATION_MEMORY_BYTES = 64 << 20
+
+
+def rotation_groups(
+    points: list[Point], variants: list[str], need: Callable[[Point, str], int]
+) -> list[list[tuple[Point, str]]]:
+    """(point, variant) pairs in sweep order, cut into consecutive groups that fit the rotation memory;
+    need(point, variant) is a case's memory estimate (Op.memory_bytes)."""
+    pairs = [(point, variant) for point in points for variant in variants]
+    if not pairs:
+        return []
+    needs = {(p.label, v): need(p, v) for p, v in pairs}
+    cap = max(ROTATION_MEMORY_BYTES, *needs.values())
+    groups: list[list[tuple[Point, str]]] = [[]]
+    held = 0
+    for point, variant in pairs:
+        if groups[-1] and held + needs[point.label, variant] > cap:
+            groups.append([])
+            held = 0
+        groups[-1].append((point, variant))
+        held += needs[point.label, variant]
+    return groups
 
 
 def _sweep_op(
@@ -137,73 +212,167 @@ def _sweep_op(
     watchdog: Watchdog,
     sink: Sink | None,
     board: ProgressBoard,
+    progress: SweepProgress,
 ) -> int:
-    """Every point x variant x phase of one op in one dtype; variants interleave per point for fairness."""
+    """Every point x variant x phase of one op in one dtype, interleaved in rounds (see _rotate)."""
+    backend = grouping.backend  # the ops see their group's ranks
+    variants, refused = _variants(cfg, grouping, op, dtype)
+    if sink:
+        for variant, reason in refused.items():
+            sink.unavailable(op.name, variant, dtype, reason)
     seen: set[tuple[str, str, int]] = set()
     wrong_total = 0
-    torch_dtype = getattr(torch, dtype)
-    backend = grouping.backend  # the ops see their group's ranks
+    on_host = backend.device.type != "cuda"
 
-    def reason(variant: str) -> str | None:
-        return grouping.unavailable or unavailable(op, variant, backend, torch_dtype)
+    def need(point: Point, variant: str) -> int:
+        return op.memory_bytes(memory_case(op, variant, dtype, cfg, backend.world_size, on_host), point)
 
-    chosen = choose_variants(op.variants, cfg.variants)
-    for variant in chosen:
-        if (why := reason(variant)) is not None and sink:
-            sink.unavailable(op.name, variant, dtype, why)
-    variants = [v for v in chosen if reason(v) is None]
-    for point in op.points(cfg.sizes):
-        for variant in variants:
-            args = CollArgs(backend=backend, dtype=torch_dtype, variant=variant)
+    for group in rotation_groups(op.points(cfg.sizes), variants, need):
+        slots: list[_Slot] = []
+        for point, variant in group:
+            args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
             op.setup(args, point)
             waits_inside = op.completes_internally(variant)
             window = op.window_for(variant, cfg.window_per_sample)
-            notes = [WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "", op.note(args)]
+            notes = [
+                WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "",
+                op.note(args),
+                ONE_RANK_NOTE if backend.world_size == 1 else "",
+            ]
             note = "; ".join(n for n in notes if n)
             for phase in op.phases:
                 s_bytes = op.size_bytes(args, phase)
                 if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
+                    progress.skip()
                     continue
                 seen.add((variant, phase, s_bytes))
                 label = f"{op.name}/{variant}/{phase} {dtype} at {_where(point, s_bytes)}"
+                case = Case(op, args, phase, window=window, watchdog=watchdog, label=label)
+                slots.append(_Slot(case, args, s_bytes, window, note))
+        del args  # the slots hold the group's buffers, until the group is done
+        wrong_total += _rotate(cfg, backend, op, dtype, slots, sink, board, progress, watchdog)
+    return wrong_total
+
+
+def _rotate(
+    cfg: SweepConfig,
+    backend: Backend,
+    op: Op,
+    dtype: str,
+    slots: list[_Slot],
+    sink: Sink | None,
+    board: ProgressBoard,
+    progress: SweepProgress,
+    watchdog: Watchdog,
+) -> int:
+    """Visit every case of the group once per round, each visit one block of its samples.
+
+    A slow spell of the machine then lands on a block of every case rather than on all samples of
+    one, and the rounds are independent replicates (compare tests against their spread). The first
+    visit warms the case up and plans its iterations; the last one checks the result. A row is
+    written as soon as its last block has run. Should the sweep stop before that (a failed or hung
+    collective, Ctrl-C), rank 0 still writes each unfinished case's row from the blocks it has, with
+    a note saying how many rounds ran: nothing measured is lost.
+    """
+    wrong_total = 0
+    pending = list(slots)
+
+    def write(slot: _Slot, note: str = "") -> None:
+        if sink is None:
+            return
+        m = slot.case.measurement()
+        sink.measured(
+            Measured(
+                op=op.name,
+                variant=slot.args.variant,
+                phase=slot.case.phase,
+                dtype=dtype,
+                size_bytes=slot.s_bytes,
+                count=slot.args.count,
+                bus_factor=op.bus_factor(backend.world_size),
+                rounds_us=m.rounds_us,
+                per_rank_us=m.per_rank_us,
+                wrong=m.wrong,
+                calls=m.calls,
+                apis=m.apis,
+                window=slot.window,
+                note="; ".join(n for n in (slot.note, note) if n),
+                timer=m.timer,
+            )
+        )
+
+    def write_unfinished() -> None:
+        unfinished, pending[:] = [s for s in pending if s.case.rounds_us], []
+        for slot in unfinished:
+            write(slot, f"stopped after {len(slot.case.rounds_us)} of {len(slot.blocks)} rounds")
+
+    watchdog.last_words = write_unfinished
+    try:
+        for round_index in range(cfg.rounds):
+            for slot in list(pending):
+                label = slot.case.label + (f", round {round_index + 1}/{cfg.rounds}" if cfg.rounds > 1 else "")
                 if sink:
-                    sink.progress(label)
+                    sink.progress(progress.status(label))
                 board.step(label)
                 try:
-                    m = measure(
-                        op,
-                        args,
-                        phase,
-                        iters=cfg.iters,
-                        warmup=cfg.warmup,
-                        window=window,
-                        check=cfg.check,
-                        watchdog=watchdog,
-                        label=label,
-                    )
+                    done = _visit(cfg, slot, round_index, progress)
                 except RuntimeError as exc:
                     raise CollectiveFailure(f"rank {board.rank}: {label} failed: {_first_sentence(exc)}") from exc
-                if sink:
-                    sink.measured(
-                        Measured(
-                            op.name,
-                            variant,
-                            phase,
-                            dtype,
-                            s_bytes,
-                            args.count,
-                            op.bus_factor(backend.world_size),
-                            m.samples_us,
-                            m.per_rank_us,
-                            m.wrong,
-                            m.calls,
-                            m.apis,
-                            window,
-                            note,
-                        )
-                    )
-                wrong_total += max(m.wrong, 0)
+                if done:
+                    pending.remove(slot)
+                    wrong_total += max(slot.case.wrong, 0)
+                    write(slot)
+    except BaseException:
+        write_unfinished()
+        raise
+    finally:
+        watchdog.last_words = None
     return wrong_total
+
+
+# --precision checks the interval this many times per block (the ranks share samples after each
+# chunk anyway, so the check costs no extra exchange beyond the chunk's).
+PRECISION_CHUNKS = 4
+
+
+def _visit(cfg: SweepConfig, slot: _Slot, round_index: int, progress: SweepProgress) -> bool:
+    """One visit of a case: its warm-up and plan on the first, one block, the check on the last.
+    True when the case is done."""
+    case = slot.case
+    if round_index == 0:
+        slot.sample_s = case.warm_up(cfg.warmup, cfg.time_per_size if cfg.auto else None)
+        iters = cfg.iters or planned_iters(slot.sample_s, cfg.time_per_size, cfg.min_iters, cfg.max_iters)
+        slot.blocks = blocks(iters, cfg.rounds)
+        progress.plan(_expected(slot, iters))
+    last = round_index == len(slot.blocks) - 1
+    chunks = [slot.blocks[round_index]] if cfg.precision is None else blocks(slot.blocks[round_index], PRECISION_CHUNKS)
+    for i, chunk in enumerate(chunks):
+        final = last and i == len(chunks) - 1
+        case.block(chunk, round_index, check=cfg.check and final)
+        progress.ran(_expected(slot, chunk))
+        if not final and cfg.precision is not None and _precise(case, cfg):
+            if cfg.check:
+                case.check()
+            progress.finish(_expected(slot, sum(chunks[i + 1 :]) + sum(slot.blocks[round_index + 1 :])))
+            return True
+    if last:
+        progress.finish()
+    return last
+
+
+def _expected(slot: _Slot, iters: int) -> float:
+    """Expected timed seconds of `iters` samples of the slot's case (0 when its time is unknown)."""
+    return 0.0 if math.isnan(slot.sample_s) else iters * slot.sample_s
+
+
+def _precise(case: Case, cfg: SweepConfig) -> bool:
+    """--precision: the pooled p50's interval is narrow enough. Every rank holds the same samples, so
+    every rank decides the same. At least two rounds first (where more are planned), so that the
+    rounds can still disagree, and at least --min-iters samples."""
+    if len(case.rounds_us) < min(2, cfg.rounds) or case.iters < cfg.min_iters:
+        return False
+    stats = Stats.from_samples(case.samples_us)
+    return stats.relative_width <= cfg.precision
 
 
 def _where(point: Point, s_bytes: int) -> str:

@@ -24,6 +24,9 @@ class Watchdog:
         self.timeout_s = timeout_s
         self.rank = rank
         self.diagnose = diagnose
+        # Called before the process ends on a timeout, from the watchdog's thread while the main one
+        # is stuck in the collective: rank 0 writes the rows its unfinished cases have so far.
+        self.last_words: Callable[[], None] | None = None
         self.label = ""
         self.deadline = math.inf
         self.poll_s = min(1.0, max(0.05, timeout_s / 10))
@@ -50,6 +53,8 @@ class Watchdog:
             f"{'; ' + detail if detail else ''}\n"
         )
         sys.stderr.flush()
+        if self.last_words is not None:
+            bounded(lambda: str(self.last_words and self.last_words()), 5)
         os._exit(ExitCode.COLLECTIVE_FAILURE)
 
 

@@ -1,0 +1,105 @@
+"""Does `commbench compare` cry wolf? Pairs of identical runs back to back, and a planted slowdown.
+
+Each pair is `commbench sweep --op all_gather -b 8 -e 1M -f 4 --raw` twice in a row on 2 Gloo
+ranks. A pair is clean when `commbench compare` with its defaults flags no row (no regression, no
+improvement) between the two runs. Then the second run of every pair is slowed down 1.5x by
+scaling its times (every time column, the per-round p50s and the raw samples; bandwidths divided),
+which keeps the machine's real run-to-run noise and plants an exact change; compare must flag it.
+Scaling rather than a sleeping op: the change is then exactly 1.5x at every size, and the noise
+around it is the real noise of the second run.
+
+    python bench/compare_pairs.py [--pairs 10] [-- extra sweep options]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from commbench.analysis.compare import compare_runs  # noqa: E402
+from commbench.results.schema import raw_path  # noqa: E402
+
+SWEEP = ["--op", "all_gather", "-b", "8", "-e", "1M", "-f", "4", "--raw", "--backend", "gloo", "--nproc", "2"]
+FACTOR = 1.5
+
+
+def sweep(out: Path, extra: list[str]) -> None:
+    cmd = [sys.executable, "-m", "commbench", "sweep", *SWEEP, *extra, "-o", str(out), "--overwrite", "--no-plot"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env={**os.environ, "CI": "1"})
+    if proc.returncode != 0:
+        raise SystemExit(f"sweep failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+
+
+def slowed(path: Path, out: Path, factor: float) -> Path:
+    """A copy of a run (and its raw samples) with every time multiplied by factor."""
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for column in frame.columns:
+        if column.startswith("time_us_") and column != "time_us_p50_rounds":
+            frame[column] = [f"{float(v) * factor:.6g}" if v else v for v in frame[column]]
+        elif column.endswith("_gbps"):
+            frame[column] = [f"{float(v) / factor:.6g}" if v else v for v in frame[column]]
+    frame["time_us_p50_rounds"] = [
+        ";".join(f"{float(x) * factor:.6g}" for x in cell.split(";")) if cell else cell
+        for cell in frame["time_us_p50_rounds"]
+    ]
+    frame.to_csv(out, index=False)
+    raw = pd.read_csv(raw_path(path))
+    raw["time_us"] = raw["time_us"] * factor
+    raw.to_csv(raw_path(out), index=False)
+    return out
+
+
+def verdicts(baseline: Path, candidate: Path) -> dict[str, int]:
+    result = compare_runs(baseline, candidate)
+    counts: dict[str, int] = {}
+    for delta in result.deltas:
+        counts[delta.verdict] = counts.get(delta.verdict, 0) + 1
+    counts["rows"] = len(result.deltas)
+    counts["max change %"] = round(max(abs(d.change) for d in result.deltas) * 100, 1)
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the runs' CSVs in this folder")
+    parser.add_argument("extra", nargs="*", help="more sweep options (after --), e.g. --iters 20 --rounds 1")
+    opts = parser.parse_args()
+    clean = flagged_all = 0
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = opts.keep or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
+        for k in range(opts.pairs):
+            a, b = Path(tmp) / f"{k}a.csv", Path(tmp) / f"{k}b.csv"
+            sweep(a, opts.extra)
+            sweep(b, opts.extra)
+            same = verdicts(a, b)
+            planted = verdicts(a, slowed(b, Path(tmp) / f"{k}b-slow.csv", FACTOR))
+            is_clean = not (same.get("regression") or same.get("improvement"))
+            caught = planted.get("regression", 0)
+            clean += is_clean
+            flagged_all += caught == planted["rows"]
+            print(
+                f"pair {k + 1:>2}: same command {'clean' if is_clean else 'FLAGGED'} "
+                f"(largest change {same['max change %']}%, {same}); "
+                f"planted {FACTOR}x: {caught}/{planted['rows']} rows flagged as regressions",
+                flush=True,
+            )
+    print(f"# sweep {' '.join(SWEEP + opts.extra)}; compare with its defaults")
+    print(
+        f"compare pairs: {clean}/{opts.pairs} identical pairs clean; planted {FACTOR}x flagged in every row of "
+        f"{flagged_all}/{opts.pairs} pairs"
+    )
+
+
+if __name__ == "__main__":
+    main()
