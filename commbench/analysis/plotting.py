@@ -194,10 +194,36 @@ def build_charts(frame: pd.DataFrame) -> list[Chart]:
     for name, group in _panels(frame):
         if not ok_rows(group).empty:
             charts.append(_size_chart(name, group))
+        if "overlap" in group.columns and ok_rows(group)["overlap"].notna().any():
+            charts.append(_overlap_chart(name, group))
         family = speedup_family(group["op"].iloc[0])
         if family and (speedup := _speedup_chart(name, group, family)):
             charts.append(speedup)
     return charts
+
+
+def _overlap_chart(name: str, group: pd.DataFrame) -> Chart:
+    """--overlap: the share of the shorter of (collective, matmul) hidden behind the longer, per size."""
+    measured = ok_rows(group)
+    measured = measured[measured["overlap"].notna()]
+    op, phase = measured["op"].iloc[0], measured["phase"].iloc[0]
+    palette = Palette.of(measured)
+    fig = Figure(figsize=(8, 4.8), layout="constrained")
+    ax = fig.subplots()
+    for label, rows in sorted(_series(measured), key=palette.order):
+        ax.plot(rows["size_bytes"], rows["overlap"], markersize=4, label=label, **palette.style(rows))
+    _size_axis(ax, measured["size_bytes"])
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel("overlap: hidden share of the shorter of comm and compute")
+    ax.axhline(1.0, color="gray", linestyle=":", linewidth=1)
+    _legend_outside(ax)
+    facts = _facts(measured)
+    fig.suptitle(f"{op} · {phase}: communication/computation overlap (1 = fully hidden)\n{facts}", fontsize=11)
+    caption = (
+        f"{op} ({phase}): overlap = (comm + compute - overlapped) / min(comm, compute), clipped to [0, 1], "
+        f"per size and variant, the matmul sized by --compute; {facts}."
+    )
+    return Chart(name=f"{name}-overlap", kind="overlap", figure=fig, caption=caption)
 
 
 def _panels(frame: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:

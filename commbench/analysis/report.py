@@ -44,6 +44,8 @@ PROVENANCE_COLUMNS = (
     "command",
 )
 # The per-(op, phase) result tables.
+# Shown where a run measured them (--overlap).
+OVERLAP_COLUMNS = ("comm_us", "compute_us", "overlapped_us", "overlap")
 RESULT_COLUMNS = (
     "size_bytes",
     "variant",
@@ -88,7 +90,8 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
     measured = frame[frame["status"] != "unavailable"]
     for (op, phase), rows in measured.groupby(["op", "phase"], sort=True):
         parts.append(f"<h3>{html.escape(op)} · {html.escape(phase)}</h3>")
-        parts.append(_table(rows.sort_values(["size_bytes", "variant", "run"])[list(RESULT_COLUMNS)]))
+        columns = list(RESULT_COLUMNS) + [c for c in OVERLAP_COLUMNS if rows[c].notna().any()]
+        parts.append(_table(rows.sort_values(["size_bytes", "variant", "run"])[columns]))
     unavailable = frame[frame["status"] == "unavailable"]
     if not unavailable.empty:
         parts.append("<h3>Not measured</h3>")

@@ -182,6 +182,18 @@ measure_options = _compose(
     ),
     click.option("--raw", is_flag=True, help="Also write per-iteration, per-rank samples to <output>.raw.csv."),
     click.option(
+        "--overlap",
+        is_flag=True,
+        help="Also time a matmul alone and the op with the matmul run while it is in flight, and report how "
+        "much of the shorter one was hidden (columns comm_us, compute_us, overlapped_us, overlap; docs/overlap.md).",
+    ),
+    click.option(
+        "--compute",
+        default="auto",
+        show_default=True,
+        help="With --overlap: the matmul's FLOP count (e.g. 1G, 5e9), or auto (about as long as the op at each size).",
+    ),
+    click.option(
         "--group",
         type=click.Choice(GROUPS),
         default="world",

@@ -29,6 +29,7 @@ COLUMNS = (
     *STAT_COLUMNS,
     "time_us_p50_rounds",
     *"algbw_gbps busbw_gbps wrong status note".split(),
+    *"comm_us compute_us overlapped_us overlap compute_flops".split(),  # --overlap only
     *"hosts node_ranks torch_version backend_version commbench_version command".split(),
 )
 KEY_COLUMNS = ("op", "variant", "phase", "dtype", "mode", "size_bytes")

@@ -14,6 +14,7 @@ from commbench.results import table
 from commbench.results.display import Display, Status
 from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, raw_path
 from commbench.results.stats import Stats, bandwidth_gbps, noisy, percentile
+from commbench.run.overlap import overlap_fraction
 from commbench.run.timers import PERF_COUNTER
 
 
@@ -36,6 +37,10 @@ class Measured:
     window: int
     note: str = ""
     timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
+    # --overlap: per round, the compute kernel alone and the op with the kernel run beside it.
+    compute_rounds_us: Sequence[Sequence[float]] = ()
+    overlapped_rounds_us: Sequence[Sequence[float]] = ()
+    compute_flops: float | None = None
 
 
 class Sink:
@@ -102,6 +107,7 @@ class Sink:
             "busbw_gbps": busbw,
             "status": "wrong" if m.wrong > 0 else "ok",
             "note": "; ".join(notes),
+            **_overlap_columns(m, stats.time_us_p50),
         }
 
     def close(self) -> None:
@@ -117,6 +123,23 @@ class Sink:
             )
         else:
             self.display.write(f"# done: results in {self.path}")
+
+
+def _overlap_columns(m: Measured, comm_us: float) -> dict[str, float]:
+    """comm_us, compute_us, overlapped_us (p50s) and the overlap fraction, for --overlap rows."""
+    if not m.compute_flops:
+        return {}
+    compute_us, overlapped_us = (
+        percentile(sorted(t for block in rounds for t in block), 50)
+        for rounds in (m.compute_rounds_us, m.overlapped_rounds_us)
+    )
+    return {
+        "comm_us": comm_us,
+        "compute_us": compute_us,
+        "overlapped_us": overlapped_us,
+        "overlap": overlap_fraction(comm_us, compute_us, overlapped_us),
+        "compute_flops": m.compute_flops,
+    }
 
 
 def _now() -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.run.groups import GROUPS, layout, refusal
+from commbench.run.overlap import parse_compute
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -75,6 +76,8 @@ class SweepConfig:
     op_options: dict[str, str] = field(default_factory=dict)
     variants: tuple[str, ...] = ()  # --variant: only these, for each op that has any of them
     group: str = "world"  # --group: world, intra or inter (commbench/run/groups.py)
+    overlap: bool = False  # --overlap: also the compute kernel alone and both together (run/overlap.py)
+    compute: str = "auto"  # --compute: the kernel's FLOP count, or auto (about the op's own time)
     command: str = ""
 
     def __post_init__(self) -> None:
@@ -107,6 +110,7 @@ class SweepConfig:
         if self.group not in GROUPS:
             raise UserError(f"unknown group {self.group!r}; valid groups: {', '.join(GROUPS)}")
         in_range("--timeout", self.timeout, TIMEOUT_RANGE_S, "seconds")
+        object.__setattr__(self, "compute", parse_compute(self.compute))
 
     @property
     def auto(self) -> bool:

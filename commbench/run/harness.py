@@ -7,13 +7,16 @@ The harness never names an op: everything op-specific goes through the Op contra
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from commbench.backends.base import Backend, Work
+from commbench.run.overlap import ComputeKernel
 from commbench.run.timers import PERF_COUNTER, timer_for
 
 if TYPE_CHECKING:
@@ -88,6 +91,10 @@ class Measurement:
     calls: float  # collective calls per op iteration
     apis: str  # the API names those calls used
     timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
+    # With --overlap, per round: the compute kernel alone and the op with the kernel run beside it.
+    compute_rounds_us: list[list[float]] = field(default_factory=list)
+    overlapped_rounds_us: list[list[float]] = field(default_factory=list)
+    compute_flops: float | None = None
 
     @property
     def samples_us(self) -> list[float]:
@@ -135,21 +142,31 @@ class Case:
         self.timed_calls: Counter[str] = Counter()
         self.wrong = -1
         self.timer = timer_for(self.backend)
+        # --overlap (commbench/run/overlap.py): the runner sets compute_for, which makes the matmul
+        # from the op's agreed sample time (seconds) once the first block has measured it.
+        self.compute_for: Callable[[float], ComputeKernel] | None = None
+        self.compute: ComputeKernel | None = None
+        self.compute_rounds_us: list[list[float]] = []
+        self.overlapped_rounds_us: list[list[float]] = []
 
     @property
     def backend(self) -> Backend:
         return self.args.backend
 
-    def _timed(self) -> None:
+    def _timed(self, with_op: bool = True, with_compute: bool = False) -> None:
         """One timed sample: untimed preparation and barrier, then start, `window` ops and their
-        completion, stop. The timer holds the sample until it is read."""
-        self.op.before(self.args, self.phase)
+        completion, stop. The timer holds the sample until it is read. --overlap also times the
+        compute kernel alone (with_op False) and run between issuing the ops and completing them."""
+        if with_op:
+            self.op.before(self.args, self.phase)
         self.backend.synchronize()  # untimed: the barrier then lines up ranks whose devices are idle
         self.backend.barrier()
         self.backend.calls.clear()
         self.timer.start()
-        for _ in range(self.window):
+        for _ in range(self.window if with_op else 0):
             self.op.issue(self.args, self.phase)
+        if with_compute:
+            self.compute.run()
         wait_all(self.args)
         self.timer.stop()
 
@@ -199,16 +216,31 @@ class Case:
             self.timed_calls.update(self.backend.calls)
         # Read once the block is done: on CUDA one synchronise on the block's last event.
         local_us = [us / self.window for us in self.timer.read_us()]
+        if self.compute_for is not None and self.compute is None and local_us:
+            self.compute = self.compute_for(self._agree_max(statistics.median(local_us) * self.window * 1e-6))
+        overlap = self._overlap_block(iters) if self.compute is not None else None
         wrong = self._check_here() if check else -1
-        gathered = self._share((local_us, wrong))
+        gathered = self._share((local_us, wrong, overlap))
         self.per_rank_us += [[] for _ in range(len(gathered) - len(self.per_rank_us))]
-        for rank, (samples, _) in enumerate(gathered):
+        for rank, (samples, _, _) in enumerate(gathered):
             self.per_rank_us[rank].extend(samples)
-        if len(self.rounds_us) <= round_index:
-            self.rounds_us.append([])
-        self.rounds_us[round_index].extend(max(column) for column in zip(*(g[0] for g in gathered)))
+        _extend_round(self.rounds_us, round_index, [g[0] for g in gathered])
+        if overlap is not None:
+            _extend_round(self.compute_rounds_us, round_index, [g[2][0] for g in gathered])
+            _extend_round(self.overlapped_rounds_us, round_index, [g[2][1] for g in gathered])
         if check:
             self.wrong = sum(g[1] for g in gathered)
+
+    def _overlap_block(self, iters: int) -> tuple[list[float], list[float]]:
+        """As many samples of the compute kernel alone, and of the op with the kernel between its
+        issue and its completion, as the block had of the op alone (per op, as the op's are)."""
+        found = []
+        for with_op in (False, True):
+            for _ in range(iters):
+                self.watchdog.arm(f"{self.label} (overlap)")
+                self._timed(with_op=with_op, with_compute=True)
+            found.append([us / self.window for us in self.timer.read_us()])
+        return found[0], found[1]
 
     def check(self) -> None:
         """Check one fresh iteration on its own (the last block ran unchecked) and share the count."""
@@ -240,7 +272,24 @@ class Case:
         iters = max(self.iters, 1)
         calls = sum(self.timed_calls.values()) / (iters * self.window)
         apis = "+".join(sorted(self.timed_calls))
-        return Measurement(self.rounds_us, self.per_rank_us, self.wrong, calls, apis, self.timer.name)
+        return Measurement(
+            self.rounds_us,
+            self.per_rank_us,
+            self.wrong,
+            calls,
+            apis,
+            self.timer.name,
+            self.compute_rounds_us,
+            self.overlapped_rounds_us,
+            self.compute.flops if self.compute is not None else None,
+        )
+
+
+def _extend_round(rounds: list[list[float]], round_index: int, per_rank: list[list[float]]) -> None:
+    """Add a block's per-iteration maxima over ranks to round `round_index`."""
+    if len(rounds) <= round_index:
+        rounds.append([])
+    rounds[round_index].extend(max(column) for column in zip(*per_rank))
 
 
 def measure(

@@ -28,6 +28,7 @@ from commbench.run.config import ONE_RANK_NOTE, Outcome, RunFacts, SweepConfig, 
 from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters, unavailable
+from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, cpu_note, side_for, wall_seconds
 from commbench.run.progress import ProgressBoard, connect_store
 from commbench.run.resources import memory_case, memory_error
 from commbench.run.watchdog import Watchdog, bounded
@@ -296,8 +297,11 @@ def _rotate(
                 calls=m.calls,
                 apis=m.apis,
                 window=slot.window,
-                note="; ".join(n for n in (slot.note, note) if n),
+                note="; ".join(n for n in (slot.note, note, cpu_note(backend.device) if m.compute_flops else "") if n),
                 timer=m.timer,
+                compute_rounds_us=m.compute_rounds_us,
+                overlapped_rounds_us=m.overlapped_rounds_us,
+                compute_flops=m.compute_flops,
             )
         )
 
@@ -343,7 +347,9 @@ def _visit(cfg: SweepConfig, slot: _Slot, round_index: int, progress: SweepProgr
         slot.sample_s = case.warm_up(cfg.warmup, cfg.time_per_size if cfg.auto else None)
         iters = cfg.iters or planned_iters(slot.sample_s, cfg.time_per_size, cfg.min_iters, cfg.max_iters)
         slot.blocks = blocks(iters, cfg.rounds)
-        progress.plan(_expected(slot, iters))
+        if cfg.overlap:
+            case.compute_for = lambda target_s, case=case: compute_kernel(cfg, case, target_s)
+        progress.plan(_expected(slot, iters) * (3 if cfg.overlap else 1))
     last = round_index == len(slot.blocks) - 1
     chunks = [slot.blocks[round_index]] if cfg.precision is None else blocks(slot.blocks[round_index], PRECISION_CHUNKS)
     for i, chunk in enumerate(chunks):
@@ -358,6 +364,15 @@ def _visit(cfg: SweepConfig, slot: _Slot, round_index: int, progress: SweepProgr
     if last:
         progress.finish()
     return last
+
+
+def compute_kernel(cfg: SweepConfig, case: Case, target_s: float) -> ComputeKernel:
+    """--overlap's matmul for a case: --compute FLOP, or (auto) about as long as one sample of the
+    op (target_s, the median of its first block, agreed across ranks); every rank gets the same."""
+    backend, dtype = case.backend, case.args.dtype
+    if cfg.compute != AUTO:
+        return ComputeKernel(side_for(float(cfg.compute)), backend.device, compute_dtype(dtype))
+    return calibrate(target_s, backend.device, dtype, case._agree_max, lambda k: wall_seconds(k, backend.synchronize))
 
 
 def _expected(slot: _Slot, iters: int) -> float:
