@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.ops.base import Point
+from commbench.backends.copies import copies_of
+from commbench.ops.base import MemoryCase, Point
 from commbench.ops.grouped_all_gather import MAX_CHANNELS, GroupedAllGather, channels_for
 from commbench.run.harness import CollArgs, complete
 from tests.distributed import run_ranks
@@ -88,6 +89,11 @@ def test_a_corrupted_result_is_caught_in_every_variant():
 
 
 def test_memory_estimate_follows_the_clamped_channels_not_the_requested_size():
+    case = MemoryCase(world_size=2, variant="separate", element_size=4, copies=copies_of("gloo"))
     op = GroupedAllGather()
-    assert op.memory_bytes(Point.of_size(1 << 40), 2) == op.memory_bytes(Point.of_size(1 << 30), 2) < 1 << 20
-    assert GroupedAllGather({"tensors": "2x1K"}).memory_bytes(Point.of_size(8), 2) == 4 * 2048 * 2 * 8
+    assert op.memory_bytes(case, Point.of_size(1 << 40)) == op.memory_bytes(case, Point.of_size(1 << 30))
+    small, large = (GroupedAllGather({"tensors": t}) for t in ("2x1K", "2x1M"))
+    assert small.memory_bytes(case, Point.of_size(8)) == small.memory_bytes(case, Point.of_size(1 << 30))
+    assert (
+        large.memory_bytes(case, Point.of_size(8)) - small.memory_bytes(case, Point.of_size(8)) >= 2 * 2 * (1 << 20) * 4
+    )

@@ -18,14 +18,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 import torch.distributed as dist
 
+from commbench.backends.gloo import GlooBackend
 from commbench.errors import UserError
 from commbench.ops.all_gather import AllGather
+from commbench.ops.base import Op
+from commbench.ops.reduce_scatter_base import ReduceScatterBase
 from commbench.results.schema import COLUMNS, CsvAppender
+from commbench.run import resources
+from commbench.run.config import SweepConfig
 from commbench.run.progress import ProgressBoard, RankRecord
 from commbench.run.resources import host_available_bytes, memory_error
+from commbench.units import format_size
 from tests.distributed import REPO, commbench, rank_env, rendezvous_store
 
 TIMEOUT_S = 5
@@ -299,26 +304,47 @@ def test_two_torchrun_nodes_on_loopback_record_both_node_ranks(tmp_path):
 def test_a_size_that_cannot_fit_is_refused_before_allocation(tmp_path):
     out = tmp_path / "run.csv"
     result = commbench(
-        *"sweep --backend gloo --nproc 2 --op all_gather --sizes 8,512G --no-plot -o".split(),
+        *"sweep --backend gloo --nproc 2 --op all_gather --sizes 8,64G --no-plot -o".split(),
         str(out),
         timeout=180,
     )
     assert result.returncode == 2, result.stderr
     error = result.stderr.strip().splitlines()
     assert len(error) == 1, result.stderr
-    assert error[0].startswith("commbench: error: 2 ranks would need about 4T"), error
-    assert "plus 2T each for all_gather at 512G" in error[0] and "available on this host (MemAvailable)" in error[0]
+    # Refused by the launcher: input S/2, output S and Gloo's flat copy of the output, 2.5 S per rank.
+    assert error[0].startswith("commbench: error: 2 ranks would need about 3"), error
+    assert "plus 160G each for all_gather at 64G" in error[0] and "available on this host (MemAvailable)" in error[0]
     assert not out.exists()
 
 
-def test_memory_estimate_against_host_memory(tmp_path):
+def test_memory_estimate_against_host_memory(tmp_path, monkeypatch):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       16000000 kB\nMemFree:  100 kB\nMemAvailable:    8388608 kB\n")
     assert host_available_bytes(meminfo) == 8 << 30
-    cpu = torch.device("cpu")
-    assert memory_error([AllGather()], [1 << 30], 2, cpu, local_ranks=1) is None  # 4 GiB of 8+ available
-    message = memory_error([AllGather()], [8, 64 << 30], 2, cpu, local_ranks=4)
-    assert message is not None and "all_gather at 64G needs about 256G per rank x 4 ranks on this host = 1T" in message
+    monkeypatch.setattr(resources, "host_available_bytes", lambda: host_available_bytes(meminfo))
+    backend = GlooBackend()
+    backend.world_size = 2
+    op = AllGather()
+
+    def need(size: int, op: Op = op, **options: object) -> int:
+        cfg = SweepConfig(backend="gloo", ops=(op.name,), sizes=(8, size), **options)  # type: ignore[arg-type]
+        largest = resources.largest_need([op], cfg, 2, on_host=True)
+        assert largest is not None
+        return largest[0]
+
+    assert memory_error([op], SweepConfig("gloo", ("all_gather",), (1 << 30,)), backend, local_ranks=1) is None
+    message = memory_error([op], SweepConfig("gloo", ("all_gather",), (8, 64 << 30)), backend, local_ranks=4)
+    per_rank = need(64 << 30) + resources.RUNTIME_GROWTH_BYTES
+    assert message == (
+        f"all_gather at 64G needs about {format_size(per_rank)} per rank x 4 ranks on this host = "
+        f"{format_size(4 * per_rank)}, but only 8G is available on this host (MemAvailable); lower "
+        "--max-bytes or --sizes, or run fewer ranks per host"
+    )
+    # Gloo runs two calls at a time, each with its own copy of the output: the window counts.
+    assert need(1 << 30, mode="nonblocking", window=8) == need(1 << 30) + (1 << 30)
+    # Only the variants that will run count: Gloo's list reduce-scatter copies half the input, the flat one all of it.
+    scatter = ReduceScatterBase()
+    assert need(1 << 30, scatter, variants=("list",)) == need(1 << 30, scatter) - (1 << 29)
 
 
 @pytest.mark.slow

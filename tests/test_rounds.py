@@ -226,12 +226,8 @@ def test_precision_stops_a_steady_row_early(tmp_path: Path) -> None:
 
 
 def test_rotation_groups_respect_the_memory_cap() -> None:
-    class Big(Recording):
-        def memory_bytes(self, point: Point, world_size: int) -> int:
-            return point.size_bytes
-
     points = [Point.of_size(s << 20) for s in (1, 8, 16, 32, 64)]
-    groups = runner.rotation_groups(Big(), points, ["a", "b"], 2)
+    groups = runner.rotation_groups(points, ["a", "b"], lambda point, variant: point.size_bytes)
     # Up to 64 MiB of buffers rotate together; the largest case (64 MiB) goes alone.
     assert [[(p.size_bytes >> 20, v) for p, v in g] for g in groups] == [
         [(1, "a"), (1, "b"), (8, "a"), (8, "b"), (16, "a"), (16, "b")],

@@ -8,21 +8,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for, tiled
+from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
     from commbench.run.harness import CollArgs
 
 
-def contribution(rank: int, count: int, dtype: Any, device: Any) -> Any:
-    """Rank-dependent small integers, exact in every dtype: (3r + j) % 11 + 1."""
-    return (tiled(count, 11, 3 * rank, device) + 1).to(dtype)
+def contribution(rank: int) -> Values:
+    """Rank r's input at index j: (3r + j) % 11 + 1, small integers exact in every dtype."""
+    return Values(lambda j: (j + 3 * rank) % 11 + 1, period=11)
 
 
-def every_contribution(world_size: int, count: int, dtype: Any, device: Any) -> Any:
-    """Rank 0's contribution, then rank 1's, ...: what a gather of count elements per rank holds."""
-    return torch.cat([contribution(r, count, dtype, device) for r in range(world_size)])
+def gathered_wrong(parts: list[Any]) -> int:
+    """Wrong elements of a gathered result: part r must hold rank r's contribution."""
+    return sum(contribution(r).wrong(part) for r, part in enumerate(parts))
 
 
 class AllGather(Op):
@@ -39,6 +40,14 @@ class AllGather(Op):
     def unavailable(self, variant: str, backend: Backend) -> str | None:
         return backend.missing("all_gather_inplace") if variant == "inplace" else None
 
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # The output (S) and the input (S/n, none in place); the result is checked against values
+        # computed chunk by chunk.
+        s = point.size_bytes
+        own = 0 if case.variant == "inplace" else s // case.world_size
+        call = "all_gather_list" if case.variant == "list" else "all_gather_flat"
+        return s + own + case.transport(call, s) + chunk_temporaries(s)
+
     def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
         args.count = elements_for(point.size_bytes, args.element_size, n)
@@ -49,13 +58,12 @@ class AllGather(Op):
         else:
             args.input = torch.empty(per_rank, dtype=args.dtype, device=args.device)
         args.output = list(flat.chunk(n)) if args.variant == "list" else flat
-        args.expected = every_contribution(n, per_rank, args.dtype, args.device)
 
     def fill(self, args: CollArgs) -> None:
         # Outputs first: in place, the input is part of the output.
-        for out in args.output if args.variant == "list" else [args.output]:
+        for out in self._outputs(args):
             out.zero_()
-        args.input.copy_(contribution(args.rank, args.input.numel(), args.dtype, args.device))
+        contribution(args.rank).write(args.input)
 
     def issue(self, args: CollArgs, phase: str) -> None:
         if args.variant == "list":
@@ -64,5 +72,9 @@ class AllGather(Op):
             args.issue(args.backend.all_gather_flat(args.output, args.input))
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        gathered = torch.cat(args.output) if args.variant == "list" else args.output
-        return count_wrong(gathered, args.expected)
+        return gathered_wrong(self._outputs(args))
+
+    @staticmethod
+    def _outputs(args: CollArgs) -> list[Any]:
+        """Rank r's part of the output, for each r."""
+        return list(args.output.chunk(args.world_size)) if torch.is_tensor(args.output) else args.output

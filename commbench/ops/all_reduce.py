@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution
-from commbench.ops.base import REDUCE_FACTOR, Op, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.base import REDUCE_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.values import chunk_temporaries, summed
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
@@ -23,14 +24,17 @@ class AllReduce(Op):
         variants=("flat",),
     )
 
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # The one buffer (S): refilled from the value formula, not from a saved copy of the input.
+        s = point.size_bytes
+        return s + case.transport("all_reduce", s) + chunk_temporaries(s)
+
     def setup(self, args: CollArgs, point: Point) -> None:
         args.count = elements_for(point.size_bytes, args.element_size, 1)
         args.input = torch.empty(args.count, dtype=args.dtype, device=args.device)
-        args.state = contribution(args.rank, args.count, args.dtype, args.device)  # refilled before each sample
-        args.expected = sum(contribution(r, args.count, args.dtype, args.device) for r in range(args.world_size))
 
     def fill(self, args: CollArgs) -> None:
-        args.input.copy_(args.state)
+        contribution(args.rank).write(args.input)
 
     def before(self, args: CollArgs, phase: str) -> None:
         # In place, every iteration multiplies the values by about n: refill (untimed) so half types
@@ -41,4 +45,4 @@ class AllReduce(Op):
         args.issue(args.backend.all_reduce(args.input))
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        return count_wrong(args.input, args.expected)
+        return summed([contribution(r) for r in range(args.world_size)]).wrong(args.input)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpOption, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpOption, OpSpec, Point, elements_for
+from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -86,19 +87,10 @@ class Routing:
     receive: list[int]
 
 
-def routed(sources: Any, destinations: Any, index: Any) -> Any:
-    """The value of element index of the chunk sources sends to destinations: small integers, exact in every dtype."""
-    return (3 * sources + 5 * destinations + index) % 13 + 1
-
-
-def chunk_values(rank: int, splits: list[int], sending: bool, dtype: Any, device: Any) -> Any:
-    """This rank's whole send buffer (sending) or expected receive buffer, chunk p for peer p."""
-    sizes = torch.tensor(splits, device=device)
-    peer = torch.repeat_interleave(torch.arange(len(splits), device=device), sizes)
-    starts = torch.cumsum(sizes, 0) - sizes
-    index = torch.arange(int(sizes.sum()), device=device) - starts[peer]
-    values = routed(rank, peer, index) if sending else routed(peer, rank, index)
-    return values.to(dtype)
+def routed(source: int, destination: int) -> Values:
+    """The chunk source sends to destination, at index i: (3 source + 5 destination + i) % 13 + 1,
+    small integers exact in every dtype."""
+    return Values(lambda i: (3 * source + 5 * destination + i) % 13 + 1, period=13)
 
 
 class AllToAll(Op):
@@ -128,11 +120,13 @@ class AllToAll(Op):
             return uneven_splits(world_size, count, self.imbalance)
         return [[count // world_size] * world_size for _ in range(world_size)]
 
-    def memory_bytes(self, point: Point, world_size: int) -> int:
-        # Input, the temporaries that fill it, and the output and expected result, which are as
-        # large as the most a rank receives (about S x the realised imbalance for uneven).
-        worst = max(receive_imbalance(self.splits(v, world_size, max(point.size_bytes, 1))) for v in self.variants)
-        return int((2 + 2 * worst) * point.size_bytes)
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # What a rank sends (S) and what it receives: S for even splits, up to S x the realised
+        # imbalance for uneven ones. Checked against values computed chunk by chunk.
+        s = point.size_bytes
+        received = int(s * receive_imbalance(self.splits(case.variant, case.world_size, max(s, 1))))
+        call = "all_to_all_list" if case.variant == "list" else "all_to_all_single"
+        return s + received + case.transport(call, max(s, received)) + chunk_temporaries(max(s, received))
 
     def setup(self, args: CollArgs, point: Point) -> None:
         n, r = args.world_size, args.rank
@@ -145,19 +139,13 @@ class AllToAll(Op):
             args.input, args.output = list(send.split(route.send)), list(receive.split(route.receive))
         else:
             args.input, args.output = send, receive
-        args.expected = chunk_values(r, route.receive, False, args.dtype, args.device)
 
     def fill(self, args: CollArgs) -> None:
         route: Routing = args.state
-        values = chunk_values(args.rank, route.send, True, args.dtype, args.device)
-        if args.variant == "list":
-            for dst, src in zip(args.input, values.split(route.send)):
-                dst.copy_(src)
-            for out in args.output:
-                out.zero_()
-        else:
-            args.input.copy_(values)
-            args.output.zero_()
+        for peer, chunk in enumerate(self._chunks(args.input, route.send)):
+            routed(args.rank, peer).write(chunk)
+        for out in self._chunks(args.output, route.receive):
+            out.zero_()
 
     def issue(self, args: CollArgs, phase: str) -> None:
         backend = args.backend
@@ -170,8 +158,15 @@ class AllToAll(Op):
             args.issue(backend.all_to_all_single(args.output, args.input))
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        received = torch.cat(args.output) if args.variant == "list" else args.output
-        return count_wrong(received, args.expected)
+        route: Routing = args.state
+        return sum(
+            routed(peer, args.rank).wrong(chunk) for peer, chunk in enumerate(self._chunks(args.output, route.receive))
+        )
+
+    @staticmethod
+    def _chunks(buffer: Any, splits: list[int]) -> list[Any]:
+        """A send or receive buffer as its per-peer chunks (the list variant's tensors are those already)."""
+        return list(buffer.split(splits)) if torch.is_tensor(buffer) else list(buffer)
 
     def note(self, args: CollArgs) -> str:
         if args.variant != "uneven":

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from commbench.ops.base import Op, OpSpec, Point
+from commbench.ops.base import MemoryCase, Op, OpSpec, Point
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -40,7 +40,7 @@ class Barrier(Op):
     def points(self, requested: Sequence[int]) -> list[Point]:
         return [Point("barrier", 0)]  # no size to sweep
 
-    def memory_bytes(self, point: Point, world_size: int) -> int:
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
         return 0
 
     def setup(self, args: CollArgs, point: Point) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from commbench.backends.copies import Copies, no_copies
 from commbench.lazy import torch
 from commbench.units import format_size
 
@@ -110,11 +111,33 @@ def count_wrong(actual: Any, expected: Any, tolerance: tuple[float, float] | Non
     return int((~ok).sum().item())
 
 
-def tiled(count: int, period: int, start: int, device: Any) -> Any:
-    """(start + j) % period for j < count, as int64: the short pattern is built once and tiled, since
-    an integer modulo over tens of millions of elements takes longer than the collective it feeds."""
-    pattern = (torch.arange(period, device=device) + start) % period
-    return pattern.repeat(-(-count // period))[:count]
+@dataclass(frozen=True)
+class MemoryCase:
+    """What an op's memory estimate depends on besides its point: all known before any rank starts."""
+
+    world_size: int
+    variant: str
+    element_size: int  # bytes per element of the dtype
+    window: int = 1  # ops issued per sample before they complete (the non-blocking window)
+    copies: Copies = no_copies  # what the transport allocates in its calls (commbench.backends.copies)
+    on_host: bool = True  # tensors in host memory, where the C allocator's heap keeps freed temporaries
+
+    def transport(self, call: str, full_bytes: float, in_flight: int | None = None) -> int:
+        """Bytes the transport allocates for `in_flight` (default: the window's) calls of one kind."""
+        return self.copies(call, int(full_bytes), self.world_size, self.window if in_flight is None else in_flight)
+
+    def heap_kept(self, temporaries: Sequence[float]) -> int:
+        """Host bytes the C allocator may keep resident after these per-iteration temporaries are freed.
+
+        glibc's malloc serves requests below its mmap threshold, which rises with use up to 32 MiB on
+        64-bit hosts, from per-thread heaps that keep freed memory resident and fragment: temporaries
+        of such sizes that come and go every iteration leave up to about twice their size resident
+        (bench/memory.py, the bucketed reduce-scatters). Larger ones are unmapped when freed.
+        """
+        return int(2 * sum(t for t in temporaries if t < HEAP_LIMIT)) if self.on_host else 0
+
+
+HEAP_LIMIT = 32 << 20
 
 
 def elements_for(size_bytes: int, element_size: int, multiple: int) -> int:
@@ -131,8 +154,7 @@ class Op(ABC):
     name: ClassVar[str]
     variants: tuple[str, ...]
     phases: ClassVar[tuple[str, ...]]
-    # Peak bytes this op holds per rank, in units of S: input, output and the expected result, plus
-    # the temporaries fill() builds. Ops with another footprint set their own or override memory_bytes.
+    # Peak bytes per rank in units of S, for ops that do not override memory_bytes: a generous bound.
     memory_factor: ClassVar[float] = 4.0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -162,6 +184,10 @@ class Op(ABC):
         """What a reader of this case's row must know (a rank that sat out, realised splits); after setup()."""
         return ""
 
+    def window_for(self, variant: str, window_per_sample: int) -> int:
+        """Ops per timed sample: the non-blocking window, or 1 where the variant waits inside issue()."""
+        return 1 if self.completes_internally(variant) else window_per_sample
+
     def completes_internally(self, variant: str) -> bool:
         """True when the variant waits for its own collectives inside issue() (a bucketer's flush,
         a layer that needs its gathered statistics), so non-blocking mode cannot overlap them."""
@@ -171,8 +197,10 @@ class Op(ABC):
         """The workloads to measure; ops with a workload of their own return theirs."""
         return [Point.of_size(s) for s in requested]
 
-    def memory_bytes(self, point: Point, world_size: int) -> int:
-        """Estimated peak bytes per rank at a point, checked before anything is allocated."""
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        """Peak bytes per rank above the runtime that setting up and measuring this case reaches: the
+        op's buffers, any copy it keeps, and what the transport allocates in its calls
+        (case.transport). Estimated before anything is allocated, without torch."""
         return int(self.memory_factor * point.size_bytes)
 
     @abstractmethod

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution
-from commbench.ops.base import UNIT_FACTOR, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.base import UNIT_FACTOR, MemoryCase, OpSpec, Point, elements_for
 from commbench.ops.rooted import ROOT, RootedOp
+from commbench.ops.values import chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
@@ -26,15 +27,17 @@ class Broadcast(RootedOp):
     )
     collective = "broadcast"
 
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        return point.size_bytes + case.transport("broadcast", point.size_bytes) + chunk_temporaries(point.size_bytes)
+
     def setup(self, args: CollArgs, point: Point) -> None:
         args.count = elements_for(point.size_bytes, args.element_size, 1)
         args.input = torch.empty(args.count, dtype=args.dtype, device=args.device)
-        args.expected = contribution(self.root, args.count, args.dtype, args.device)
 
     def fill(self, args: CollArgs) -> None:
         # Zeros on the other ranks: the values (1..11) can only arrive by the broadcast.
         if args.rank == self.root:
-            args.input.copy_(args.expected)
+            contribution(self.root).write(args.input)
         else:
             args.input.zero_()
 
@@ -42,4 +45,4 @@ class Broadcast(RootedOp):
         args.issue(args.backend.broadcast(args.input, self.root))
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        return count_wrong(args.input, args.expected)  # the root's own tensor must be untouched too
+        return contribution(self.root).wrong(args.input)  # the root's own tensor must be untouched too

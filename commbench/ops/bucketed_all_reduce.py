@@ -6,13 +6,14 @@ elements (per dtype, apex's message_size), all-reduces each, divides by n and co
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from commbench.ops.base import REDUCE_FACTOR, OpOption, OpSpec, Point, count_wrong
-from commbench.ops.bucketer import AllReduceBucketer, average_
-from commbench.ops.gradients import TENSORS, GradientStep, gradient_values, indices
+from commbench.lazy import torch
+from commbench.ops.base import REDUCE_FACTOR, MemoryCase, OpOption, OpSpec, Point
+from commbench.ops.bucketer import AllReduceBucketer, average_, buckets_of
+from commbench.ops.gradients import TENSORS, GradientStep, gradient_values
+from commbench.ops.values import Values, chunk_temporaries, summed
 from commbench.units import format_count, parse_count
 
 if TYPE_CHECKING:
@@ -24,19 +25,6 @@ MESSAGE_SIZE = OpOption(
     "bucketed_all_reduce: minimum elements per all-reduce bucket (apex's message_size), one variant "
     f"bucketed_<M> each, e.g. 256K,1e7. [default: {DEFAULT_MESSAGE_SIZES}]",
 )
-
-
-# Every variant of one dtype moves the same numbers: compute them once (maxsize=1 bounds the memory).
-@functools.lru_cache(maxsize=1)
-def average_reference(
-    numels: tuple[int, ...], rank: int, n: int, dtype: Any, device: Any
-) -> tuple[list[Any], list[Any]]:
-    """This rank's gradients, and the expected averages: from the value formula alone, over every rank."""
-    grads, expected = [], []
-    for i, k in enumerate(numels):
-        grads.append(gradient_values(rank, i, k, indices(0, k, device)).to(dtype))
-        expected.append(average_(sum(gradient_values(r, i, k, indices(0, k, device)) for r in range(n)).to(dtype), n))
-    return grads, expected
 
 
 class BucketedAllReduce(GradientStep):
@@ -62,22 +50,32 @@ class BucketedAllReduce(GradientStep):
         self.message_sizes = {"per_tensor": 1, **{f"bucketed_{format_count(m)}": m for m in sizes}}
         self.variants = tuple(self.message_sizes)
 
-    def memory_bytes(self, point: Point, world_size: int) -> int:
-        # Gradients, their cached values, the expected averages and the flattened buckets, at 8 bytes per element.
-        return 4 * sum(self.numels) * 8
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # The gradients, and a flat copy of every bucket of more than one tensor: all of a step's
+        # buckets (window steps' in non-blocking mode) are in flight before the first is waited on.
+        buckets = buckets_of([(None, k) for k in self.numels], self.message_sizes[case.variant])
+        copied = sum(self.numels[i] for bucket in buckets if len(bucket) > 1 for i in bucket)
+        copies = case.transport("all_reduce", max(self.numels) * case.element_size)
+        return (
+            (sum(self.numels) + copied * case.window) * case.element_size
+            + copies
+            + chunk_temporaries(max(self.numels) * case.element_size)
+        )
 
     def setup(self, args: CollArgs, point: Point) -> None:
-        grads, args.expected = self.reference(args)
-        args.input = [g.new_empty(g.shape) for g in grads]
+        args.input = [torch.empty(k, dtype=args.dtype, device=args.device) for k in self.numels]
         args.count = sum(self.numels)
         args.state = AllReduceBucketer(args.backend.all_reduce, args.world_size, self.message_sizes[args.variant])
-
-    def reference(self, args: CollArgs) -> tuple[list[Any], list[Any]]:
-        return average_reference(self.numels, args.rank, args.world_size, args.dtype, args.device)
 
     def issue(self, args: CollArgs, phase: str) -> None:
         for work in args.state.reduce(args.input):
             args.issue(work)
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        return sum(count_wrong(grad, exp) for grad, exp in zip(args.input, args.expected))
+        n, dtype = args.world_size, args.dtype
+        total = 0
+        for i, (k, grad) in enumerate(zip(self.numels, args.input)):
+            sums = summed([gradient_values(r, i, k) for r in range(n)])
+            # The average as the reducer takes it: of the sum in the gradient's dtype.
+            total += Values(lambda idx, sums=sums: average_(sums.formula(idx).to(dtype), n)).wrong(grad)
+        return total

@@ -7,15 +7,15 @@ every gradient, summed over ranks. One iteration reduces the whole workload, one
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from commbench.errors import UserError
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, OpOption, OpSpec, Point, count_wrong
+from commbench.ops.base import GATHER_FACTOR, HEAP_LIMIT, MemoryCase, OpOption, OpSpec, Point
 from commbench.ops.bucketer import ReduceScatterBucketer
-from commbench.ops.gradients import TENSORS, GradientStep, gradient_values, indices, padded
+from commbench.ops.gradients import TENSORS, GradientStep, gradient_values, padded
+from commbench.ops.values import chunk_temporaries, summed
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
@@ -46,19 +46,6 @@ def parse_caps_mb(text: str) -> tuple[float, ...]:
     return tuple(dict.fromkeys(caps))
 
 
-# Every variant of one dtype moves the same numbers: compute them once (maxsize=1 bounds the memory).
-@functools.lru_cache(maxsize=1)
-def shard_reference(numels: tuple[int, ...], rank: int, n: int, dtype: Any, device: Any) -> tuple[list[Any], list[Any]]:
-    """This rank's padded gradients, and its expected shards: from the value formula alone, summed over ranks."""
-    grads, expected = [], []
-    for i, k in enumerate(numels):
-        p = padded(k, n)
-        grads.append(gradient_values(rank, i, k, indices(0, p, device)).to(dtype))
-        mine = indices(rank * (p // n), (rank + 1) * (p // n), device)
-        expected.append(sum(gradient_values(q, i, k, mine) for q in range(n)).to(dtype))
-    return grads, expected
-
-
 class BucketedReduceScatter(GradientStep):
     """per_tensor, bucketed_<cap>MB (one per --bucket-cap-mb) and flat reduce-scatters of one workload."""
 
@@ -83,27 +70,41 @@ class BucketedReduceScatter(GradientStep):
     def completes_internally(self, variant: str) -> bool:
         return variant != "per_tensor"  # a bucket's flush waits before the next tensor is packed
 
-    def memory_bytes(self, point: Point, world_size: int) -> int:
-        # Gradients and their cached values (2 W), shards and expected (2 W / n), and the largest bucket with
-        # its output shards (the cap, 2 cap / n), at 8 bytes per element (the widest dtype).
-        workload = sum(padded(k, world_size) for k in self.numels) * 8
-        cap = max([workload, *(c * 2**20 for c in self.caps_mb.values())])
-        return int((2 + 2 / world_size) * (workload + cap))
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        n, e = case.world_size, case.element_size
+        grads = [padded(k, n) * e for k in self.numels]
+        held = sum(grads) * (1 + 1 / n)  # the gradients and their output shards
+        cap = self._cap_bytes(case.variant, n, e)
+        if cap is None:  # per_tensor: every gradient's reduce-scatter in flight at once
+            return int(held) + case.transport("reduce_scatter_flat", sum(grads)) + chunk_temporaries(max(grads))
+        bucket = n * int(cap / e / n) * e  # n rows of ReduceScatterBucketer.shard_size columns
+        # A bucket (n shards and its output shard) lives from its first use; a partly filled one is
+        # copied to be contiguous at its flush (then a new output shard replaces the old); a gradient
+        # larger than a bucket's shard goes alone, concatenated, with an output of its own.
+        flush = [0 if case.variant == "flat" else bucket, case.transport("reduce_scatter_flat", bucket)]
+        oversize = [g for g in grads if g // n > bucket // n]
+        alone = max(oversize, default=0)
+        direct = [alone, alone / n, case.transport("reduce_scatter_flat", alone)]
+        below = max((g for g in oversize if g < HEAP_LIMIT), default=0)  # the largest the heap may keep
+        heap = [*flush, bucket / n, below, below / n, case.transport("reduce_scatter_flat", below)]
+        transient = max(sum(flush), sum(direct)) + case.heap_kept(heap)
+        return int(held + bucket * (1 + 1 / n) + transient) + chunk_temporaries(max(grads))
 
     def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
-        grads, args.expected = self.reference(args)
-        args.input = [torch.empty_like(g) for g in grads]
-        args.output = [torch.empty(g.numel() // n, dtype=args.dtype, device=args.device) for g in grads]
-        args.count = sum(g.numel() for g in grads)
-        if args.variant != "per_tensor":
-            # flat is the bucketer with one bucket that holds exactly the whole workload.
-            whole_mb = (args.count * args.element_size + 1) / 2**20
-            cap = whole_mb if args.variant == "flat" else self.caps_mb[args.variant]
-            args.state = ReduceScatterBucketer(args.backend.reduce_scatter_flat, n, cap)
+        args.input = [torch.empty(padded(k, n), dtype=args.dtype, device=args.device) for k in self.numels]
+        args.output = [torch.empty(g.numel() // n, dtype=args.dtype, device=args.device) for g in args.input]
+        args.count = sum(g.numel() for g in args.input)
+        if (cap := self._cap_bytes(args.variant, n, args.element_size)) is not None:
+            args.state = ReduceScatterBucketer(args.backend.reduce_scatter_flat, n, cap / 2**20)
 
-    def reference(self, args: CollArgs) -> tuple[list[Any], list[Any]]:
-        return shard_reference(self.numels, args.rank, args.world_size, args.dtype, args.device)
+    def _cap_bytes(self, variant: str, world_size: int, element_size: int) -> float | None:
+        """The variant's bucket cap in bytes; None for per_tensor (no bucketer)."""
+        if variant == "per_tensor":
+            return None
+        if variant == "flat":  # the bucketer with one bucket that holds exactly the whole workload
+            return sum(padded(k, world_size) for k in self.numels) * element_size + 1
+        return self.caps_mb[variant] * 2**20
 
     def issue(self, args: CollArgs, phase: str) -> None:
         if args.variant == "per_tensor":
@@ -116,4 +117,9 @@ class BucketedReduceScatter(GradientStep):
         bucketer.flush()
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        return sum(count_wrong(out, exp) for out, exp in zip(args.output, args.expected))
+        # Rank r keeps shard r of every padded gradient, summed over ranks.
+        n, mine = args.world_size, args.rank
+        return sum(
+            summed([gradient_values(q, i, k) for q in range(n)]).wrong(out, start=mine * out.numel())
+            for i, (k, out) in enumerate(zip(self.numels, args.output))
+        )

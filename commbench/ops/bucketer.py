@@ -6,7 +6,7 @@ backend and can be unit-tested without a process group. docs/ops.md describes th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -124,16 +124,21 @@ class FollowedBy:
 def message_buckets(tensors: Sequence[torch.Tensor], message_size: int) -> list[list[int]]:
     """Indices of tensors grouped by dtype (first-seen order), each bucket closed once it holds at least
     message_size elements (apex's DistributedDataParallel); message_size <= 1 gives one tensor per bucket."""
-    by_dtype: dict[torch.dtype, list[list[int]]] = {}
-    filled: dict[torch.dtype, int] = {}  # elements in each dtype's open bucket
-    for i, t in enumerate(tensors):
-        buckets = by_dtype.setdefault(t.dtype, [[]])
-        if filled.get(t.dtype, 0) >= max(message_size, 1):
+    return buckets_of([(t.dtype, t.numel()) for t in tensors], message_size)
+
+
+def buckets_of(kinds_and_sizes: Sequence[tuple[Hashable, int]], message_size: int) -> list[list[int]]:
+    """message_buckets of tensors given as (dtype or any key, element count): for estimates without tensors."""
+    by_kind: dict[Hashable, list[list[int]]] = {}
+    filled: dict[Hashable, int] = {}  # elements in each kind's open bucket
+    for i, (kind, numel) in enumerate(kinds_and_sizes):
+        buckets = by_kind.setdefault(kind, [[]])
+        if filled.get(kind, 0) >= max(message_size, 1):
             buckets.append([])
-            filled[t.dtype] = 0
+            filled[kind] = 0
         buckets[-1].append(i)
-        filled[t.dtype] = filled.get(t.dtype, 0) + t.numel()
-    return [bucket for buckets in by_dtype.values() for bucket in buckets]
+        filled[kind] = filled.get(kind, 0) + numel
+    return [bucket for buckets in by_kind.values() for bucket in buckets]
 
 
 def average_(tensor: torch.Tensor, world_size: int) -> torch.Tensor:

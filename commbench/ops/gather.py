@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.all_gather import contribution, every_contribution
-from commbench.ops.base import GATHER_FACTOR, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.all_gather import contribution, gathered_wrong
+from commbench.ops.base import GATHER_FACTOR, MemoryCase, OpSpec, Point, elements_for
 from commbench.ops.rooted import ROOT, RootedOp
+from commbench.ops.values import chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
@@ -26,19 +27,21 @@ class Gather(RootedOp):
     )
     collective = "gather"
 
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # The root's: its input (S/n) and the gathered output (S).
+        s = point.size_bytes
+        return s // case.world_size + s + case.transport("gather", s) + chunk_temporaries(s)
+
     def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
         args.count = elements_for(point.size_bytes, args.element_size, n)
-        per_rank = args.count // n
-        args.input = torch.empty(per_rank, dtype=args.dtype, device=args.device)
-        args.state = contribution(args.rank, per_rank, args.dtype, args.device)
+        args.input = torch.empty(args.count // n, dtype=args.dtype, device=args.device)
         args.output = None  # the other ranks pass no output list
         if args.rank == self.root:
             args.output = list(torch.empty(args.count, dtype=args.dtype, device=args.device).chunk(n))
-            args.expected = every_contribution(n, per_rank, args.dtype, args.device)
 
     def fill(self, args: CollArgs) -> None:
-        args.input.copy_(args.state)
+        contribution(args.rank).write(args.input)
         for out in args.output or []:
             out.zero_()
 
@@ -47,5 +50,5 @@ class Gather(RootedOp):
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         # The root's result; and every rank's input, which the API only reads.
-        gathered = 0 if args.output is None else count_wrong(torch.cat(args.output), args.expected)
-        return gathered + count_wrong(args.input, args.state)
+        gathered = 0 if args.output is None else gathered_wrong(args.output)
+        return gathered + contribution(args.rank).wrong(args.input)

@@ -6,12 +6,11 @@ are derived independently of any bucketing bookkeeping.
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from commbench.lazy import torch
 from commbench.ops.base import Op, OpOption, Point
+from commbench.ops.values import Values
 from commbench.units import TENSORS_SYNTAX, format_size, parse_tensors
 
 if TYPE_CHECKING:
@@ -58,13 +57,9 @@ def padded(numel: int, world_size: int) -> int:
     return -(-numel // world_size) * world_size
 
 
-def indices(start: int, stop: int, device: Any) -> Any:
-    return torch.arange(start, stop, dtype=torch.int32, device=device)  # int32: half the memory traffic
-
-
-def gradient_values(rank: int, tensor: int, numel: int, index: Any) -> Any:
-    """Rank r's flattened gradient k at these flat indices: small integers, zeros in the padding (index >= numel)."""
-    return ((index + 7 * tensor) % 13 + 1 + rank % 3) * (index < numel)
+def gradient_values(rank: int, tensor: int, numel: int) -> Values:
+    """Rank r's flattened gradient k at flat index i: small integers, zeros in the padding (i >= numel)."""
+    return Values(lambda i: ((i + 7 * tensor) % 13 + 1 + rank % 3) * (i < numel))
 
 
 class GradientStep(Op):
@@ -79,13 +74,8 @@ class GradientStep(Op):
         tensors = f"{len(self.numels)} tensor{'s' if len(self.numels) > 1 else ''}"
         return [Point(f"{tensors}, {format_size(sum(self.numels))} elements", 0)]
 
-    @abstractmethod
-    def reference(self, args: CollArgs) -> tuple[list[Any], list[Any]]:
-        """This rank's gradients before a step, and the results expected after it (cached per dtype)."""
-
     def fill(self, args: CollArgs) -> None:
-        grads, _ = self.reference(args)
-        for grad, values in zip(args.input, grads):
-            grad.copy_(values)
+        for i, (numel, grad) in enumerate(zip(self.numels, args.input)):
+            gradient_values(args.rank, i, numel).write(grad)
         for out in args.output or []:
             out.zero_()

@@ -8,11 +8,12 @@ result whose row r is rank r's tensor k.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong
+from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpSpec, Point
 from commbench.ops.gradients import TENSORS, tensors_option
+from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -26,9 +27,9 @@ def channels_for(size_bytes: int, element_size: int, world_size: int) -> int:
     return min(MAX_CHANNELS, max(1, size_bytes // (2 * element_size * world_size)))
 
 
-def stat_values(rank: int, tensor: int, count: int, dtype: Any, device: Any) -> Any:
+def stat_values(rank: int, tensor: int) -> Values:
     """Rank r's tensor k: small integers, exact in every dtype, distinct across ranks and tensors."""
-    return ((torch.arange(count, device=device) + 3 * rank + 5 * tensor) % 13 + 1).to(dtype)
+    return Values(lambda j: (j + 3 * rank + 5 * tensor) % 13 + 1, period=13)
 
 
 class GroupedAllGather(Op):
@@ -67,32 +68,40 @@ class GroupedAllGather(Op):
             return [Point(f"{len(self.numels)} tensors", 0)]
         return super().points(requested)
 
-    def memory_bytes(self, point: Point, world_size: int) -> int:
-        # Inputs, outputs (n x), expected (n x) and concat's buffers, at 8 bytes per element (the widest dtype).
-        per_rank = sum(self.numels) if self.numels else min(point.size_bytes // 8 // world_size, 1 + 2 * MAX_CHANNELS)
-        return 4 * per_rank * world_size * 8
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # Inputs, outputs (n x), concat's packed input, and the transport's copies for the gathers in flight.
+        numels = self._numels(point, case.element_size, case.world_size)
+        n, e = case.world_size, case.element_size
+        mine, gathered = sum(numels) * e, n * sum(numels) * e
+        if case.variant == "separate":  # one gather per tensor: the transport may copy any of them
+            copies = case.transport("all_gather_flat", n * max(numels) * e, len(numels) * case.window)
+        elif case.variant == "concat":
+            copies = mine * case.window + case.transport("all_gather_flat", gathered)
+        else:
+            copies = case.transport("all_gather_group", gathered)
+        return mine + gathered + copies + chunk_temporaries(gathered)
 
     def setup(self, args: CollArgs, point: Point) -> None:
         n, dtype, device = args.world_size, args.dtype, args.device
-        if self.numels:
-            numels = list(self.numels)
-        else:
-            c = channels_for(point.size_bytes, args.element_size, n)
-            numels = [1, c, c]
+        numels = self._numels(point, args.element_size, n)
         args.input = [torch.empty(k, dtype=dtype, device=device) for k in numels]
         if args.variant == "concat":  # one gathered buffer, split back into views (PyTorch's SyncBN)
             args.state = torch.empty(n, sum(numels), dtype=dtype, device=device)
             args.output = list(args.state.split(numels, dim=1))
         else:
             args.output = [torch.empty(n, k, dtype=dtype, device=device) for k in numels]
-        args.expected = [
-            torch.stack([stat_values(r, i, k, dtype, device) for r in range(n)]) for i, k in enumerate(numels)
-        ]
         args.count = n * sum(numels)
+
+    def _numels(self, point: Point, element_size: int, world_size: int) -> list[int]:
+        """Elements per rank of each tensor: --tensors, or SyncBN's (1, C, C) statistics."""
+        if self.numels:
+            return list(self.numels)
+        c = channels_for(point.size_bytes, element_size, world_size)
+        return [1, c, c]
 
     def fill(self, args: CollArgs) -> None:
         for i, t in enumerate(args.input):
-            t.copy_(stat_values(args.rank, i, t.numel(), args.dtype, args.device))
+            stat_values(args.rank, i).write(t)
         for out in [args.state] if args.variant == "concat" else args.output:
             out.zero_()
 
@@ -107,4 +116,5 @@ class GroupedAllGather(Op):
             args.issue(backend.all_gather_group([out.view(-1) for out in args.output], args.input))
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        return sum(count_wrong(out, exp) for out, exp in zip(args.output, args.expected))
+        # Row r of gathered tensor k is rank r's tensor k.
+        return sum(stat_values(r, i).wrong(row) for i, out in enumerate(args.output) for r, row in enumerate(out))

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution
-from commbench.ops.base import UNIT_FACTOR, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.base import UNIT_FACTOR, MemoryCase, OpSpec, Point, elements_for
 from commbench.ops.rooted import ROOT, RootedOp
+from commbench.ops.values import chunk_temporaries, summed
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
@@ -26,17 +27,16 @@ class Reduce(RootedOp):
     )
     collective = "reduce"
 
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # The one buffer (S), refilled from the value formula before each sample.
+        return point.size_bytes + case.transport("reduce", point.size_bytes) + chunk_temporaries(point.size_bytes)
+
     def setup(self, args: CollArgs, point: Point) -> None:
         args.count = elements_for(point.size_bytes, args.element_size, 1)
         args.input = torch.empty(args.count, dtype=args.dtype, device=args.device)
-        args.state = contribution(args.rank, args.count, args.dtype, args.device)  # refilled before each sample
-        if args.rank == self.root:
-            args.expected = sum(contribution(r, args.count, args.dtype, args.device) for r in range(args.world_size))
-        else:
-            args.expected = args.state  # the API reads the other ranks' tensors and writes only the root's
 
     def fill(self, args: CollArgs) -> None:
-        args.input.copy_(args.state)
+        contribution(args.rank).write(args.input)
 
     def before(self, args: CollArgs, phase: str) -> None:
         # In place, the root's values grow about n-fold per iteration: refill (untimed), as all_reduce does.
@@ -48,7 +48,9 @@ class Reduce(RootedOp):
     def wrong(self, args: CollArgs, phase: str) -> int:
         if args.rank != self.root and not args.backend.reduce_keeps_non_root:
             return 0  # this transport uses the other ranks' tensors as scratch (the row's note says so)
-        return count_wrong(args.input, args.expected)
+        if args.rank == self.root:
+            return summed([contribution(r) for r in range(args.world_size)]).wrong(args.input)
+        return contribution(args.rank).wrong(args.input)  # the API reads the other ranks' tensors only
 
     def note(self, args: CollArgs) -> str:
         notes = [super().note(args)]

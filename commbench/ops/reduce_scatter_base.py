@@ -8,16 +8,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Op, OpSpec, Point, count_wrong, elements_for, tiled
+from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.values import Values, chunk_temporaries, summed
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
     from commbench.run.harness import CollArgs
 
 
-def values(rank: int, s: int, shard: int, device: Any) -> Any:
-    """Rank r's input in shard s, at flat indices g = s x shard + j: ((g + s) % 7) + 1 + (r % 2), small and exact."""
-    return tiled(shard, 7, s * shard + s, device) + 1 + rank % 2
+def shard_values(rank: int, s: int, shard: int) -> Values:
+    """Rank r's input in shard s at index j, flat index g = s x shard + j: (g + s) % 7 + 1 + r % 2, small and exact."""
+    return Values(lambda j: (j + s * shard + s) % 7 + 1 + rank % 2, period=7)
 
 
 class ReduceScatterBase(Op):
@@ -34,6 +35,14 @@ class ReduceScatterBase(Op):
     def unavailable(self, variant: str, backend: Backend) -> str | None:
         return backend.missing("reduce_scatter_inplace") if variant == "inplace" else None
 
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # The input (S) and the output (S/n, none in place); the result is checked against values
+        # computed chunk by chunk, and in place the input is refilled from them, not from a copy.
+        s = point.size_bytes
+        own = 0 if case.variant == "inplace" else s // case.world_size
+        call = "reduce_scatter_list" if case.variant == "list" else "reduce_scatter_flat"
+        return s + own + case.transport(call, s) + chunk_temporaries(s)
+
     def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
         args.count = elements_for(point.size_bytes, args.element_size, n)
@@ -44,25 +53,18 @@ class ReduceScatterBase(Op):
             args.output = flat[args.rank * shard : (args.rank + 1) * shard]
         else:
             args.output = torch.empty(shard, dtype=args.dtype, device=args.device)
-        args.expected = sum(values(r, args.rank, shard, args.device) for r in range(n)).to(args.dtype)
 
     def fill(self, args: CollArgs) -> None:
-        n, shard = args.world_size, args.output.numel()
+        shard = args.output.numel()
         if args.variant != "inplace":  # in place, the output is part of the input written below
             args.output.zero_()
-        if args.state is not None:
-            for dst, src in zip(self._inputs(args), args.state.chunk(n)):
-                dst.copy_(src)
-            return
         for s, dst in enumerate(self._inputs(args)):
-            dst.copy_(values(args.rank, s, shard, args.device))
+            shard_values(args.rank, s, shard).write(dst)
 
     def before(self, args: CollArgs, phase: str) -> None:
         # In place, the result overwrites this rank's input shard: refill (untimed) so every sample
-        # reduces the same numbers, as all_reduce does; from a copy kept once, since this runs per sample.
+        # reduces the same numbers, as all_reduce does.
         if args.variant == "inplace":
-            if args.state is None:
-                args.state = args.input.clone()
             self.fill(args)
 
     def issue(self, args: CollArgs, phase: str) -> None:
@@ -72,7 +74,8 @@ class ReduceScatterBase(Op):
             args.issue(args.backend.reduce_scatter_flat(args.output, args.input))
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        return count_wrong(args.output, args.expected)
+        shard = args.output.numel()
+        return summed([shard_values(q, args.rank, shard) for q in range(args.world_size)]).wrong(args.output)
 
     @staticmethod
     def _inputs(args: CollArgs) -> list[Any]:

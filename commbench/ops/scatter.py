@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.all_gather import contribution, every_contribution
-from commbench.ops.base import GATHER_FACTOR, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.all_gather import contribution, gathered_wrong
+from commbench.ops.base import GATHER_FACTOR, MemoryCase, OpSpec, Point, elements_for
 from commbench.ops.rooted import ROOT, RootedOp
+from commbench.ops.values import chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
@@ -26,21 +27,22 @@ class Scatter(RootedOp):
     )
     collective = "scatter"
 
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # The root's: the buffer it scatters (S) and its own chunk (S/n).
+        s = point.size_bytes
+        return s + s // case.world_size + case.transport("scatter", s) + chunk_temporaries(s)
+
     def setup(self, args: CollArgs, point: Point) -> None:
         n = args.world_size
         args.count = elements_for(point.size_bytes, args.element_size, n)
-        per_rank = args.count // n
-        args.output = torch.empty(per_rank, dtype=args.dtype, device=args.device)
-        args.expected = contribution(args.rank, per_rank, args.dtype, args.device)
-        args.input = args.state = None  # the other ranks pass no input list
+        args.output = torch.empty(args.count // n, dtype=args.dtype, device=args.device)
+        args.input = None  # the other ranks pass no input list
         if args.rank == self.root:
             args.input = list(torch.empty(args.count, dtype=args.dtype, device=args.device).chunk(n))
-            args.state = every_contribution(n, per_rank, args.dtype, args.device)
 
     def fill(self, args: CollArgs) -> None:
-        if args.input is not None:
-            for dst, src in zip(args.input, args.state.chunk(args.world_size)):
-                dst.copy_(src)
+        for r, dst in enumerate(args.input or []):  # chunk r: rank r's values
+            contribution(r).write(dst)
         args.output.zero_()
 
     def issue(self, args: CollArgs, phase: str) -> None:
@@ -48,5 +50,5 @@ class Scatter(RootedOp):
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         # Every rank's chunk; and the root's buffer, which the API only reads.
-        sent = 0 if args.input is None else count_wrong(torch.cat(args.input), args.state)
-        return count_wrong(args.output, args.expected) + sent
+        sent = 0 if args.input is None else gathered_wrong(args.input)
+        return contribution(args.rank).wrong(args.output) + sent

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution
-from commbench.ops.base import UNIT_FACTOR, Op, OpSpec, Point, count_wrong, elements_for
+from commbench.ops.base import UNIT_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.values import chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -43,17 +44,22 @@ class SendRecv(Op):
             return "point-to-point needs at least 2 ranks"
         return backend.missing("send_recv")
 
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
+        # What a rank sends (S) and what it receives (S).
+        return (
+            2 * point.size_bytes + case.transport("send_recv", point.size_bytes) + chunk_temporaries(point.size_bytes)
+        )
+
     def setup(self, args: CollArgs, point: Point) -> None:
         args.count = elements_for(point.size_bytes, args.element_size, 1)
         args.state = peers(args.variant, args.rank, args.world_size)
-        args.input = contribution(args.rank, args.count, args.dtype, args.device)  # only read
+        args.input = torch.empty(args.count, dtype=args.dtype, device=args.device)  # only read
         args.output = torch.empty(args.count, dtype=args.dtype, device=args.device)
-        source = args.rank if args.state is None else args.state[1]
-        args.expected = contribution(source, args.count, args.dtype, args.device)
 
     def fill(self, args: CollArgs) -> None:
+        contribution(args.rank).write(args.input)
         if args.state is None:  # sitting out: the check expects its own values, untouched
-            args.output.copy_(args.expected)
+            contribution(args.rank).write(args.output)
         else:
             args.output.zero_()
 
@@ -65,7 +71,8 @@ class SendRecv(Op):
             args.issue(work)
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        return count_wrong(args.output, args.expected)
+        source = args.rank if args.state is None else args.state[1]
+        return contribution(source).wrong(args.output)
 
     def note(self, args: CollArgs) -> str:
         if args.variant == "pair" and args.world_size % 2:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.lazy import torch
-from commbench.ops.base import BusFactor, Op, OpOption, OpSpec, Point, count_wrong
+from commbench.ops.base import BusFactor, MemoryCase, Op, OpOption, OpSpec, Point, count_wrong
 from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 
 if TYPE_CHECKING:
@@ -177,11 +177,11 @@ class SyncBN(Op):
         """The channel counts C: this op's workload is set by --channels, not by byte sizes."""
         return [Point(f"C={c}", 0, {"channels": c}) for c in self.channels]
 
-    def memory_bytes(self, point: Point, world_size: int) -> int:
+    def memory_bytes(self, case: MemoryCase, point: Point) -> int:
         # Per rank: x, y, dy, grad (and float copies), plus the whole batch in float64 for the
         # reference, with its output and grad.
         elements = self.batch * point.params["channels"] * self.spatial**2
-        return elements * 8 * (8 + 3 * world_size)
+        return elements * 8 * (8 + 3 * case.world_size)
 
     def setup(self, args: CollArgs, point: Point) -> None:
         channels = args.count = point.params["channels"]

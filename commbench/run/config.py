@@ -30,7 +30,9 @@ DEFAULT_MIN_ITERS = 10
 DEFAULT_MAX_ITERS = 1000
 DEFAULT_ROUNDS = 3
 
-DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64")
+# Bytes per element of each dtype a sweep takes (torch-free, for memory estimates before a rank starts).
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8}
+DTYPES = tuple(DTYPE_BYTES)
 MODES = ("blocking", "nonblocking")
 # The ranges of the numeric options, checked once here (the CLI, the launcher and every rank build
 # a SweepConfig). --iters and --warmup: each rank keeps a sample per iteration and sends them all

@@ -63,6 +63,11 @@ class CollArgs:
             work.wait()
 
 
+def unavailable(op: Op, variant: str, backend: Backend, dtype: torch.dtype) -> str | None:
+    """Why this case cannot run (the transport, the op's dtype, the variant), or None when it can."""
+    return backend.dtype_unavailable(dtype) or op.dtype_unavailable(dtype) or op.unavailable(variant, backend)
+
+
 def wait_all(args: CollArgs) -> None:
     """Wait on every outstanding wait object (on CUDA, the current stream then waits for them)."""
     for work in args.wait_objs:

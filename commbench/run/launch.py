@@ -122,7 +122,7 @@ def _check_host(cfg: SweepConfig, nproc: int, oversubscribe: bool) -> None:
             f"{'is' if gpus == 1 else 'are'} visible; use --nproc {gpus}, or --backend gloo for more ranks"
         )
     ops = build_ops(cfg.ops, cfg.op_options, cfg.variants)
-    if (error := local_ranks_error(nproc, ops, cfg.sizes, not on_gpus, oversubscribe)) is not None:
+    if (error := local_ranks_error(nproc, ops, cfg, not on_gpus, oversubscribe)) is not None:
         raise UserError(error)
 
 

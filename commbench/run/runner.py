@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -26,10 +27,10 @@ from commbench.results.stats import Stats
 from commbench.run.config import ONE_RANK_NOTE, Outcome, RunFacts, SweepConfig, agree
 from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
-from commbench.run.harness import Case, CollArgs, blocks, planned_iters
+from commbench.run.harness import Case, CollArgs, blocks, planned_iters, unavailable
 from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, cpu_note, side_for, wall_seconds
 from commbench.run.progress import ProgressBoard, connect_store
-from commbench.run.resources import memory_error
+from commbench.run.resources import memory_case, memory_error
 from commbench.run.watchdog import Watchdog, bounded
 
 TRANSPORT_TIMEOUT_SLACK_S = 10.0
@@ -70,7 +71,7 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     watchdog.arm("agreeing on the configuration across ranks")
     path = None
     # Every rank checks its own host or device; rank 0 alone owns the output file.
-    error = memory_error(ops, cfg.sizes, backend.world_size, backend.device, launch.local_world_size)
+    error = memory_error(ops, cfg, backend, launch.local_world_size)
     if lead and error is None:
         try:
             path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
@@ -158,19 +159,14 @@ def _variants(cfg: SweepConfig, grouping: Grouping, op: Op, dtype: str) -> tuple
     """The variants of the op that can run in dtype in this group, and why each of the others cannot."""
     torch_dtype = getattr(torch, dtype)
     backend = grouping.backend
-    runnable, unavailable = [], {}
+    runnable, refused = [], {}
     for variant in choose_variants(op.variants, cfg.variants):
-        reason = (
-            grouping.unavailable
-            or backend.dtype_unavailable(torch_dtype)
-            or op.dtype_unavailable(torch_dtype)
-            or op.unavailable(variant, backend)
-        )
+        reason = grouping.unavailable or unavailable(op, variant, backend, torch_dtype)
         if reason is None:
             runnable.append(variant)
         else:
-            unavailable[variant] = reason
-    return runnable, unavailable
+            refused[variant] = reason
+    return runnable, refused
 
 
 def _case_count(cfg: SweepConfig, grouping: Grouping, ops: list[Op]) -> int:
@@ -188,21 +184,24 @@ def _case_count(cfg: SweepConfig, grouping: Grouping, ops: list[Op]) -> int:
 ROTATION_MEMORY_BYTES = 64 << 20
 
 
-def rotation_groups(op: Op, points: list[Point], variants: list[str], world_size: int) -> list[list[tuple[Point, str]]]:
-    """(point, variant) pairs in sweep order, cut into consecutive groups that fit the rotation memory."""
+def rotation_groups(
+    points: list[Point], variants: list[str], need: Callable[[Point, str], int]
+) -> list[list[tuple[Point, str]]]:
+    """(point, variant) pairs in sweep order, cut into consecutive groups that fit the rotation memory;
+    need(point, variant) is a case's memory estimate (Op.memory_bytes)."""
     pairs = [(point, variant) for point in points for variant in variants]
     if not pairs:
         return []
-    need = {p.label: op.memory_bytes(p, world_size) for p in points}
-    cap = max(ROTATION_MEMORY_BYTES, *need.values())
+    needs = {(p.label, v): need(p, v) for p, v in pairs}
+    cap = max(ROTATION_MEMORY_BYTES, *needs.values())
     groups: list[list[tuple[Point, str]]] = [[]]
     held = 0
     for point, variant in pairs:
-        if groups[-1] and held + need[point.label] > cap:
+        if groups[-1] and held + needs[point.label, variant] > cap:
             groups.append([])
             held = 0
         groups[-1].append((point, variant))
-        held += need[point.label]
+        held += needs[point.label, variant]
     return groups
 
 
@@ -218,19 +217,24 @@ def _sweep_op(
 ) -> int:
     """Every point x variant x phase of one op in one dtype, interleaved in rounds (see _rotate)."""
     backend = grouping.backend  # the ops see their group's ranks
-    variants, unavailable = _variants(cfg, grouping, op, dtype)
+    variants, refused = _variants(cfg, grouping, op, dtype)
     if sink:
-        for variant, reason in unavailable.items():
+        for variant, reason in refused.items():
             sink.unavailable(op.name, variant, dtype, reason)
     seen: set[tuple[str, str, int]] = set()
     wrong_total = 0
-    for group in rotation_groups(op, op.points(cfg.sizes), variants, backend.world_size):
+    on_host = backend.device.type != "cuda"
+
+    def need(point: Point, variant: str) -> int:
+        return op.memory_bytes(memory_case(op, variant, dtype, cfg, backend.world_size, on_host), point)
+
+    for group in rotation_groups(op.points(cfg.sizes), variants, need):
         slots: list[_Slot] = []
         for point, variant in group:
             args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
             op.setup(args, point)
             waits_inside = op.completes_internally(variant)
-            window = 1 if waits_inside else cfg.window_per_sample
+            window = op.window_for(variant, cfg.window_per_sample)
             notes = [
                 WAITS_INSIDE_NOTE if waits_inside and cfg.mode == "nonblocking" else "",
                 op.note(args),

@@ -1,0 +1,84 @@
+"""Known values for op buffers, written and checked a chunk at a time.
+
+An op states the values of each buffer once, as a formula of the flat index that gives small
+integers (exact in every dtype). `write` fills a tensor in place and `wrong` counts the elements
+that differ from the formula, CHUNK elements at a time, so neither builds a full-size temporary:
+an int64 index of a whole buffer costs 2-8 times the buffer, and a full expected copy as much as
+the result. Values that repeat with a period are computed for one block only: `write` copies the
+written prefix forward (copy speed, so an in-place op can refill its input before every sample
+without keeping a copy of it) and `wrong` compares every block against that one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from commbench.lazy import torch
+from commbench.ops.base import count_wrong
+
+# Elements per chunk: the temporaries of one chunk (the int64 index, the formula's terms, the float64
+# copies a tolerant comparison makes) stay at a few MiB, next to buffers of hundreds.
+CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class Values:
+    """The values of a flat buffer: formula(int64 flat indices) -> values (any integer dtype, or the
+    buffer's own). period: formula(i + period) == formula(i) for every i, when that holds."""
+
+    formula: Callable[[Any], Any]
+    period: int | None = None
+
+    def at(self, start: int, stop: int, device: Any) -> Any:
+        """The values at flat indices [start, stop)."""
+        return self.formula(torch.arange(start, stop, device=device))
+
+    def write(self, out: Any, start: int = 0) -> None:
+        """Set out's elements (in flat order) to the values at start, start + 1, ..., in out's dtype."""
+        flat, block = out.view(-1), self._block()
+        count = flat.numel()
+        head = min(count, block or count)
+        for lo in range(0, head, CHUNK):
+            hi = min(lo + CHUNK, head)
+            flat[lo:hi].copy_(self.at(start + lo, start + hi, flat.device))
+        done = head  # a multiple of the period from here on, until the last copy
+        while done < count:
+            step = min(done, count - done)
+            flat[done : done + step].copy_(flat[:step])
+            done += step
+
+    def wrong(self, actual: Any, start: int = 0) -> int:
+        """Elements of actual (in flat order) that differ from the values at start, start + 1, ...
+        converted to actual's dtype (count_wrong's rules, chunk by chunk)."""
+        flat, block = actual.view(-1), self._block()
+        count = flat.numel()
+        step = block or CHUNK
+        expected = self.at(start, start + min(step, count), flat.device).to(flat.dtype) if block else None
+        total = 0
+        for lo in range(0, count, step):
+            hi = min(lo + step, count)
+            want = expected[: hi - lo] if block else self.at(start + lo, start + hi, flat.device).to(flat.dtype)
+            total += count_wrong(flat[lo:hi], want)
+        return total
+
+    def _block(self) -> int | None:
+        """Elements computed once and repeated: the whole periods that fit in a chunk (None: no period)."""
+        if self.period is None or self.period > CHUNK:
+            return None
+        return CHUNK // self.period * self.period
+
+
+def chunk_temporaries(largest_buffer_bytes: float) -> int:
+    """Bytes the fill and check of buffers up to this size add at most, for memory estimates: about
+    128 bytes per element of a chunk (measured: up to 7.6 MiB for full chunks, checking bfloat16
+    against a tolerance; 2-4 MiB otherwise)."""
+    return 128 * min(CHUNK, int(largest_buffer_bytes))
+
+
+def summed(parts: Sequence[Values]) -> Values:
+    """The elementwise sum of several values: what a sum over ranks leaves."""
+    period = math.lcm(*(p.period for p in parts if p.period)) if all(p.period for p in parts) else None
+    return Values(lambda i: sum(p.formula(i) for p in parts), period)
