@@ -100,7 +100,7 @@ def rank_main(rank: int, world: int, port: int, queue: Any, case: dict[str, Any]
     from commbench.run.resources import peak_bytes, reset_peak
     from commbench.run.watchdog import Watchdog
 
-    backend = join_group(rank, world, port)
+    backend = join_group(rank, world, port, case["backend"])
     device = backend.device
     rss_at_check = reset_peak(device)  # where the memory guard reads what is available
     dtype = getattr(torch, case["dtype"])
@@ -137,7 +137,8 @@ def rank_main(rank: int, world: int, port: int, queue: Any, case: dict[str, Any]
             op.issue(args, phase)
         complete(args)
         calls = max(calls, peak_bytes(device) - start)
-    memory_case = MemoryCase(world, variant, element_size, window, copies_of("gloo"), on_host=True)
+    on_host = device.type != "cuda"
+    memory_case = MemoryCase(world, variant, element_size, window, copies_of(case["backend"]), on_host=on_host)
     mine = {
         "peak": peak,
         "buffers": buffers,
@@ -159,19 +160,22 @@ def run_case(case: dict[str, Any], ranks: int) -> dict[str, Any]:
     return {**worst, "wrong": sum(r["wrong"] for r in results), "growth": max(r["growth"] for r in results)}
 
 
-def cases(ops: list[str], size: int, dtype: str, window: int) -> list[dict[str, Any]]:
-    """Every variant of the ops that runs on Gloo on CPU."""
-    from commbench.backends.gloo import GlooBackend
+def cases(ops: list[str], size: int, dtype: str, window: int, backend_name: str, ranks: int) -> list[dict[str, Any]]:
+    """Every variant of the ops that runs on the backend (Gloo on CPU, or NCCL on CUDA)."""
+    from commbench.backends import load_backend
     from commbench.ops import load_op
 
-    backend = GlooBackend()
-    backend.world_size = 2
+    backend = load_backend(backend_name)()
+    backend.world_size = ranks
+    if backend_name == "nccl":
+        backend.device = torch.device("cuda", 0)
     out = []
     for name in ops:
         op = load_op(name)()
         for variant in op.variants:
             if op.unavailable(variant, backend) is None and op.dtype_unavailable(getattr(torch, dtype)) is None:
-                out.append({"op": name, "variant": variant, "size": size, "dtype": dtype, "window": window})
+                case = {"op": name, "variant": variant, "size": size, "dtype": dtype, "window": window}
+                out.append({**case, "backend": backend_name})
     return out
 
 
@@ -184,11 +188,12 @@ def main() -> None:
     parser.add_argument("--ops", default=",".join(measurable_ops()), help="default: every op that moves data")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--window", type=int, default=1, help="ops in flight per sample (non-blocking mode's window)")
+    parser.add_argument("--backend", default="gloo", help="gloo (host memory) or nccl (GPU memory, one GPU per rank)")
     opts = parser.parse_args()
     size = parse_size(opts.size)
     mib = 2**20
     print(
-        f"# peak memory above the runtime, {opts.ranks} Gloo ranks, {opts.dtype}, workload about {format_size(size)}, window {opts.window}"
+        f"# peak memory above the runtime, {opts.ranks} {opts.backend} ranks, {opts.dtype}, workload about {format_size(size)}, window {opts.window}"
     )
     print(
         f"{'op/variant':<44}{'runtime+':>9}{'buffers':>9}{'calls':>9}{'peak':>9}{'estimate':>9}"
@@ -196,7 +201,7 @@ def main() -> None:
     )
     growths = []
     ratios = []
-    for case in cases(opts.ops.split(","), size, opts.dtype, opts.window):
+    for case in cases(opts.ops.split(","), size, opts.dtype, opts.window, opts.backend, opts.ranks):
         r = run_case(case, opts.ranks)
         growths.append(r["growth"])
         own = r["peak"] / (r["buffers"] + r["calls"])

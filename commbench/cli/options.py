@@ -17,6 +17,7 @@ from commbench.run.config import (
     DEFAULT_MIN_ITERS,
     DEFAULT_ROUNDS,
     DEFAULT_TIME_PER_SIZE,
+    DEVICES,
     DTYPES,
     MODES,
     Outcome,
@@ -182,6 +183,13 @@ measure_options = _compose(
     ),
     click.option("--raw", is_flag=True, help="Also write per-iteration, per-rank samples to <output>.raw.csv."),
     click.option(
+        "--device",
+        type=click.Choice(DEVICES),
+        default="auto",
+        show_default=True,
+        help="Where gloo's tensors live: cpu (auto), or cuda to measure Gloo on GPU tensors.",
+    ),
+    click.option(
         "--overlap",
         is_flag=True,
         help="Also time a matmul alone and the op with the matmul run while it is in flight, and report how "
@@ -220,11 +228,13 @@ def build_config(
     *, ops: tuple[str, ...], sizes: list[int], backend: str | None, dtypes: tuple[str, ...], **kwargs: Any
 ) -> SweepConfig:
     """Validate what the user typed into a SweepConfig; every mistake is a one-line UserError."""
-    from commbench.backends import check_backend, default_backend
+    from commbench.backends import check_backend, cuda_missing, default_backend
     from commbench.ops import build_ops, registry
 
     backend = backend or default_backend()
     check_backend(backend)
+    if kwargs.get("device") == "cuda" and (reason := cuda_missing()) is not None:
+        raise UserError(f"--device cuda needs a usable GPU: {reason}; use --device cpu")
     ops = ops or tuple(registry())
     build_ops(ops, kwargs.get("op_options", {}), kwargs.get("variants", ()))  # bad op options fail here
     return SweepConfig(

@@ -33,6 +33,7 @@ DEFAULT_ROUNDS = 3
 # Bytes per element of each dtype a sweep takes (torch-free, for memory estimates before a rank starts).
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8}
 DTYPES = tuple(DTYPE_BYTES)
+DEVICES = ("auto", "cpu", "cuda")
 MODES = ("blocking", "nonblocking")
 # The ranges of the numeric options, checked once here (the CLI, the launcher and every rank build
 # a SweepConfig). --iters and --warmup: each rank keeps a sample per iteration and sends them all
@@ -76,6 +77,7 @@ class SweepConfig:
     op_options: dict[str, str] = field(default_factory=dict)
     variants: tuple[str, ...] = ()  # --variant: only these, for each op that has any of them
     group: str = "world"  # --group: world, intra or inter (commbench/run/groups.py)
+    device: str = "auto"  # --device: where gloo's tensors live (cpu, or cuda); the others choose their own
     overlap: bool = False  # --overlap: also the compute kernel alone and both together (run/overlap.py)
     compute: str = "auto"  # --compute: the kernel's FLOP count, or auto (about the op's own time)
     command: str = ""
@@ -111,6 +113,10 @@ class SweepConfig:
             raise UserError(f"unknown group {self.group!r}; valid groups: {', '.join(GROUPS)}")
         in_range("--timeout", self.timeout, TIMEOUT_RANGE_S, "seconds")
         object.__setattr__(self, "compute", parse_compute(self.compute))
+        if self.device not in DEVICES:
+            raise UserError(f"unknown device {self.device!r}; valid devices: {', '.join(DEVICES)}")
+        if self.device != "auto" and self.backend != "gloo":
+            raise UserError(f"--device applies to --backend gloo only; {self.backend} places its own tensors")
 
     @property
     def auto(self) -> bool:

@@ -44,7 +44,7 @@ class CollectiveFailure(Exception):
 def run_rank(cfg: SweepConfig, launch: Launch) -> Outcome:
     """Run the sweep on this rank; the outcome's code is 0 (ok) or 1 (wrong results)."""
     ops = build_ops(cfg.ops, cfg.op_options, cfg.variants)
-    backend = load_backend(cfg.backend)()
+    backend = load_backend(cfg.backend)(**({"device": cfg.device} if cfg.device != "auto" else {}))
     # The transport's own timeout is only a backstop: the watchdog fires first with the step's label and
     # a diagnosis, where NCCL's would abort the process with neither.
     try:
@@ -321,6 +321,11 @@ def _rotate(
                 try:
                     done = _visit(cfg, slot, round_index, progress)
                 except RuntimeError as exc:
+                    if round_index == 0 and (reason := _refused_everywhere(backend, exc)) is not None:
+                        pending.remove(slot)
+                        if sink:
+                            sink.unavailable(op.name, slot.args.variant, dtype, reason)
+                        continue
                     raise CollectiveFailure(f"rank {board.rank}: {label} failed: {_first_sentence(exc)}") from exc
                 if done:
                     pending.remove(slot)
@@ -393,6 +398,21 @@ def _precise(case: Case, cfg: SweepConfig) -> bool:
 def _where(point: Point, s_bytes: int) -> str:
     """A case's workload in labels: its S in bytes, after the op's own name for it where it has one."""
     return f"{s_bytes} bytes" if not point.params and point.size_bytes else f"{point.label} ({s_bytes} bytes)"
+
+
+# What a transport says when it refuses a kind of tensor outright (Gloo and some collectives on
+# CUDA tensors, a dtype a library lacks): raised as the call is issued, on every rank alike.
+_REFUSAL = re.compile(r"not supported|unsupported|only supports|supports only|not implemented", re.IGNORECASE)
+
+
+def _refused_everywhere(backend: Backend, exc: RuntimeError) -> str | None:
+    """The transport's refusal, when every rank of the group refused this case at its first call;
+    the case then becomes an `unavailable` row instead of failing the sweep."""
+    mine = _first_sentence(exc) if _REFUSAL.search(str(exc)) else None
+    if mine is None:
+        return None
+    everyone = backend.all_gather_object(mine)
+    return f"the transport refused it: {mine}" if all(everyone) else None
 
 
 def _first_sentence(exc: BaseException) -> str:
