@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # --iters auto: each (variant, phase, size) gets DEFAULT_TIME_PER_SIZE seconds of timed work, within
 # [min, max] iterations, in DEFAULT_ROUNDS interleaved rounds. docs/measurement.md says how these
 # were chosen.
-DEFAULT_TIME_PER_SIZE = 0.02
+DEFAULT_TIME_PER_SIZE = 0.01
 DEFAULT_MIN_ITERS = 10
 DEFAULT_MAX_ITERS = 1000
 DEFAULT_ROUNDS = 3
