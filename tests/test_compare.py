@@ -202,3 +202,54 @@ def test_mann_whitney_separates_a_shift_from_noise() -> None:
     assert mann_whitney_p(a, same) > 0.05 and mann_whitney_p(a, shifted) < 1e-6
     assert mann_whitney_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(0.1)  # exact: 2 of 20 orderings
     assert mann_whitney_p([1.0] * 5, [1.0] * 5) == 1.0 and mann_whitney_p([], [1.0]) == 1.0
+
+
+EIGHT_SIZES = tuple(1 << k for k in range(3, 27, 3))  # 8 B to 16 MB
+NOISY_ROUNDS = {"rounds": 3, "round_sigma": 0.3, "raw": False}
+
+
+def _series_cases(factor: float) -> list[Case]:
+    return [Case(c.op, c.variant, factor=factor, sizes=EIGHT_SIZES) for c in CASES]
+
+
+def test_a_slowdown_of_every_size_is_a_series_regression_when_the_rows_cannot_tell(tmp_path: Path) -> None:
+    # Rounds that wander by 30%: no row alone separates 1.5x from that noise, but every size of
+    # every series moved the same way.
+    base = synth_run(tmp_path / "base.csv", _series_cases(1.0), seed=51, **NOISY_ROUNDS)
+    cand = synth_run(tmp_path / "cand.csv", _series_cases(1.5), seed=52, **NOISY_ROUNDS)
+    result = compare_runs(base, cand)
+    assert result.count("regression") < len(result.deltas) / 2
+    assert [s.verdict for s in result.shifts] == ["regression"] * 3 and result.failed
+    assert all(s.sizes == len(EIGHT_SIZES) and 1.2 < s.ratio < 1.9 for s in result.shifts)
+    cli = _compare(str(base), str(cand))
+    assert cli.exit_code == 1 and "3 series regressions" in cli.output and "(8 sizes)" in cli.output
+
+
+def test_noisy_runs_of_one_distribution_stay_clean_as_series(tmp_path: Path) -> None:
+    for seed in range(5):
+        base = synth_run(tmp_path / f"base{seed}.csv", _series_cases(1.0), seed=60 + 2 * seed, **NOISY_ROUNDS)
+        cand = synth_run(tmp_path / f"cand{seed}.csv", _series_cases(1.0), seed=61 + 2 * seed, **NOISY_ROUNDS)
+        result = compare_runs(base, cand)
+        assert {s.verdict for s in result.shifts} <= {"unchanged", "within noise"} and not result.failed
+
+
+def test_the_series_threshold_is_the_second_guard(tmp_path: Path) -> None:
+    base = synth_run(tmp_path / "base.csv", _series_cases(1.0), seed=51, **NOISY_ROUNDS)
+    cand = synth_run(tmp_path / "cand.csv", _series_cases(1.5), seed=52, **NOISY_ROUNDS)
+    assert {s.verdict for s in compare_runs(base, cand, series_threshold=Threshold.parse("80%")).shifts} == {
+        "unchanged"
+    }
+    assert _compare(str(base), str(cand), "--series-threshold", "80%").exit_code == 0
+
+
+def test_series_of_fewer_than_four_sizes_are_not_judged_as_a_whole(tmp_path: Path) -> None:
+    three = [Case("all_gather", "flat", factor=f, sizes=(8, 1024, 65536)) for f in (1.0,)]
+    base = synth_run(tmp_path / "base.csv", three, seed=1)
+    cand = synth_run(tmp_path / "cand.csv", [Case("all_gather", "flat", factor=2.0, sizes=(8, 1024, 65536))], seed=2)
+    result = compare_runs(base, cand)
+    assert result.shifts == [] and result.count("regression") == 3
+
+
+def test_an_absolute_series_threshold_is_one_line(tmp_path: Path) -> None:
+    base = synth_run(tmp_path / "base.csv", CASES, seed=1)
+    _one_line_error(_compare(str(base), str(base), "--series-threshold", "20"), "takes a percentage")

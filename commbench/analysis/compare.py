@@ -9,6 +9,12 @@ runs' own spread (p50 and std, version-1 files). The threshold alone would cry w
 machine; the noise test alone would flag 0.5% changes on a quiet one; the adjustment keeps a
 comparison of many rows from finding a change by chance. pytest-benchmark's habit: thresholds are
 small objects parsed from "5%".
+
+Each series (one op, variant, phase, dtype, mode, world size and group over its sizes) is also
+judged as a whole: a slowdown of the transport moves most sizes the same way, while the drift between
+two runs moves them every which way. Its geometric-mean ratio counts when it exceeds the series
+threshold and a t-test on the per-size log ratios gives p < alpha (Holm over the series): this finds
+a 1.5x slowdown that the rows, each alone, cannot separate from a noisy machine.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import pandas as pd
 
 from commbench.errors import UserError
 from commbench.results.reader import MATCH_COLUMNS, read_one, read_samples
-from commbench.results.stats import holm, interval_p, mann_whitney_p, rounds_p, spread_p
+from commbench.results.stats import holm, interval_p, mann_whitney_p, rounds_p, shift_p, spread_p
 from commbench.units import format_size
 
 # Metrics compare can gate on, and whether a larger value is better.
@@ -70,6 +76,11 @@ class Threshold:
         return f"{self.value * 100:g}%" if self.relative else f"{self.value:g}"
 
 
+# Back-to-back runs of one command on a shared 2-core machine differed by up to ~17% in a series'
+# geometric mean (and once 30%, with no consistent sign across sizes): docs/compare.md.
+DEFAULT_SERIES_THRESHOLD = Threshold(0.20, True)
+
+
 @dataclass
 class Delta:
     """One matched row: the metric in both runs, the change, the noise test's p and the verdict."""
@@ -87,6 +98,26 @@ class Delta:
         return (self.candidate - self.baseline) / self.baseline if self.baseline else math.nan
 
 
+# A series: the match key without the size. Judged as a whole from this many sizes on.
+SERIES_COLUMNS = tuple(c for c in MATCH_COLUMNS if c != "size_bytes")
+SERIES_MIN_SIZES = 4
+
+
+@dataclass
+class Shift:
+    """One series judged as a whole: the geometric mean over its sizes of candidate / baseline."""
+
+    key: tuple  # SERIES_COLUMNS
+    sizes: int
+    ratio: float
+    p_value: float
+    verdict: str = "unchanged"
+
+    @property
+    def change(self) -> float:
+        return self.ratio - 1
+
+
 @dataclass
 class Comparison:
     """Everything `commbench compare` reports; `failed` decides its exit code."""
@@ -96,7 +127,9 @@ class Comparison:
     alpha: float
     baseline_label: str
     candidate_label: str
+    series_threshold: Threshold = field(default_factory=lambda: DEFAULT_SERIES_THRESHOLD)
     deltas: list[Delta] = field(default_factory=list)
+    shifts: list[Shift] = field(default_factory=list)
     only_baseline: list[tuple] = field(default_factory=list)
     only_candidate: list[tuple] = field(default_factory=list)
     not_compared: list[str] = field(default_factory=list)  # unavailable, or without the metric, with the reason
@@ -104,10 +137,14 @@ class Comparison:
     def count(self, verdict: str) -> int:
         return sum(1 for d in self.deltas if d.verdict == verdict)
 
+    def shift_count(self, verdict: str) -> int:
+        return sum(1 for s in self.shifts if s.verdict == verdict)
+
     @property
     def failed(self) -> bool:
-        """A regression, or wrong results in the candidate: either should stop a CI pipeline."""
-        return self.count("regression") > 0 or self.count("wrong results") > 0
+        """A regression (of a row or of a series), or wrong results in the candidate: any of them
+        should stop a CI pipeline."""
+        return self.count("regression") + self.shift_count("regression") + self.count("wrong results") > 0
 
     @property
     def methods(self) -> list[str]:
@@ -130,12 +167,13 @@ def _keyed(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def describe(key: tuple) -> str:
-    """op/variant/phase dtype mode size n=world: how a row is named in compare's output."""
-    parts = dict(zip(MATCH_COLUMNS, key))
+    """op/variant/phase dtype mode size n=world: how a row (or, without the size, a series) is named
+    in compare's output."""
+    parts = dict(zip(MATCH_COLUMNS if len(key) == len(MATCH_COLUMNS) else SERIES_COLUMNS, key))
+    size = f"{format_size(int(parts['size_bytes']))} " if "size_bytes" in parts else ""
     return (
         f"{parts['op']}/{parts['variant']}/{parts['phase']} {parts['dtype']} {parts['mode']} "
-        f"{format_size(int(parts['size_bytes']))} n={int(parts['world_size'])}"
-        + ("" if parts["group"] == "world" else f" --group {parts['group']}")
+        f"{size}n={int(parts['world_size'])}" + ("" if parts["group"] == "world" else f" --group {parts['group']}")
     )
 
 
@@ -159,6 +197,7 @@ def compare_runs(
     metric: str = "time_us_p50",
     threshold: Threshold | None = None,
     alpha: float = 0.05,
+    series_threshold: Threshold | None = None,
 ) -> Comparison:
     """Match the two runs' rows and classify every change; rows in one run only are kept in lists."""
     if metric not in METRICS:
@@ -166,13 +205,16 @@ def compare_runs(
     if not 0 < alpha < 1:
         raise UserError(f"--alpha must lie between 0 and 1 (got {alpha:g})")
     threshold = threshold or Threshold(0.05, True)
+    series_threshold = series_threshold or DEFAULT_SERIES_THRESHOLD
+    if not series_threshold.relative:
+        raise UserError(f"--series-threshold takes a percentage such as 20% (got {series_threshold})")
     frames = {p: read_one(p) for p in (baseline, candidate)}
     base, cand = _keyed(frames[baseline], baseline), _keyed(frames[candidate], candidate)
     common = base.index.intersection(cand.index)
     if common.empty:
         raise _nothing_in_common(base, cand, baseline, candidate)
     samples = (read_samples(baseline), read_samples(candidate))
-    result = Comparison(metric, threshold, alpha, str(baseline), str(candidate))
+    result = Comparison(metric, threshold, alpha, str(baseline), str(candidate), series_threshold)
     result.only_baseline = sorted(base.index.difference(cand.index))
     result.only_candidate = sorted(cand.index.difference(base.index))
     result.not_compared = _unavailable(frames[baseline], frames[candidate])
@@ -187,7 +229,31 @@ def compare_runs(
     for delta, adjusted in zip(tested, holm([d.p_value for d in tested])):
         delta.p_value = adjusted
         _classify(delta, result)
+    result.shifts = _shifts(tested, result)
     return result
+
+
+def _shifts(tested: list[Delta], spec: Comparison) -> list[Shift]:
+    """Every series with SERIES_MIN_SIZES or more tested rows, judged as a whole (Holm over them)."""
+    series: dict[tuple, list[float]] = {}
+    for d in tested:
+        if d.baseline > 0 and d.candidate > 0:
+            key = tuple(v for c, v in zip(MATCH_COLUMNS, d.key) if c != "size_bytes")
+            series.setdefault(key, []).append(math.log(d.candidate / d.baseline))
+    shifts = [
+        Shift(key, len(logs), math.exp(sum(logs) / len(logs)), shift_p(logs))
+        for key, logs in sorted(series.items())
+        if len(logs) >= SERIES_MIN_SIZES
+    ]
+    for shift, adjusted in zip(shifts, holm([s.p_value for s in shifts])):
+        shift.p_value = adjusted
+        if not spec.series_threshold.exceeded(1.0, shift.ratio):
+            continue
+        if adjusted >= spec.alpha:
+            shift.verdict = "within noise"
+            continue
+        shift.verdict = "improvement" if (shift.ratio > 1) == METRICS[spec.metric] else "regression"
+    return shifts
 
 
 def _unavailable(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[str]:
@@ -266,6 +332,17 @@ def format_comparison(result: Comparison) -> str:
             f"  {describe(d.key):<58} {d.baseline:>10.4g} {d.candidate:>10.4g} {d.change:>+8.1%} "
             f"{p:>7} {d.method:>6}  {d.verdict}"
         )
+    if result.shifts:
+        lines.append(
+            f"# series as a whole (geometric mean over its sizes; counts when |change| > {result.series_threshold} "
+            f"and a t-test on the per-size log ratios gives p < {result.alpha:g}, Holm over the "
+            f"{len(result.shifts)} series):"
+        )
+        lines.extend(
+            f"  {describe(s.key) + f' ({s.sizes} sizes)':<58} {'':>10} {'':>10} {s.change:>+8.1%} "
+            f"{s.p_value:>7.3g} {'shift':>6}  {s.verdict}"
+            for s in result.shifts
+        )
     for title, keys in (
         ("only in the baseline", result.only_baseline),
         ("only in the candidate", result.only_candidate),
@@ -280,5 +357,11 @@ def format_comparison(result: Comparison) -> str:
         for v in ("regression", "improvement", "within noise", "unchanged", "wrong results", "wrong in baseline")
         if result.count(v)
     )
-    lines.append(f"# {counts or 'no row compared'}; {'FAILED' if result.failed else 'passed'}")
+    moved = ", ".join(
+        f"{result.shift_count(v)} series {v}{'s' if result.shift_count(v) > 1 else ''}"
+        for v in ("regression", "improvement")
+        if result.shift_count(v)
+    )
+    summary = "; ".join(part for part in (counts or "no row compared", moved) if part)
+    lines.append(f"# {summary}; {'FAILED' if result.failed else 'passed'}")
     return "\n".join(lines)

@@ -32,7 +32,13 @@ from commbench.errors import ExitCode
     show_default=True,
     help="Significance level of the noise test over all rows (Holm): a change counts only when p < alpha.",
 )
-def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha: float) -> None:
+@click.option(
+    "--series-threshold",
+    default="20%",
+    show_default=True,
+    help="Smallest change of a series as a whole (the geometric mean over its sizes) that counts.",
+)
+def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha: float, series_threshold: str) -> None:
     """Compare CANDIDATE.csv against BASELINE.csv row by row; exit 1 when anything regressed.
 
     Rows match on (op, variant, phase, dtype, mode, size_bytes, world_size). A row is a regression or
@@ -42,11 +48,17 @@ def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha:
     else each run's p50 interval (or, for version-1 files, its spread). Rows found in one run only
     are listed, not compared. Wrong results in the candidate also fail the comparison.
 
+    Each series (an op/variant/phase over its sizes, 4 or more) is also judged as a whole: its
+    geometric-mean change counts when it exceeds --series-threshold and a t-test on the per-size
+    log ratios gives p < alpha (Holm over the series). A series regression fails the comparison too.
+
     \b
     Exit codes: 0 no regression, 1 regression or wrong results, 2 unusable input.
     """
     from commbench.analysis.compare import Threshold, compare_runs, format_comparison
 
-    result = compare_runs(baseline, candidate, metric, Threshold.parse(threshold), alpha)
+    result = compare_runs(
+        baseline, candidate, metric, Threshold.parse(threshold), alpha, Threshold.parse(series_threshold)
+    )
     click.echo(format_comparison(result))
     sys.exit(ExitCode.FAILED if result.failed else ExitCode.OK)

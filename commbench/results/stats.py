@@ -173,6 +173,17 @@ def rounds_p(a: Sequence[float], b: Sequence[float]) -> float:
     return float(ttest_ind(la, lb, equal_var=False).pvalue)
 
 
+def shift_p(log_ratios: Sequence[float]) -> float:
+    """Two-sided p-value that a series of log ratios (candidate over baseline, one per size) is
+    centred away from zero: a one-sample t-test. A real change moves most sizes the same way, while
+    the noise between two runs moves them every which way."""
+    if statistics.pvariance(log_ratios) == 0:
+        return 0.0 if statistics.fmean(log_ratios) != 0 else 1.0
+    from scipy.stats import ttest_1samp
+
+    return float(ttest_1samp(log_ratios, 0.0).pvalue)
+
+
 def interval_p(baseline: tuple[float, float, float], candidate: tuple[float, float, float]) -> float:
     """Two-sided p-value that two p50s differ, from each run's (p50, lo, hi) 95% interval.
 
