@@ -117,3 +117,17 @@ def test_unusable_input_is_one_line(tmp_path: Path):
     other = tmp_path / "other.csv"
     other.write_text("name,value\na,1\n")
     _one_line_error(CliRunner().invoke(main, ["model", str(other)]), "not a commbench results CSV")
+
+
+def test_times_that_do_not_grow_with_size_print_and_serialise_without_a_beta(tmp_path: Path):
+    # The larger sizes ran faster (a noisy few sizes of latency-bound collectives): no slope, so
+    # beta and n1/2 are infinite, printed as "-" and written to JSON as null.
+    shrinking = {8: 1.3, 64: 1.2, 512: 1.1, 4096: 1.0}
+    case = Case("all_gather", "flat", sizes=tuple(shrinking), factors_by_size=shrinking)
+    path = synth_run(tmp_path / "run.csv", [case], seed=1, iters=5, raw=False, sigma=0.0)
+    result = CliRunner().invoke(main, ["model", str(path)])
+    assert result.exit_code == 0, result.output
+    (line,) = [row for row in result.output.splitlines() if row.startswith("  all_gather/flat")]
+    assert line.split()[7:9] == ["-", "-"]  # beta, n1/2
+    (fit,) = json.loads(CliRunner().invoke(main, ["model", str(path), "--json"]).output)["fits"]
+    assert fit["beta_gbps"] is None and fit["half_size_bytes"] is None

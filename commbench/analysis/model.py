@@ -88,9 +88,14 @@ class Fit:
     def as_dict(self) -> dict:
         return {
             **dict(zip(FIT_KEY, self.key)),
-            **{k: v for k, v in asdict(self).items() if k != "key"},
-            "half_size_bytes": self.half_size_bytes,
+            **{k: _finite(v) for k, v in asdict(self).items() if k != "key"},
+            "half_size_bytes": _finite(self.half_size_bytes),
         }
+
+
+def _finite(value: object) -> object:
+    """JSON has no infinity: a beta (or n1/2) without a slope is null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def fit_hockney(
@@ -142,7 +147,9 @@ def fit_frame(frame: pd.DataFrame) -> tuple[list[Fit], list[str]]:
     for key, group in rows.groupby(list(FIT_KEY), sort=True):
         spec = spec_of(key[1])
         if spec is not None and spec.workload_column != "size_bytes":
-            skipped.append(f"{key[1]}/{key[2]}: its workload is {spec.workload_name}, not bytes; no line in S")
+            why = f"{key[1]}: its workload is {spec.workload_name}, not bytes; no line in S"
+            if why not in skipped:  # once per op, not per variant and phase
+                skipped.append(why)
             continue
         points = group.groupby("size_bytes").first().reset_index()
         if len(points) < MIN_SIZES:
@@ -232,11 +239,20 @@ def format_fits(fits: list[Fit], skipped: list[str]) -> str:
         what = what if len(what) <= 44 else what[:43] + "~"
         flag = "" if fit.fits else "  does not fit"
         lines.append(
-            f"  {what:<44} {backend:>8} {int(world):>4} {fit.sizes:>5} {fit.alpha_us:>10.1f} {fit.beta_gbps:>10.3f} "
-            f"{format_size(int(max(fit.half_size_bytes, 0))):>8} {fit.r2:>6.3f} {fit.worst_residual:>6.1%}{flag}"
+            f"  {what:<44} {backend:>8} {int(world):>4} {fit.sizes:>5} {fit.alpha_us:>10.1f} {_beta(fit.beta_gbps):>10} "
+            f"{_half_size(fit.half_size_bytes):>8} {fit.r2:>6.3f} {fit.worst_residual:>6.1%}{flag}"
         )
     lines.extend(f"# not fitted: {why}" for why in skipped)
     return "\n".join(lines)
+
+
+def _beta(beta_gbps: float) -> str:
+    """beta for a table; "-" when the time did not grow with the size (no slope to fit)."""
+    return f"{beta_gbps:.3f}" if math.isfinite(beta_gbps) else "-"
+
+
+def _half_size(half_size_bytes: float) -> str:
+    return format_size(int(max(half_size_bytes, 0))) if math.isfinite(half_size_bytes) else "-"
 
 
 def format_projections(projections: list[Projection], refused: list[str], algorithm: str) -> str:
