@@ -253,3 +253,18 @@ def test_series_of_fewer_than_four_sizes_are_not_judged_as_a_whole(tmp_path: Pat
 def test_an_absolute_series_threshold_is_one_line(tmp_path: Path) -> None:
     base = synth_run(tmp_path / "base.csv", CASES, seed=1)
     _one_line_error(_compare(str(base), str(base), "--series-threshold", "20"), "takes a percentage")
+
+
+def test_a_row_must_stand_out_of_its_series_scatter(tmp_path: Path) -> None:
+    # Tight rounds, but the second run landed up to 30% off at some sizes, either way (the machine
+    # drifted between the runs, which no run's rounds can see): the sizes' scatter is the run-to-run
+    # noise, and no row stands out of it. The same rows alone (Welch on the rounds) would be called.
+    drift = {8: 1.25, 64: 0.8, 512: 1.1, 4096: 0.9, 32768: 1.3, 262144: 0.75, 2097152: 1.05, 16777216: 0.95}
+    tight = {"rounds": 3, "round_sigma": 0.01, "raw": False}
+    base = synth_run(tmp_path / "base.csv", [Case("all_gather", "flat", sizes=EIGHT_SIZES)], seed=71, **tight)
+    moved = Case("all_gather", "flat", sizes=EIGHT_SIZES, factors_by_size=drift)
+    cand = synth_run(tmp_path / "cand.csv", [moved], seed=72, **tight)
+    result = compare_runs(base, cand)
+    assert {d.verdict for d in result.deltas} <= {"unchanged", "within noise"} and not result.failed
+    assert max(abs(d.change) for d in result.deltas) > 0.25
+    assert [s.verdict for s in result.shifts] == ["unchanged"]

@@ -7,8 +7,9 @@ replicates, so their spread includes the machine's drift between them); a Mann-W
 per-iteration samples when both runs kept --raw but have one round; each run's p50 interval; the
 runs' own spread (p50 and std, version-1 files). The threshold alone would cry wolf on a noisy
 machine; the noise test alone would flag 0.5% changes on a quiet one; the adjustment keeps a
-comparison of many rows from finding a change by chance. pytest-benchmark's habit: thresholds are
-small objects parsed from "5%".
+comparison of many rows from finding a change by chance. A row must also stand out of the scatter
+of its series' changes across sizes, which shows the drift between the two runs that the rounds of
+one run cannot see. pytest-benchmark's habit: thresholds are small objects parsed from "5%".
 
 Each series (one op, variant, phase, dtype, mode, world size and group over its sizes) is also
 judged as a whole: a slowdown of the transport moves most sizes the same way, while the drift between
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -226,6 +228,7 @@ def compare_runs(
             continue
         result.deltas.append(_test(key, b, c, samples, result))
     tested = [d for d in result.deltas if d.method]
+    _guard_by_series_scatter(tested)
     for delta, adjusted in zip(tested, holm([d.p_value for d in tested])):
         delta.p_value = adjusted
         _classify(delta, result)
@@ -233,13 +236,41 @@ def compare_runs(
     return result
 
 
+def _series_key(key: tuple) -> tuple:
+    return tuple(v for c, v in zip(MATCH_COLUMNS, key) if c != "size_bytes")
+
+
+def _guard_by_series_scatter(tested: list[Delta]) -> None:
+    """Raise each row's p to the chance that its change is the run-to-run scatter of its series.
+
+    The rounds of one run cannot see how far the machine drifts between two runs. The sizes of a
+    series can: between two runs of one command, their log ratios scatter around their median by
+    the run-to-run noise of one row. A row's change counts only when it also stands out of that
+    scatter (robust scale: 1.4826 x the median absolute deviation; a normal tail). A change that
+    moves the whole series keeps the scatter small and stands out at every size; series of fewer
+    than SERIES_MIN_SIZES sizes keep their test's p.
+    """
+    series: dict[tuple, list[Delta]] = {}
+    for d in tested:
+        if d.baseline > 0 and d.candidate > 0:
+            series.setdefault(_series_key(d.key), []).append(d)
+    for rows in series.values():
+        if len(rows) < SERIES_MIN_SIZES:
+            continue
+        logs = [math.log(d.candidate / d.baseline) for d in rows]
+        centre = statistics.median(logs)
+        scale = 1.4826 * statistics.median(abs(x - centre) for x in logs)
+        for d, x in zip(rows, logs):
+            scatter_p = (0.0 if x else 1.0) if scale == 0 else math.erfc(abs(x) / scale / math.sqrt(2))
+            d.p_value = max(d.p_value, scatter_p)
+
+
 def _shifts(tested: list[Delta], spec: Comparison) -> list[Shift]:
     """Every series with SERIES_MIN_SIZES or more tested rows, judged as a whole (Holm over them)."""
     series: dict[tuple, list[float]] = {}
     for d in tested:
         if d.baseline > 0 and d.candidate > 0:
-            key = tuple(v for c, v in zip(MATCH_COLUMNS, d.key) if c != "size_bytes")
-            series.setdefault(key, []).append(math.log(d.candidate / d.baseline))
+            series.setdefault(_series_key(d.key), []).append(math.log(d.candidate / d.baseline))
     shifts = [
         Shift(key, len(logs), math.exp(sum(logs) / len(logs)), shift_p(logs))
         for key, logs in sorted(series.items())

@@ -45,8 +45,9 @@ def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha:
     an improvement only when its change exceeds --threshold AND the noise test finds the runs differ
     (p < alpha, Holm-adjusted over the rows): Welch's t-test on the runs' per-round p50s (sweeps with
     --rounds 2 or more, the default), else a Mann-Whitney U test on per-iteration samples (--raw),
-    else each run's p50 interval (or, for version-1 files, its spread). Rows found in one run only
-    are listed, not compared. Wrong results in the candidate also fail the comparison.
+    else each run's p50 interval (or, for version-1 files, its spread); in a series of 4 sizes or
+    more the change must also stand out of the scatter of the series' changes across its sizes (the
+    drift between the two runs). Rows found in one run only are listed, not compared. Wrong results in the candidate also fail the comparison.
 
     Each series (an op/variant/phase over its sizes, 4 or more) is also judged as a whole: its
     geometric-mean change counts when it exceeds --series-threshold and a t-test on the per-size
