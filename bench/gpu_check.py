@@ -94,20 +94,56 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     check = Check(out)
     gpus = torch.cuda.device_count()
-    check.say("device", "passed", f"{gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
-              f"nccl {'.'.join(map(str, torch.cuda.nccl.version()))}; results in {out}")  # fmt: skip
+    check.say(
+        "device",
+        "passed",
+        f"{gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+        f"nccl {'.'.join(map(str, torch.cuda.nccl.version()))}; results in {out}",
+    )
 
     # 1. The CUDA tests: every op and variant on nccl, the timers, the device rule.
-    proc = check.run("pytest-cuda", [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_nccl.py",
-                                     "tests/test_timers.py", "tests/test_devices.py"], 240)  # fmt: skip
+    proc = check.run(
+        "pytest-cuda",
+        [
+            PY,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_nccl.py",
+            "tests/test_timers.py",
+            "tests/test_devices.py",
+        ],
+        240,
+    )
     if proc is not None:
         tail = (proc.stdout.strip().splitlines() or ["no output"])[-1]
         check.say("pytest-cuda", "passed" if proc.returncode == 0 else "failed", tail)
 
     # 2. Every op and variant on nccl, 8 B to 256 MB, checked; the one-rank warning.
     csv = out / "sweep-nccl.csv"
-    proc = check.run("sweep-nccl", commbench("sweep", "--backend", "nccl", "-b", "8", "-e", "256M", "-f", "4",
-                                             "--rounds", "1", "--time-per-size", "0.005", "-o", str(csv)), 150)  # fmt: skip
+    proc = check.run(
+        "sweep-nccl",
+        commbench(
+            "sweep",
+            "--backend",
+            "nccl",
+            "-b",
+            "8",
+            "-e",
+            "256M",
+            "-f",
+            "4",
+            "--rounds",
+            "1",
+            "--time-per-size",
+            "0.005",
+            "-o",
+            str(csv),
+        ),
+        150,
+    )
     rows = rows_verdict(check, "sweep-nccl", proc, csv)
     if rows is not None:
         timers = ", ".join(sorted(set(rows["timer"].dropna())))
@@ -123,8 +159,26 @@ def main() -> int:
         check.say("native_torch", "passed" if len(native) else "failed", f"{len(native)} measured rows")
 
     # 4. commbench's SyncBatchNorm arithmetic against torch.nn.SyncBatchNorm, (32, C, 56, 56).
-    proc = check.run("syncbn-vs-torch", [PY, "bench/syncbn_compute.py", "--device", "cuda", "--reference", "syncbn",
-                                         "--batch", "32", "--spatial", "56", "--pairs", "9", "--target", "1.1"], 120)  # fmt: skip
+    proc = check.run(
+        "syncbn-vs-torch",
+        [
+            PY,
+            "bench/syncbn_compute.py",
+            "--device",
+            "cuda",
+            "--reference",
+            "syncbn",
+            "--batch",
+            "32",
+            "--spatial",
+            "56",
+            "--pairs",
+            "9",
+            "--target",
+            "1.1",
+        ],
+        120,
+    )
     worst, agree = last_line(proc, "syncbn compute: worst"), last_line(proc, "# outputs and gradients agree")
     if proc is not None:
         ok = proc.returncode == 0 and worst is not None and float(worst.split()[-1]) <= 1.1
@@ -137,16 +191,35 @@ def main() -> int:
         check.say("timers", "passed" if proc.returncode == 0 else "failed", " | ".join(ratios[-6:]))
 
     # 6. Peak GPU memory per op against its buffers and the guard's estimate.
-    proc = check.run("memory-cuda", [PY, "memory.py", "--backend", "nccl", "--ranks", "1", "--size", "1G"], 90,
-                     cwd=ROOT / "bench")  # fmt: skip
+    proc = check.run(
+        "memory-cuda", [PY, "memory.py", "--backend", "nccl", "--ranks", "1", "--size", "1G"], 90, cwd=ROOT / "bench"
+    )
     summary = last_line(proc, "# worst peak")
     if proc is not None:
         check.say("memory-cuda", "passed" if proc.returncode == 0 else "failed", summary or "no summary")
 
     # 7. Gloo on CUDA tensors, 2 ranks on one GPU: what Gloo supports there, unavailable rows for the rest.
     csv = out / "gloo-cuda.csv"
-    proc = check.run("gloo-cuda", commbench("sweep", "--backend", "gloo", "--device", "cuda", "--nproc", "2",
-                                            "--sizes", "8,64K,4M", "--rounds", "1", "--no-plot", "-o", str(csv)), 120)  # fmt: skip
+    proc = check.run(
+        "gloo-cuda",
+        commbench(
+            "sweep",
+            "--backend",
+            "gloo",
+            "--device",
+            "cuda",
+            "--nproc",
+            "2",
+            "--sizes",
+            "8,64K,4M",
+            "--rounds",
+            "1",
+            "--no-plot",
+            "-o",
+            str(csv),
+        ),
+        120,
+    )
     rows_verdict(check, "gloo-cuda", proc, csv)
 
     charts = [p for p in out.glob("*-charts") if p.is_dir()]

@@ -171,8 +171,9 @@ def _per_channel(v: torch.Tensor, ndim: int) -> torch.Tensor:
     return v.view(1, -1, *([1] * (ndim - 2)))
 
 
-def _plain_reference(batches: list[tuple[torch.Tensor, torch.Tensor]], weight: torch.Tensor | None,
-                     bias: torch.Tensor | None, eps: float) -> dict[str, Any]:  # fmt: skip
+def _plain_reference(
+    batches: list[tuple[torch.Tensor, torch.Tensor]], weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
+) -> dict[str, Any]:
     """The textbook SyncBatchNorm on the whole batch in float64: outputs and gradients per rank."""
     x = torch.cat([b[0] for b in batches])
     dy = torch.cat([b[1] for b in batches])
@@ -195,10 +196,14 @@ def _plain_reference(batches: list[tuple[torch.Tensor, torch.Tensor]], weight: t
     for bx, _ in batches:
         mine = slice(start, start + len(bx))
         start += len(bx)
-        rows.append({
-            "output": y[mine], "grad_input": grad[mine],
-            "grad_weight": ((dy[mine] * xmu[mine]).sum(dims) * invstd), "grad_bias": dy[mine].sum(dims),
-        })  # fmt: skip
+        rows.append(
+            {
+                "output": y[mine],
+                "grad_input": grad[mine],
+                "grad_weight": ((dy[mine] * xmu[mine]).sum(dims) * invstd),
+                "grad_bias": dy[mine].sum(dims),
+            }
+        )
     return {"rows": rows, "mean": mean, "unbiased_var": var * n / (n - 1)}
 
 

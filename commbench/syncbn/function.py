@@ -36,8 +36,9 @@ def _update_running(running: torch.Tensor | None, value: torch.Tensor, momentum:
         running.lerp_(_as(value, running.dtype), momentum)
 
 
-def _grad_sums(dy: torch.Tensor, input: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, invstd: torch.Tensor,
-               eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+def _grad_sums(
+    dy: torch.Tensor, input: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, invstd: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(sum(dy), sum(dy (x - mean)), sum(dy (x - mean)) * invstd) per channel, in the statistics' type.
 
     One pass of the eval-mode batch-norm backward, which returns the last and the first (as grad_weight
@@ -54,9 +55,18 @@ def _grad_sums(dy: torch.Tensor, input: torch.Tensor, mean: torch.Tensor, var: t
     return sum_dy, dot_invstd / invstd, dot_invstd
 
 
-def _grad_input(dy: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor,
-                var: torch.Tensor, invstd: torch.Tensor, total_dy: torch.Tensor, total_dy_xmu: torch.Tensor, n: int,
-                eps: float) -> torch.Tensor:  # fmt: skip
+def _grad_input(
+    dy: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    invstd: torch.Tensor,
+    total_dy: torch.Tensor,
+    total_dy_xmu: torch.Tensor,
+    n: int,
+    eps: float,
+) -> torch.Tensor:
     """(dy - total_dy/n - (x - mean) invstd^2 total_dy_xmu/n) * invstd * weight, in input's dtype.
 
     The x and constant terms are the eval-mode normalisation of x with weight -invstd^2 total_dy_xmu/n
@@ -87,9 +97,18 @@ class SyncBatchNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                running_mean: torch.Tensor | None, running_var: torch.Tensor | None, eps: float, momentum: float,
-                strategy: Strategy, comm: Communicator) -> torch.Tensor:  # fmt: skip
+    def forward(
+        ctx: Any,
+        input: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        running_mean: torch.Tensor | None,
+        running_var: torch.Tensor | None,
+        eps: float,
+        momentum: float,
+        strategy: Strategy,
+        comm: Communicator,
+    ) -> torch.Tensor:
         stats = strategy.forward(comm, input, eps)
         # Every rank holds the same global count, so every rank raises together: no peer is left waiting.
         check_enough_values(stats, comm.world_size, input.shape)
@@ -114,6 +133,16 @@ class SyncBatchNormFunction(torch.autograd.Function):
         grad_input = None
         if ctx.needs_input_grad[0]:
             total_dy, total_dy_xmu = ctx.strategy.backward(ctx.comm, sum_dy, sum_dy_xmu)
-            grad_input = _grad_input(grad_output, input, _as(weight, mean.dtype), mean, var, invstd, total_dy,
-                                     total_dy_xmu, ctx.count, ctx.eps)  # fmt: skip
+            grad_input = _grad_input(
+                grad_output,
+                input,
+                _as(weight, mean.dtype),
+                mean,
+                var,
+                invstd,
+                total_dy,
+                total_dy_xmu,
+                ctx.count,
+                ctx.eps,
+            )
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
