@@ -228,19 +228,26 @@ def compare_runs(
             continue
         result.deltas.append(_test(key, b, c, samples, result))
     tested = [d for d in result.deltas if d.method]
-    _guard_by_series_scatter(tested)
+    series = _series(tested)
+    _guard_by_series_scatter(series)
     for delta, adjusted in zip(tested, holm([d.p_value for d in tested])):
         delta.p_value = adjusted
-        _classify(delta, result)
-    result.shifts = _shifts(tested, result)
+        delta.verdict = _verdict(result, result.threshold, delta.baseline, delta.candidate, adjusted, delta.verdict)
+    result.shifts = _shifts(series, result)
     return result
 
 
-def _series_key(key: tuple) -> tuple:
-    return tuple(v for c, v in zip(MATCH_COLUMNS, key) if c != "size_bytes")
+def _series(tested: list[Delta]) -> dict[tuple, list[tuple[Delta, float]]]:
+    """The tested rows of each series (the key without the size), each with its log ratio."""
+    series: dict[tuple, list[tuple[Delta, float]]] = {}
+    for d in tested:
+        if d.baseline > 0 and d.candidate > 0:
+            key = tuple(v for c, v in zip(MATCH_COLUMNS, d.key) if c != "size_bytes")
+            series.setdefault(key, []).append((d, math.log(d.candidate / d.baseline)))
+    return series
 
 
-def _guard_by_series_scatter(tested: list[Delta]) -> None:
+def _guard_by_series_scatter(series: dict[tuple, list[tuple[Delta, float]]]) -> None:
     """Raise each row's p to the chance that its change is the run-to-run scatter of its series.
 
     The rounds of one run cannot see how far the machine drifts between two runs. The sizes of a
@@ -250,40 +257,26 @@ def _guard_by_series_scatter(tested: list[Delta]) -> None:
     moves the whole series keeps the scatter small and stands out at every size; series of fewer
     than SERIES_MIN_SIZES sizes keep their test's p.
     """
-    series: dict[tuple, list[Delta]] = {}
-    for d in tested:
-        if d.baseline > 0 and d.candidate > 0:
-            series.setdefault(_series_key(d.key), []).append(d)
     for rows in series.values():
         if len(rows) < SERIES_MIN_SIZES:
             continue
-        logs = [math.log(d.candidate / d.baseline) for d in rows]
-        centre = statistics.median(logs)
-        scale = 1.4826 * statistics.median(abs(x - centre) for x in logs)
-        for d, x in zip(rows, logs):
+        centre = statistics.median(x for _, x in rows)
+        scale = 1.4826 * statistics.median(abs(x - centre) for _, x in rows)
+        for d, x in rows:
             scatter_p = (0.0 if x else 1.0) if scale == 0 else math.erfc(abs(x) / scale / math.sqrt(2))
             d.p_value = max(d.p_value, scatter_p)
 
 
-def _shifts(tested: list[Delta], spec: Comparison) -> list[Shift]:
+def _shifts(series: dict[tuple, list[tuple[Delta, float]]], spec: Comparison) -> list[Shift]:
     """Every series with SERIES_MIN_SIZES or more tested rows, judged as a whole (Holm over them)."""
-    series: dict[tuple, list[float]] = {}
-    for d in tested:
-        if d.baseline > 0 and d.candidate > 0:
-            series.setdefault(_series_key(d.key), []).append(math.log(d.candidate / d.baseline))
-    shifts = [
-        Shift(key, len(logs), math.exp(sum(logs) / len(logs)), shift_p(logs))
-        for key, logs in sorted(series.items())
-        if len(logs) >= SERIES_MIN_SIZES
-    ]
+    shifts = []
+    for key, rows in sorted(series.items()):
+        if len(rows) >= SERIES_MIN_SIZES:
+            logs = [x for _, x in rows]
+            shifts.append(Shift(key, len(logs), math.exp(statistics.fmean(logs)), shift_p(logs)))
     for shift, adjusted in zip(shifts, holm([s.p_value for s in shifts])):
         shift.p_value = adjusted
-        if not spec.series_threshold.exceeded(1.0, shift.ratio):
-            continue
-        if adjusted >= spec.alpha:
-            shift.verdict = "within noise"
-            continue
-        shift.verdict = "improvement" if (shift.ratio > 1) == METRICS[spec.metric] else "regression"
+        shift.verdict = _verdict(spec, spec.series_threshold, 1.0, shift.ratio, adjusted, shift.verdict)
     return shifts
 
 
@@ -317,14 +310,17 @@ def _test(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Comparis
     return delta
 
 
-def _classify(delta: Delta, spec: Comparison) -> None:
-    if not spec.threshold.exceeded(delta.baseline, delta.candidate):
-        return
-    if delta.p_value >= spec.alpha:
-        delta.verdict = "within noise"
-        return
-    better = (delta.candidate > delta.baseline) == METRICS[spec.metric]
-    delta.verdict = "improvement" if better else "regression"
+def _verdict(
+    spec: Comparison, threshold: Threshold, baseline: float, candidate: float, p: float, unchanged: str
+) -> str:
+    """A change (of a row, or of a series as the ratio against 1) that exceeds the threshold is an
+    improvement or a regression when p < alpha, else within noise; below it, the verdict stays."""
+    if not threshold.exceeded(baseline, candidate):
+        return unchanged
+    if p >= spec.alpha:
+        return "within noise"
+    better = (candidate > baseline) == METRICS[spec.metric]
+    return "improvement" if better else "regression"
 
 
 def _rounds(row: pd.Series) -> list[float]:
