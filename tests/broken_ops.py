@@ -74,3 +74,15 @@ class BrokenBarrier(Barrier):
 
     def issue(self, args: CollArgs, phase: str) -> None:
         args.issue(_Done())
+
+
+class RefusingAllGather(AllGather):
+    """An all_gather whose `list` variant the transport refuses outright on every rank, as Gloo
+    refuses some collectives on CUDA tensors: that variant must become an `unavailable` row."""
+
+    name = "refusing_all_gather"
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        if args.variant == "list":
+            raise RuntimeError("Gloo allgather: list form is not supported for this tensor type")
+        super().issue(args, phase)

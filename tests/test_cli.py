@@ -186,3 +186,18 @@ def test_nonblocking_rows_of_variants_that_wait_inside_are_honest(tmp_path):
     # (two iterations on a shared machine may also be noted as noisy; that is not this test's concern)
     assert rows.loc["per_tensor", "window"] == 4 and "window" not in rows.loc["per_tensor", "note"]
     assert rows.loc["flat", "window"] == 1 and "window 1" in rows.loc["flat", "note"]
+
+
+@pytest.mark.slow
+def test_a_variant_the_transport_refuses_on_every_rank_is_an_unavailable_row(tmp_path):
+    out = tmp_path / "refused.csv"
+    proc = commbench(
+        *"sweep --op tests.broken_ops:RefusingAllGather --sizes 1K,4K -n 2 -w 1 -o".split(), str(out), "--no-plot"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    df = pd.read_csv(out)
+    refused = df[df.variant == "list"]
+    assert (refused.status == "unavailable").all() and len(refused) == 1
+    assert refused.note.iloc[0].startswith("the transport refused it: ") and "not supported" in refused.note.iloc[0]
+    assert set(df[df.status == "ok"].variant) == {"flat", "inplace"} and (df[df.status == "ok"].wrong == 0).all()

@@ -311,9 +311,12 @@ def _rotate(
             write(slot, f"stopped after {len(slot.case.rounds_us)} of {len(slot.blocks)} rounds")
 
     watchdog.last_words = write_unfinished
+    refused: set[int] = set()  # slots of a variant the transport refused (by id: slots hold tensors)
     try:
         for round_index in range(cfg.rounds):
             for slot in list(pending):
+                if id(slot) in refused:
+                    continue
                 label = slot.case.label + (f", round {round_index + 1}/{cfg.rounds}" if cfg.rounds > 1 else "")
                 if sink:
                     sink.progress(progress.status(label))
@@ -322,7 +325,10 @@ def _rotate(
                     done = _visit(cfg, slot, round_index, progress)
                 except RuntimeError as exc:
                     if round_index == 0 and (reason := _refused_everywhere(backend, exc)) is not None:
-                        pending.remove(slot)
+                        # The variant's other sizes would be refused alike: one unavailable row for it.
+                        variant = slot.args.variant
+                        refused |= {id(s) for s in pending if s.args.variant == variant and not s.case.rounds_us}
+                        pending[:] = [s for s in pending if id(s) not in refused]
                         if sink:
                             sink.unavailable(op.name, slot.args.variant, dtype, reason)
                         continue
@@ -411,7 +417,10 @@ def _refused_everywhere(backend: Backend, exc: RuntimeError) -> str | None:
     mine = _first_sentence(exc) if _REFUSAL.search(str(exc)) else None
     if mine is None:
         return None
-    everyone = backend.all_gather_object(mine)
+    try:
+        everyone = backend.all_gather_object(mine)
+    except RuntimeError:  # a peer failed otherwise and left: the original failure is the diagnosis
+        return None
     return f"the transport refused it: {mine}" if all(everyone) else None
 
 
