@@ -3,7 +3,11 @@ synchronised gradient sums backward (docs/syncbn.md), in torch's batch-norm kern
 
 torch.nn.SyncBatchNorm's own kernels (batch_norm_stats, batch_norm_elemt, batch_norm_backward_reduce,
 batch_norm_backward_elemt) are CUDA-only, so the eval-mode forms of torch's batch norm, which run
-everywhere, do the full-size work, given the merged global statistics as their "running" ones:
+everywhere, do the full-size work, given the merged global statistics as their "running" ones.
+The backward differs by device (docs/gpu.md lists the kernel contracts): on CUDA the eval-mode
+backward's non-fused path asserts that save_mean and save_invstd are defined, so there the sums come
+from batch_norm_backward_reduce and grad_input from batch_norm_backward_elemt, as torch.nn.SyncBatchNorm
+computes them (_cuda_backward); elsewhere:
   forward   the rank's statistics (stats.local_stats: torch's statistics kernel, or two vectorised
             reductions where that kernel is slow), then the normalisation in one pass
             (torch.native_batch_norm in eval mode with the global mean and biased variance);
@@ -88,6 +92,68 @@ def _grad_input(
     return grad.addcmul_(dy, per_channel(scale, ndim)).to(input.dtype)
 
 
+def uses_cuda_kernels(input: torch.Tensor) -> bool:
+    """Whether the backward runs torch.nn.SyncBatchNorm's CUDA kernels (tests fake them on the CPU)."""
+    return input.device.type == "cuda"
+
+
+def _kernel_layouts(input: torch.Tensor, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """input contiguous in its own format (NCHW or channels_last), dy in the same one.
+
+    The CUDA kernels pick their channels_last form from one tensor alone (backward_elemt reads
+    grad_output's layout, then indexes input's data pointer the same way), so the two must share a
+    layout; a non-contiguous input is copied once, as torch.nn.SyncBatchNorm's forward does.
+    """
+    for fmt in (torch.contiguous_format, torch.channels_last, torch.channels_last_3d):
+        if (fmt is torch.contiguous_format or input.dim() == (4 if fmt is torch.channels_last else 5)) and (
+            input.is_contiguous(memory_format=fmt)
+        ):
+            return input, dy.contiguous(memory_format=fmt)
+    return input.contiguous(), dy.contiguous()
+
+
+def _cuda_backward(
+    ctx: Any, dy: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor, var: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """(grad_input, grad_weight, grad_bias) from torch.nn.SyncBatchNorm's CUDA kernels.
+
+    Their contracts (aten/src/ATen/native/cuda/Normalization.cu and .cuh): mean and invstd of one
+    dtype, the accumulation type of input's (float32 for half inputs); grad_weight and grad_bias are
+    allocated with weight's options, so they are asked for only where a weight exists; weight is
+    read in the statistics' type (mixed mode for half inputs); count is an int32 tensor whose sum is
+    the global count. An empty rank still joins the all-reduce, with zeros.
+    """
+    invstd = torch.rsqrt(var + ctx.eps)
+    input, dy = _kernel_layouts(input, dy)
+    stat_weight = _as(weight, mean.dtype)
+    want_input, want_weight, want_bias = (
+        ctx.needs_input_grad[0],
+        weight is not None and ctx.needs_input_grad[1],
+        weight is not None and ctx.needs_input_grad[2],
+    )
+    if input.numel() == 0:
+        sum_dy, sum_dy_xmu, grad_weight, grad_bias = (mean.new_zeros(mean.shape) for _ in range(4))
+    else:
+        sum_dy, sum_dy_xmu, grad_weight, grad_bias = torch.batch_norm_backward_reduce(
+            dy, input, mean, invstd, stat_weight, want_input, want_weight, want_bias
+        )
+    grad_input = None
+    if want_input:
+        total_dy, total_dy_xmu = ctx.strategy.backward(ctx.comm, sum_dy, sum_dy_xmu)
+        if input.numel() == 0:
+            grad_input = torch.zeros_like(input)
+        else:
+            count = torch.tensor([ctx.count], dtype=torch.int32, device=input.device)
+            grad_input = torch.batch_norm_backward_elemt(
+                dy, input, mean, invstd, stat_weight, total_dy, total_dy_xmu, count
+            )
+    return (
+        grad_input,
+        _as(grad_weight, weight.dtype) if want_weight else None,  # type: ignore[union-attr]
+        _as(grad_bias, weight.dtype) if want_bias else None,  # type: ignore[union-attr]
+    )
+
+
 class SyncBatchNormFunction(torch.autograd.Function):
     """apply(input, weight, bias, running_mean, running_var, eps, momentum, strategy, comm).
 
@@ -126,6 +192,8 @@ class SyncBatchNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         input, weight, mean, var = ctx.saved_tensors
+        if uses_cuda_kernels(input):
+            return *_cuda_backward(ctx, grad_output, input, weight, mean, var), None, None, None, None, None, None
         invstd = torch.rsqrt(var + ctx.eps)
         sum_dy, sum_dy_xmu, dot_invstd = _grad_sums(grad_output, input, mean, var, invstd, ctx.eps)
         grad_weight = _as(dot_invstd, weight.dtype) if weight is not None and ctx.needs_input_grad[1] else None
