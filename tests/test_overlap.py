@@ -87,3 +87,63 @@ def test_a_sweep_with_overlap_reports_all_three_times(tmp_path):
         == 0
     )
     assert pd.read_csv(plain)[["comm_us", "overlap"]].isna().all().all()
+
+
+def test_the_probe_grows_until_it_times_the_kernel_not_the_launch():
+    """A GPU-like clock: 20 us of launch and synchronise around every run, then 10 TFLOP/s. A 128-side
+    probe would read 50x too slow; the grown probe reads the kernel's rate to within a few percent."""
+    import torch
+
+    from commbench.run.overlap import PROBE_MIN_S, PROBE_SIDE, probe_rate
+
+    sides = []
+
+    def seconds_of(kernel):
+        sides.append(kernel.side)
+        return 20e-6 + kernel.flops / 1e13
+
+    rate = probe_rate(torch.device("cpu"), torch.float32, seconds_of)
+    assert rate == pytest.approx(1e13, rel=0.05)
+    tried = sorted(set(sides))
+    assert tried[0] == PROBE_SIDE and all(b == 2 * a for a, b in zip(tried, tried[1:]))
+    assert 20e-6 + flops_of(tried[-1]) / 1e13 >= PROBE_MIN_S > 20e-6 + flops_of(tried[-2]) / 1e13
+    assert PROBE_SIDE * 4 < 20e-6 * 1e13 / (2 * PROBE_SIDE**2)  # the old 128-side probe was far too short
+
+
+def test_the_calibration_clock_on_cuda_is_a_pair_of_events_around_the_kernel():
+    from commbench.run.overlap import ComputeKernel, event_seconds
+
+    log, made = [], []
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+            self.name = ("start", "stop")[len(made)]
+            made.append(self)
+
+        def record(self):
+            log.append(f"record {self.name}")
+
+        def synchronize(self):
+            log.append(f"synchronize {self.name}")
+
+        def elapsed_time(self, other):
+            return 0.75  # milliseconds
+
+    kernel = ComputeKernel(8, "cpu", __import__("torch").float32)
+    kernel.run = lambda: log.append("matmul")
+    assert event_seconds(kernel, Event) == pytest.approx(0.75e-3)
+    assert log == ["record start", "matmul", "record stop", "synchronize stop"]
+
+
+def test_an_auto_matmul_stays_within_what_the_memory_check_reserved():
+    from commbench.run.overlap import AUTO_KERNEL_BYTES, auto_side_limit, kernel_bytes, overlap_bytes
+
+    for size in (2, 4, 8):
+        assert (
+            kernel_bytes(auto_side_limit(size), size)
+            <= AUTO_KERNEL_BYTES
+            < kernel_bytes(auto_side_limit(size) + 8, size)
+        )
+    assert overlap_bytes("auto", 4) == AUTO_KERNEL_BYTES
+    assert overlap_bytes(str(flops_of(1024)), 4) == kernel_bytes(1024, 4)

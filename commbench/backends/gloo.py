@@ -9,7 +9,21 @@ import torch
 from commbench.backends.torch_dist import TorchDistBackend
 
 if TYPE_CHECKING:
+    from commbench.backends.base import Work
     from commbench.launchers import Launch
+
+# What Gloo cannot run on CUDA tensors, read from torch/csrc/distributed/c10d/ProcessGroupGloo.cpp
+# (docs/gpu.md): the collectives it stages through pinned host memory (its *CUDAWork classes:
+# allreduce, broadcast, reduce, allgather and _allgather_base, gather, scatter, alltoall_base, and
+# reduce_scatter_tensor_coalesced through allreduce) run; these do not, so they are refused before a
+# call hands Gloo a device pointer. Keyed by the names Backend.missing() takes ("group": every
+# grouped collective, which torch's coalescing manager sends to Gloo's *_coalesced calls).
+CUDA_REFUSED = {
+    "send_recv": "Gloo's send and recv hand the tensor's memory to its transport as it is, with no copy through "
+    "host memory, so they cannot move CUDA tensors (use --device cpu, or nccl)",
+    "group": "Gloo's coalesced collectives run on CPU tensors only (allreduce_coalesced refuses CUDA tensors and "
+    "allgather_coalesced does not copy them to host memory); use --device cpu, or nccl",
+}
 
 
 class GlooBackend(TorchDistBackend):
@@ -29,6 +43,28 @@ class GlooBackend(TorchDistBackend):
         device = torch.device("cuda", (launch.local_rank or 0) % max(1, torch.cuda.device_count()))
         torch.cuda.set_device(device)
         return device
+
+    def on_cuda(self) -> bool:
+        return self.wanted_device == "cuda"
+
+    def missing(self, collective: str) -> str | None:
+        if self.on_cuda() and collective in CUDA_REFUSED:
+            return CUDA_REFUSED[collective]
+        return super().missing(collective)
+
+    def group_unavailable(self) -> str | None:
+        return CUDA_REFUSED["group"] if self.on_cuda() else super().group_unavailable()
+
+    def send_recv(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> list[Work]:
+        if (reason := self.missing("send_recv")) is not None:
+            raise NotImplementedError(reason)  # before Gloo's transport is handed device memory
+        return super().send_recv(sends, recvs)
+
+    def synchronize(self) -> None:
+        # On CUDA tensors Gloo's wait objects make the current stream wait for the copy back from host
+        # memory; the untimed drain before a barrier must wait for that stream too.
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def version(self) -> str:
         return f"gloo (torch {torch.__version__})"

@@ -21,6 +21,7 @@ from commbench.lazy import torch
 from commbench.ops import choose_variants
 from commbench.ops.base import MemoryCase, Op, Point
 from commbench.run.config import DTYPE_BYTES, SweepConfig
+from commbench.run.overlap import overlap_bytes
 from commbench.units import format_size
 
 if TYPE_CHECKING:
@@ -38,6 +39,11 @@ RUNTIME_GROWTH_BYTES = 64 << 20
 # importing torch and every extra one stretches each iteration by another time slice.
 RANKS_PER_CORE = 8
 OVERSUBSCRIBE_FLAG = "--oversubscribe"
+# GPU memory NCCL allocates per communicator a rank joins, outside torch's allocator and after the
+# check: its channels' send/receive buffers (NCCL_BUFFSIZE, 4 MiB, per channel and peer link) and,
+# on NVLink-switch machines, the NVLS multicast buffers. A reservation, not a measurement: a rank of
+# a --group run joins two communicators (the world and its group).
+NCCL_COMMUNICATOR_BYTES = 1 << 30
 
 
 def host_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
@@ -112,20 +118,41 @@ def memory_error(ops: Sequence[Op], cfg: SweepConfig, backend: Backend, local_ra
     if (largest := largest_need(ops, cfg, backend.world_size, on_host, runnable)) is None:
         return None
     need, op, point = largest
-    need += RUNTIME_GROWTH_BYTES
+    # What is allocated after this check: the runtime's first-use buffers, the transport's own
+    # (NCCL's per communicator), and --overlap's matmul.
+    need += RUNTIME_GROWTH_BYTES + transport_reserve(cfg, backend)
+    if cfg.overlap:
+        need += overlap_bytes(cfg.compute, max(DTYPE_BYTES[d] for d in cfg.dtypes))
     if not on_host:
-        free, where, sharing = device_available_bytes(device), f"free on {device}", 1
+        free, where = device_available_bytes(device), f"free on {device}"
+        sharing = ranks_per_gpu(backend, local_ranks or int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
     else:
         # Every rank on this host allocates the same tensors out of one pool of host memory.
         sharing = local_ranks or int(os.environ.get("LOCAL_WORLD_SIZE", 1))
         free, where = host_available_bytes(), "available on this host (MemAvailable)"
     if free is None or need * sharing <= free:
         return None
-    per_host = f" x {sharing} ranks on this host = {format_size(need * sharing)}" if sharing > 1 else ""
+    shared = "host" if on_host else "GPU"
+    per_host = f" x {sharing} ranks on this {shared} = {format_size(need * sharing)}" if sharing > 1 else ""
     return (
         f"{op.name} at {point.label} needs about {format_size(need)} per rank{per_host}, but only "
         f"{format_size(free)} is {where}; lower {op.spec.workload_knobs}, or run fewer ranks per host"
     )
+
+
+def transport_reserve(cfg: SweepConfig, backend: Backend) -> int:
+    """Device memory the transport allocates outside torch after the check (NCCL_COMMUNICATOR_BYTES)."""
+    if backend.name != "nccl" or backend.device.type != "cuda":
+        return 0
+    return NCCL_COMMUNICATOR_BYTES * (1 if cfg.group == "world" else 2)
+
+
+def ranks_per_gpu(backend: Backend, local_ranks: int) -> int:
+    """Local ranks that allocate out of this rank's GPU: one under NCCL and Horovod (one GPU per rank);
+    Gloo's CUDA ranks may share one, spread over the visible GPUs by local rank (GlooBackend)."""
+    if backend.name != "gloo":
+        return 1
+    return -(-max(1, local_ranks) // max(1, torch.cuda.device_count()))
 
 
 def local_ranks_error(

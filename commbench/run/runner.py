@@ -28,7 +28,7 @@ from commbench.run.config import ONE_RANK_NOTE, Outcome, RunFacts, SweepConfig, 
 from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters, unavailable
-from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, cpu_note, side_for, wall_seconds
+from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, cpu_note, seconds_of_kernel, side_for
 from commbench.run.progress import ProgressBoard, connect_store
 from commbench.run.resources import memory_case, memory_error
 from commbench.run.watchdog import Watchdog, bounded
@@ -383,7 +383,9 @@ def compute_kernel(cfg: SweepConfig, case: Case, target_s: float) -> ComputeKern
     backend, dtype = case.backend, case.args.dtype
     if cfg.compute != AUTO:
         return ComputeKernel(side_for(float(cfg.compute)), backend.device, compute_dtype(dtype))
-    return calibrate(target_s, backend.device, dtype, case._agree_max, lambda k: wall_seconds(k, backend.synchronize))
+    return calibrate(
+        target_s, backend.device, dtype, case._agree_max, seconds_of_kernel(backend.device, backend.synchronize)
+    )
 
 
 def _expected(slot: _Slot, iters: int) -> float:
