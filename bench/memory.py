@@ -20,7 +20,7 @@ estimate/peak (target within 15%). Workloads follow --size: S for the sized ops;
 tensors that make about S (grouped_all_gather: 1,K,K gathered; the bucketed ops: a 4-layer
 transformer's gradients; sync_bn: its per-rank input is S/8).
 
-    python bench/memory.py [--size 256M] [--ranks 2] [--ops all_gather,...] [--dtype float32]
+    python bench/memory.py [--size 256M] [--ranks 2] [--ops all_gather,...] [--dtype float32] [--same-ranks]
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ import argparse
 import gc
 import math
 import statistics
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
-from ranks import join_group, run_ranks
+from ranks import RanksFailed, join_group, stream_ranks
 
 
 def measurable_ops() -> list[str]:
@@ -92,7 +94,20 @@ def held_bytes(root: Any) -> int:
     return sum(storages.values())
 
 
-def rank_main(rank: int, world: int, port: int, queue: Any, case: dict[str, Any]) -> None:
+def rank_main(rank: int, world: int, port: int, queue: Any, cases: list[dict[str, Any]]) -> None:
+    """Join the group once and measure each case in turn; rank 0 puts every rank's figures per case."""
+    backend = join_group(rank, world, port, cases[0]["backend"])
+    for case in cases:
+        everyone = backend.all_gather_object(measure_case(backend, case))
+        if rank == 0:
+            queue.put(everyone)
+        if backend.device.type == "cuda":
+            torch.cuda.empty_cache()  # the next case's peak starts from what is allocated, not cached
+    backend.close()
+
+
+def measure_case(backend: Any, case: dict[str, Any]) -> dict[str, Any]:
+    """This rank's figures for one case (see the module's docstring)."""
     from commbench.backends.copies import copies_of
     from commbench.ops import load_op
     from commbench.ops.base import MemoryCase
@@ -100,16 +115,15 @@ def rank_main(rank: int, world: int, port: int, queue: Any, case: dict[str, Any]
     from commbench.run.resources import peak_bytes, reset_peak
     from commbench.run.watchdog import Watchdog
 
-    backend = join_group(rank, world, port, case["backend"])
     device = backend.device
     rss_at_check = reset_peak(device)  # where the memory guard reads what is available
     dtype = getattr(torch, case["dtype"])
     element_size = torch.empty((), dtype=dtype).element_size()
-    watchdog = Watchdog(900, rank)
+    watchdog = Watchdog(900, backend.rank)
     variant = case["variant"]
 
     def run(size: int) -> tuple[Any, Any, Any, int, int]:
-        options, requested = workload(case["op"], size, world, element_size)
+        options, requested = workload(case["op"], size, backend.world_size, element_size)
         op = load_op(case["op"])(options)
         point = op.points([requested])[-1]
         window = op.window_for(variant, case["window"])
@@ -138,26 +152,31 @@ def rank_main(rank: int, world: int, port: int, queue: Any, case: dict[str, Any]
         complete(args)
         calls = max(calls, peak_bytes(device) - start)
     on_host = device.type != "cuda"
-    memory_case = MemoryCase(world, variant, element_size, window, copies_of(case["backend"]), on_host=on_host)
-    mine = {
-        "peak": peak,
-        "buffers": buffers,
-        "calls": calls,
-        "estimate": op.memory_bytes(memory_case, point),
-        "wrong": wrong,
-        "growth": growth,
-    }
-    everyone = backend.all_gather_object(mine)
-    if rank == 0:
-        queue.put(everyone)
-    backend.close()
+    memory_case = MemoryCase(
+        backend.world_size, variant, element_size, window, copies_of(case["backend"]), on_host=on_host
+    )
+    estimate = op.memory_bytes(memory_case, point)
+    del op, args
+    gc.collect()
+    return {"peak": peak, "buffers": buffers, "calls": calls, "estimate": estimate, "wrong": wrong, "growth": growth}
 
 
-def run_case(case: dict[str, Any], ranks: int) -> dict[str, Any]:
-    """The case's figures on the rank with the highest peak (wrong: summed over ranks)."""
-    results = run_ranks(rank_main, ranks, case)
-    worst = max(results, key=lambda r: r["peak"])
-    return {**worst, "wrong": sum(r["wrong"] for r in results), "growth": max(r["growth"] for r in results)}
+def case_results(all_cases: list[dict[str, Any]], ranks: int, same_ranks: bool) -> Iterator[dict[str, Any]]:
+    """Each case's figures on the rank with the highest peak (wrong: summed over ranks), as each ends.
+
+    On the host every case runs in fresh rank processes: the C allocator's heaps and the kernel's
+    high-water mark would carry one case's memory into the next. On a GPU one set of ranks measures
+    every case: torch's allocator counts exactly what is allocated since its peak was reset, and
+    CUDA and NCCL start once instead of once per case (34 of them, 3-6 s each). same_ranks chooses.
+    """
+    if same_ranks:
+        batches = [all_cases]
+    else:
+        batches = [[case] for case in all_cases]
+    for batch in batches:
+        for results in stream_ranks(rank_main, ranks, batch, items=len(batch)):
+            worst = max(results, key=lambda r: r["peak"])
+            yield {**worst, "wrong": sum(r["wrong"] for r in results), "growth": max(r["growth"] for r in results)}
 
 
 def cases(ops: list[str], size: int, dtype: str, window: int, backend_name: str, ranks: int) -> list[dict[str, Any]]:
@@ -189,6 +208,12 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--window", type=int, default=1, help="ops in flight per sample (non-blocking mode's window)")
     parser.add_argument("--backend", default="gloo", help="gloo (host memory) or nccl (GPU memory, one GPU per rank)")
+    parser.add_argument(
+        "--same-ranks",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="measure every case in one set of ranks (default: on a GPU only; on the host, fresh ranks per case)",
+    )
     opts = parser.parse_args()
     size = parse_size(opts.size)
     mib = 2**20
@@ -201,22 +226,35 @@ def main() -> None:
     )
     growths = []
     ratios = []
-    for case in cases(opts.ops.split(","), size, opts.dtype, opts.window, opts.backend, opts.ranks):
-        r = run_case(case, opts.ranks)
-        growths.append(r["growth"])
-        own = r["peak"] / (r["buffers"] + r["calls"])
-        ratios.append((own, r["estimate"] / r["peak"]))
-        print(
-            f"{case['op'] + '/' + case['variant']:<44}{r['growth'] / mib:>8.0f}M{r['buffers'] / mib:>8.0f}M{r['calls'] / mib:>8.0f}M"
-            f"{r['peak'] / mib:>8.0f}M{r['estimate'] / mib:>8.0f}M{r['peak'] / r['buffers']:>14.2f}{own:>18.2f}"
-            f"{r['estimate'] / r['peak']:>15.2f}" + ("" if r["wrong"] == 0 else f"  WRONG {r['wrong']}"),
-            flush=True,
-        )
+    planned = cases(opts.ops.split(","), size, opts.dtype, opts.window, opts.backend, opts.ranks)
+    wrong = 0
+    try:
+        for case, r in zip(
+            planned,
+            case_results(
+                planned, opts.ranks, opts.same_ranks if opts.same_ranks is not None else opts.backend == "nccl"
+            ),
+        ):
+            growths.append(r["growth"])
+            own = r["peak"] / (r["buffers"] + r["calls"])
+            ratios.append((own, r["estimate"] / r["peak"]))
+            wrong += r["wrong"]
+            print(
+                f"{case['op'] + '/' + case['variant']:<44}{r['growth'] / mib:>8.0f}M{r['buffers'] / mib:>8.0f}M"
+                f"{r['calls'] / mib:>8.0f}M{r['peak'] / mib:>8.0f}M{r['estimate'] / mib:>8.0f}M"
+                f"{r['peak'] / r['buffers']:>14.2f}{own:>18.2f}{r['estimate'] / r['peak']:>15.2f}"
+                + ("" if r["wrong"] == 0 else f"  WRONG {r['wrong']}"),
+                flush=True,
+            )
+    except RanksFailed as exc:
+        sys.exit(f"bench/memory.py: {exc}")
     print(
         f"# worst peak/(buffers+calls) {max(o for o, _ in ratios):.2f} (target <= 1.15); estimate/peak from "
         f"{min(e for _, e in ratios):.2f} to {max(e for _, e in ratios):.2f} (target 0.85 to 1.15); "
         f"runtime growth after the guard's check: median {statistics.median(growths) / mib:.0f}M"
     )
+    if wrong:
+        sys.exit(f"bench/memory.py: {wrong} wrong elements: a case's result was wrong")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,15 @@ import torch
 from commbench.results.reader import read_one
 from commbench.results.schema import COLUMNS
 from commbench.run.harness import CollArgs, measure
-from commbench.run.timers import CUDA_EVENT, PERF_COUNTER, CudaEventTimer, PerfCounterTimer, timer_for
+from commbench.run.timers import (
+    CUDA_EVENT,
+    LEAD_CYCLES,
+    PERF_COUNTER,
+    CudaEventTimer,
+    PerfCounterTimer,
+    cuda_lead,
+    timer_for,
+)
 
 
 class Gpu:
@@ -43,6 +51,38 @@ class FakeEvent:
         assert self.enable_timing and end.enable_timing, "elapsed_time needs timing events"
         assert self.at_ms is not None and end.at_ms is not None, "both events must be recorded"
         return end.at_ms - self.at_ms
+
+
+def test_the_lead_in_delay_is_queued_before_the_start_event() -> None:
+    """On an idle stream the start event would fire at once, before the host has launched the
+    collective: the delay is queued first, so the sample starts when the delay ends."""
+    gpu, order = Gpu(), []
+
+    def lead() -> None:
+        order.append("lead")
+        gpu.now_ms += 0.05
+
+    def event(enable_timing: bool = False) -> FakeEvent:
+        order.append("event")
+        return FakeEvent(gpu, enable_timing)
+
+    timer = CudaEventTimer(event, lead=lead)
+    timer.start()
+    gpu.now_ms += 0.02
+    timer.stop()
+    assert order == ["lead", "event", "event"]
+    assert timer.read_us() == pytest.approx([20.0])
+
+
+def test_the_lead_is_torch_cuda_sleep_where_torch_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(torch.cuda, "_sleep", calls.append)
+    lead = cuda_lead()
+    assert lead is not None
+    lead()
+    assert calls == [LEAD_CYCLES]
+    monkeypatch.delattr(torch.cuda, "_sleep")
+    assert cuda_lead() is None
 
 
 def test_cuda_events_give_each_sample_its_stream_time_in_us_after_one_synchronize() -> None:
@@ -156,12 +196,20 @@ def test_measure_on_cuda_times_with_events_and_synchronizes_outside_the_samples(
 ) -> None:
     gpu = Gpu()
     monkeypatch.setattr(torch.cuda, "Event", gpu.event)
+    slept: list[int] = []
+
+    def sleep(cycles: int) -> None:  # the lead-in delay: 50 us of stream time, queued before the start event
+        slept.append(cycles)
+        gpu.now_ms += 0.05
+
+    monkeypatch.setattr(torch.cuda, "_sleep", sleep)
     backend = FakeCudaBackend(gpu)
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat", state=window)  # type: ignore[arg-type]
     watchdog = SimpleNamespace(arm=lambda label: None, disarm=lambda: None)
     m = measure(FakeOp(gpu), args, "comm", iters=3, warmup=0, window=window, check=False, watchdog=watchdog, label="x")
     assert m.timer == CUDA_EVENT
     assert m.samples_us == pytest.approx([10.0, 20.0, 30.0])  # per op: the sample's stream time / window
+    assert slept == [LEAD_CYCLES] * 3  # one delay per sample, none of it inside the sample
     assert m.calls == 1 and m.apis == "fake"
     # One untimed synchronize before each sample's barrier, one to read the block: none inside a sample.
     assert backend.barriers == 3 and gpu.synchronized == 3 + 1

@@ -11,6 +11,11 @@ object of the sample has been waited on.
   synchronised at either mark: the stop event completes on the GPU when the collective does, so
   neither a device synchronise nor the host's wake-up from one sits inside the sample. One
   synchronise on the last stop event, when the block is read, makes every event's time readable.
+  Before the start event a short device-side delay is queued (LEAD_CYCLES of torch.cuda._sleep,
+  untimed): the stream is idle after the untimed barrier, so without it the start event would fire
+  at once and the sample would include the host's launch path of the collective (10-25 us through
+  c10d); with it the collective is already queued when the start event fires, as in nccl-tests'
+  back-to-back launches. What a sample still includes: each rank's skew leaving the barrier.
 
 Which timer made a row is its `timer` column (TIMERS).
 """
@@ -25,6 +30,9 @@ if TYPE_CHECKING:
 
 PERF_COUNTER, CUDA_EVENT = "perf_counter", "cuda_event"
 TIMERS = (PERF_COUNTER, CUDA_EVENT)
+# GPU clock cycles of the delay queued before each start event: about 50 us at an H100's or H200's
+# 1.98 GHz (100 us at 1 GHz), longer than the launch path of a collective it hides.
+LEAD_CYCLES = 100_000
 
 
 class Timer(Protocol):
@@ -70,19 +78,23 @@ class CudaEventTimer:
     makes one, .record() records it on the current stream, .synchronize() waits for it, and
     start.elapsed_time(stop) is the milliseconds between two recorded events. At most `pending`
     pairs are kept: a stop that reaches it reads them then (after its own event, so outside any
-    sample), which bounds the events alive in a long run to a few thousand.
+    sample), which bounds the events alive in a long run to a few thousand. lead, when given, queues
+    device work before each start event (timer_for: LEAD_CYCLES of torch.cuda._sleep).
     """
 
     name = CUDA_EVENT
 
-    def __init__(self, event: Callable[..., Any], pending: int = 1024) -> None:
+    def __init__(self, event: Callable[..., Any], pending: int = 1024, lead: Callable[[], None] | None = None) -> None:
         self._event = event
         self._pending = pending
+        self._lead = lead
         self._pairs: list[tuple[Any, Any]] = []
         self._read: list[float] = []
         self._start: Any = None
 
     def start(self) -> None:
+        if self._lead is not None:
+            self._lead()  # queued first: the start event fires once the collective is queued behind it
         self._start = self._event(enable_timing=True)
         self._start.record()
 
@@ -114,5 +126,14 @@ def timer_for(backend: Backend) -> Timer:
     if backend.device.type == "cuda":
         import torch
 
-        return CudaEventTimer(torch.cuda.Event)
+        return CudaEventTimer(torch.cuda.Event, lead=cuda_lead())
     return PerfCounterTimer(backend.clock)
+
+
+def cuda_lead(cycles: int = LEAD_CYCLES) -> Callable[[], None] | None:
+    """The delay queued before each start event: torch.cuda._sleep (a spin kernel torch's own CUDA
+    tests use), or None where this torch lacks it."""
+    import torch
+
+    sleep = getattr(torch.cuda, "_sleep", None)
+    return None if sleep is None else lambda: sleep(cycles)
