@@ -11,6 +11,7 @@ copies, which still runs and verifies every CUDA code path.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shlex
@@ -84,11 +85,11 @@ def descendants(pid: int) -> list[int]:
 def kill_tree(proc: subprocess.Popen[str]) -> None:
     """SIGKILL the step's process group and every process below it."""
     tree = descendants(proc.pid)
-    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), *(lambda p=p: os.kill(p, signal.SIGKILL) for p in tree)):
-        try:
-            kill()
-        except (ProcessLookupError, PermissionError):
-            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 class Check:
@@ -231,8 +232,24 @@ def main() -> int:
         check,
         check.run(
             "syncbn-vs-torch",
-            [PY, "bench/syncbn_compute.py", "--device", "cuda", "--reference", "syncbn"]
-            + ["--batch", "32", "--spatial", "56", "--channels", "64,1024", "--pairs", "7", "--target", "1.1"],
+            [
+                PY,
+                "bench/syncbn_compute.py",
+                "--device",
+                "cuda",
+                "--reference",
+                "syncbn",
+                "--batch",
+                "32",
+                "--spatial",
+                "56",
+                "--channels",
+                "64,1024",
+                "--pairs",
+                "7",
+                "--target",
+                "1.1",
+            ],
         ),
     )
 
@@ -260,8 +277,16 @@ def main() -> int:
     csv = out / "gloo-cuda.csv"
     proc = check.run(
         "gloo-cuda",
-        commbench("sweep", "--backend", "gloo", "--device", "cuda", "--nproc", "2", "--sizes", "8,64K,4M")
-        + ["-n", "3", "-w", "1", "--no-plot", "-o", str(csv)],
+        [
+            *commbench("sweep", "--backend", "gloo", "--device", "cuda", "--nproc", "2", "--sizes", "8,64K,4M"),
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--no-plot",
+            "-o",
+            str(csv),
+        ],
     )
     rows_verdict(check, "gloo-cuda", proc, csv)
 

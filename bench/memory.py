@@ -169,10 +169,7 @@ def case_results(all_cases: list[dict[str, Any]], ranks: int, same_ranks: bool) 
     every case: torch's allocator counts exactly what is allocated since its peak was reset, and
     CUDA and NCCL start once instead of once per case (34 of them, 3-6 s each). same_ranks chooses.
     """
-    if same_ranks:
-        batches = [all_cases]
-    else:
-        batches = [[case] for case in all_cases]
+    batches = [all_cases] if same_ranks else [[case] for case in all_cases]
     for batch in batches:
         for results in stream_ranks(rank_main, ranks, batch, items=len(batch)):
             worst = max(results, key=lambda r: r["peak"])

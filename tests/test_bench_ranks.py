@@ -12,7 +12,7 @@ import pytest
 from tests.distributed import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
-from ranks import RanksFailed, run_ranks, stream_ranks  # noqa: E402
+from ranks import RanksFailed, run_ranks, stream_ranks
 
 
 def crash_one(rank: int, world: int, port: int, queue, code: int) -> None:

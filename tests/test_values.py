@@ -337,3 +337,65 @@ def test_summed_values_repeat_with_the_common_period():
     assert summed(parts).period == 6
     assert summed([*parts, Values(lambda i: i * 0)]).period is None
     assert torch.equal(summed(parts).at(0, 12, "cpu"), torch.arange(12) % 2 + torch.arange(12) % 3)
+
+
+def test_a_check_reads_the_device_once_per_buffer_not_once_per_chunk():
+    """The wrong counts of every chunk add up on the device: one .item() (a host synchronisation on
+    a GPU) per buffer, where there was one per 64 Ki elements."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from commbench.ops.values import CHUNK, Values
+
+    class CountReads(TorchDispatchMode):
+        reads = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ == "_local_scalar_dense":
+                CountReads.reads += 1
+            return func(*args, **(kwargs or {}))
+
+    for known in (Values(lambda j: j % 5 + 1), Values(lambda j: j % 5 + 1, period=5)):
+        buffer = torch.empty(5 * CHUNK + 3)
+        known.write(buffer)
+        buffer[7] = -1.0
+        buffer[4 * CHUNK + 1] = -1.0
+        CountReads.reads = 0
+        with CountReads():
+            assert known.wrong(buffer) == 2
+        assert CountReads.reads == 1
+
+
+def _ring_sum_in(dtype, parts):
+    """A ring reduction as NCCL runs it: each hop adds one rank's values to the partial sum and the
+    result is stored in the buffer's type (one rounding per hop)."""
+    total = parts[0].to(dtype)
+    for part in parts[1:]:
+        total = (total.float() + part.to(dtype).float()).to(dtype)
+    return total
+
+
+@pytest.mark.parametrize("ranks", [2, 16, 48, 256])
+def test_half_sums_at_many_ranks_are_not_reported_wrong(ranks):
+    """bfloat16 integers are exact to 256: past it (about 24 ranks of values up to 11) each hop of a
+    ring rounds, and the tolerance grows with the rank count instead of reporting spurious rows."""
+    from commbench.ops.all_gather import contribution
+    from commbench.ops.values import sum_tolerance, summed
+
+    expected = summed([contribution(r) for r in range(ranks)])
+    n = 4096
+    parts = [contribution(r).at(0, n, "cpu").double() for r in range(ranks)]
+    for dtype in (torch.bfloat16, torch.float16):
+        result = _ring_sum_in(dtype, parts)
+        assert expected.wrong(result) == 0, (dtype, ranks)
+    assert (sum_tolerance(torch.bfloat16, ranks, expected.largest) is None) == (11 * ranks <= 256)
+    assert sum_tolerance(torch.float16, 48, summed([contribution(r) for r in range(48)]).largest) is None
+    assert sum_tolerance(torch.float32, ranks, expected.largest) is None
+
+
+def test_a_lost_contribution_is_still_wrong_where_the_sums_are_exact():
+    from commbench.ops.all_gather import contribution
+    from commbench.ops.values import summed
+
+    parts = [contribution(r).at(0, 1000, "cpu").double() for r in range(16)]
+    short = _ring_sum_in(torch.bfloat16, parts[:-1])  # one rank's values missing
+    assert summed([contribution(r) for r in range(16)]).wrong(short) == 1000

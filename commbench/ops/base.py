@@ -104,11 +104,16 @@ def count_wrong(actual: Any, expected: Any, tolerance: tuple[float, float] | Non
     """
     if actual.shape != expected.shape:
         return max(actual.numel(), expected.numel())
+    return int(wrong_elements(actual, expected, tolerance).item())
+
+
+def wrong_elements(actual: Any, expected: Any, tolerance: tuple[float, float] | None = None) -> Any:
+    """count_wrong's count as a 0-dimensional int64 tensor on actual's device: summing such counts
+    over chunks reads the device once, at the end. Shapes must match."""
     rtol, atol = tolerance or ({torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}.get(expected.dtype, 0.0), 0.0)
     if not (rtol or atol):  # exact: compared as they are, without two float64 copies of a large result
-        return int((actual != expected).sum().item())
-    ok = torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol)
-    return int((~ok).sum().item())
+        return (actual != expected).sum()
+    return (~torch.isclose(actual.double(), expected.double(), rtol=rtol, atol=atol)).sum()
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def shard_values(rank: int, s: int, shard: int) -> Values:
     """Rank r's input in shard s at index j, flat index g = s x shard + j: (g + s) % 7 + 1 + r % 2, small and exact."""
-    return Values(lambda j: (j + s * shard + s) % 7 + 1 + rank % 2, period=7)
+    return Values(lambda j: (j + s * shard + s) % 7 + 1 + rank % 2, period=7, largest=9)
 
 
 class ReduceScatterBase(Op):
