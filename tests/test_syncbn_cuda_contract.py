@@ -182,3 +182,28 @@ def test_the_cuda_path_asks_only_for_the_gradients_autograd_needs(wants, cuda_ke
     assert seen == [wants]
     assert (x.grad is not None) == wants[0]
     assert (bn.weight.grad is not None, bn.bias.grad is not None) == wants[1:]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the real CUDA kernels need a GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "strided"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_on_a_gpu_the_real_kernels_give_batchnorms_outputs_and_gradients(dtype, layout, affine):
+    """The GPU check's SyncBatchNorm step: the CUDA path with torch's own kernels, one rank, against
+    torch.nn.BatchNorm2d on the same GPU (and so against the faked kernels' contracts above)."""
+    g = torch.Generator().manual_seed(7)
+    x0 = (torch.randn(8, 16, 7, 5, generator=g, dtype=torch.float64) * 2 + 1).to(dtype).cuda()
+    dy0 = torch.randn(8, 16, 7, 5, generator=g, dtype=torch.float64).to(dtype).cuda()
+    param = torch.float64 if dtype == torch.float64 else torch.float32
+    results = []
+    for layer in (SyncBatchNorm(16, affine=affine), torch.nn.BatchNorm2d(16, affine=affine)):
+        layer = layer.to(device="cuda", dtype=param)
+        x = _layout(x0, layout).requires_grad_()
+        y = layer(x)
+        y.backward(_layout(dy0, layout))
+        grads = [layer.weight.grad, layer.bias.grad] if affine else []
+        results.append([y, x.grad, *grads, layer.running_mean, layer.running_var])
+    rtol, atol = {torch.float64: (1e-9, 1e-9), torch.float32: (1e-4, 1e-4)}.get(dtype, (2e-2, 6e-2))
+    for ours, theirs in zip(*results):
+        assert ours.dtype == theirs.dtype
+        assert torch.allclose(ours.double(), theirs.double(), rtol=rtol, atol=atol)
