@@ -1,8 +1,8 @@
 """Peak memory per op and variant, against the op's buffers and the memory guard's estimate.
 
-Every case runs in fresh rank processes (2 Gloo ranks by default). A rank joins the group, runs the
-same case at a negligible size (so code paths, the process group's buffers and first-use
-allocations are in place), resets its peak-memory mark (commbench.run.resources.reset_peak), then
+Every case runs in fresh rank processes (2 Gloo ranks by default; on a GPU one set of ranks runs
+every case, see case_results). A rank joins the group, runs the same case at a negligible size (so
+code paths, the process group's buffers and first-use allocations are in place), resets its peak-memory mark (commbench.run.resources.reset_peak), then
 sets the case up at the bench size and measures it as a sweep does: warm-up, timed iterations and
 the check, for every phase. Per case, on the rank with the highest peak:
 
