@@ -129,3 +129,20 @@ def test_a_step_past_its_budget_is_killed_with_every_process_it_started(tmp_path
     assert capsys.readouterr().out.strip() == (
         "gpu-check: nccl-ops         failed  timed out after 6 s (its budget); killed with its processes"
     )
+
+
+def test_syncbn_vs_torch_judges_agreement_and_reports_the_ratios(tmp_path, capsys):
+    """The time ratios against cuDNN's kernels are figures beside their targets, not verdicts; the
+    outputs and gradients must agree."""
+    check = _gpu_check()
+    runner = check.Check(tmp_path)
+    ratios = "syncbn compute: worst fwd 1.45 (target 1.2), fwd+bwd 1.31 (target 1.1)"
+    for agreement, verdict in (("3.2e-06", "passed"), ("0.002", "failed")):
+        out = f"# table\nsyncbn compute: agreement {agreement}\n{ratios}\n"
+        check.syncbn_verdict(runner, check.Finished(0, out, ""))
+        line = capsys.readouterr().out.strip()
+        assert line.split()[1:3] == ["syncbn-vs-torch", verdict], line
+        assert "fwd 1.45 (target 1.2), fwd+bwd 1.31 (target 1.1)" in line
+    check.syncbn_verdict(runner, check.Finished(1, "", "Traceback ...\nRuntimeError: boom\n"))
+    assert capsys.readouterr().out.strip().endswith("failed  exit 1: RuntimeError: boom")
+    runner.log.close()
