@@ -1,7 +1,8 @@
 """Result files: the CSV schema, the default path, and an append-as-you-go writer.
 
 Each row is written with one write() and fsync'd as soon as its measurement completes, so a crash,
-a dead rank or Ctrl-C keeps every row measured before it and the file always parses.
+a dead rank or Ctrl-C keeps every row measured before it; a row cut mid-line by a kill during its
+write is named and left out by the readers (commbench/results/reader.py).
 """
 
 from __future__ import annotations
