@@ -4,6 +4,7 @@ is spawned and before torch is imported; and what a spawned run is handed instea
 from __future__ import annotations
 
 import dataclasses
+import re
 import socket
 import subprocess
 import sys
@@ -207,7 +208,7 @@ def test_a_folder_as_output_gets_the_default_name_inside(
     assert result.exit_code == 0, result.output
     ((cfg, _),) = spawned
     written = Path(cfg.output)
-    assert written.parent == tmp_path / "runs" and written.name.endswith("-gloo-n2.csv")
+    assert written.parent == tmp_path / "runs" and re.fullmatch(r"\d{8}-\d{6}-gloo-n2-[0-9a-f]{6}\.csv", written.name)
 
 
 @pytest.mark.slow

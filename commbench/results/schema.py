@@ -10,8 +10,9 @@ from __future__ import annotations
 import csv
 import io
 import os
+import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,27 @@ RAW_COLUMNS = ("run_id", *KEY_COLUMNS, "round", "iteration", "rank", "time_us")
 RAW_COLUMNS_V1 = tuple(c for c in RAW_COLUMNS if c != "round")
 
 
+def run_tag(env: Mapping[str, str] | None = None) -> str:
+    """What makes a default name this run's own: SLURM's job id (the array job and task ids for an
+    array task) when there is one, then a random tag. The timestamp alone has 1-second resolution,
+    and the tasks of a SLURM array, or two runs started by one script, start in the same second."""
+    env = os.environ if env is None else env
+    tag = secrets.token_hex(3)
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"job{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}-{tag}"
+    if env.get("SLURM_JOB_ID"):
+        return f"job{env['SLURM_JOB_ID']}-{tag}"
+    return tag
+
+
 def default_output(backend: str, world_size: int, folder: str | Path = "results") -> Path:
-    """results/<timestamp>-<backend>-n<world>.csv, with a numeric suffix rather than reuse of a name."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = Path(folder) / f"{stamp}-{backend}-n{world_size}.csv"
+    """results/<timestamp>-<backend>-n<world>-<tag>.csv (run_tag()), with a numeric suffix rather
+    than reuse of a name."""
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{backend}-n{world_size}-{run_tag()}"
+    path = Path(folder) / f"{stem}.csv"
     suffix = 2
     while path.exists():
-        path = Path(folder) / f"{stamp}-{backend}-n{world_size}-{suffix}.csv"
+        path = Path(folder) / f"{stem}-{suffix}.csv"
         suffix += 1
     return path
 

@@ -217,12 +217,7 @@ def agree(
         if backend.rank == 0:  # one report, not one per rank
             raise UserError(message)
         raise PeerError(message)
-    errors = [(e["node"]["rank"], e["error"]) for e in everyone if e["error"]]
-    if errors:
-        rank, message = errors[0]
-        if rank == backend.rank:
-            raise UserError(message)
-        raise PeerError(message)
+    _raise_first(backend.rank, [(e["node"]["rank"], e["error"]) for e in everyone if e["error"]])
     nodes = [e["node"] for e in everyone]
     # Where the launcher does not number the nodes (mpirun over several hosts), hosts are numbered in rank order.
     numbered = {host: i for i, host in enumerate(dict.fromkeys(hosts))}
@@ -235,6 +230,23 @@ def agree(
         ),
         rank_hosts=tuple(hosts),
     )
+
+
+def share_refusal(backend: Backend, error: str | None) -> None:
+    """Every rank learns whether any rank refused to go on (rank 0 could not create its output after
+    all: another run took the name since it was checked); the rank that refused raises a UserError
+    with its message, the others a quiet PeerError, so no peer is left to fail in a collective."""
+    everyone = backend.all_gather_object((backend.rank, error))
+    _raise_first(backend.rank, [(rank, message) for rank, message in everyone if message])
+
+
+def _raise_first(me: int, errors: list[tuple[int, str]]) -> None:
+    """The first (rank, message) refusal: a UserError on the rank that found it, a PeerError elsewhere."""
+    if errors:
+        rank, message = errors[0]
+        if rank == me:
+            raise UserError(message)
+        raise PeerError(message)
 
 
 def _inconsistent(everyone: list[dict[str, Any]]) -> str | None:
