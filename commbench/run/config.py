@@ -187,7 +187,12 @@ class RunFacts:
 
 
 class PeerError(Exception):
-    """Another rank reported the error; it prints it, this rank exits quietly."""
+    """Another rank reported the error; it prints it, this rank exits quietly (under torchrun it
+    hands the same line to torchrun's summary, naming the rank that found it)."""
+
+    def __init__(self, message: str, finder: int = 0) -> None:
+        super().__init__(message)
+        self.message, self.finder = message, finder
 
 
 def agree(
@@ -246,7 +251,7 @@ def _raise_first(me: int, errors: list[tuple[int, str]]) -> None:
         rank, message = errors[0]
         if rank == me:
             raise UserError(message)
-        raise PeerError(message)
+        raise PeerError(message, rank)
 
 
 def _inconsistent(everyone: list[dict[str, Any]]) -> str | None:
