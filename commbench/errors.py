@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import time
+from collections.abc import Iterable
 from enum import IntEnum
 from pathlib import Path
 
@@ -21,6 +23,17 @@ class ExitCode(IntEnum):
     COLLECTIVE_FAILURE = 3  # a collective failed or timed out, or a rank was lost
     INTERNAL = 4  # a bug in commbench: the traceback is printed, to be reported
     INTERRUPTED = 130  # Ctrl-C
+
+
+def closest(given: str, choices: Iterable[str]) -> str | None:
+    """The choice nearest a mistyped name (difflib's ratio, at least 0.6), or None."""
+    close = difflib.get_close_matches(given, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(given: str, choices: Iterable[str]) -> str:
+    """' (did you mean X?)' for the choice nearest a mistyped name, or ''."""
+    return f" (did you mean {near}?)" if (near := closest(given, choices)) else ""
 
 
 class UserError(click.ClickException):

@@ -96,6 +96,23 @@ def output_path(requested: str | Path | None, default: Callable[[Path | None], P
     return path
 
 
+def make_folder(folder: Path) -> None:
+    """Create an output folder and its missing parents, except a new folder at the filesystem root:
+    `-o /results/run.csv` for results/run.csv is a slip of the finger that root (in a container,
+    often) would carry out. One line says what to do instead."""
+    folder = Path(folder)
+    missing = [f for f in (folder, *folder.parents) if not f.exists()]
+    if missing and (top := missing[-1]).is_absolute() and top.parent == Path(top.anchor):
+        raise UserError(
+            f"the output folder {folder} does not exist, and commbench creates no folder at the filesystem "
+            f"root ({top}); create {top} first, or drop the leading / for a folder under this one"
+        )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the output folder {folder}: {exc.strerror}") from None
+
+
 def check_writable(path: Path, overwrite: bool) -> None:
     """Refuse an existing file (unless asked), a folder that cannot be created, and a file that
     cannot be created there: a file is created and removed to be sure (/proc is writable for root,
@@ -104,10 +121,7 @@ def check_writable(path: Path, overwrite: bool) -> None:
         raise UserError(f"--output {path} is a folder; give a file name such as {path / 'run.csv'}")
     if path.exists() and not overwrite:
         raise UserError(f"{path} already exists; choose another --output or pass --overwrite")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create the output folder {path.parent}: {exc.strerror}") from None
+    make_folder(path.parent)
     try:
         if path.exists():  # --overwrite: opening to append changes nothing
             path.open("a").close()

@@ -104,7 +104,9 @@ class SweepConfig:
         in_range("--time-per-size", self.time_per_size, TIME_PER_SIZE_RANGE_S, "seconds")
         in_range("--rounds", self.rounds, ROUNDS_RANGE)
         if self.precision is not None and not 0 < self.precision < 1:
-            raise UserError(f"--precision must lie between 0% and 100%, e.g. 2% (got {self.precision * 100:g}%)")
+            raise UserError(
+                f"--precision must be more than 0% and less than 100%, such as 2% (got {self.precision * 100:g}%)"
+            )
         in_range("--warmup", self.warmup, WARMUP_RANGE)
         if self.mode not in MODES:
             raise UserError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
