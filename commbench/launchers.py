@@ -175,8 +175,8 @@ def check_host_override(env: Mapping[str, str]) -> None:
     host = env.get(HOST_ENV)
     if host is not None and (bad := sorted(set(host) & set(HOST_SEPARATORS))):
         raise UserError(
-            f"{HOST_ENV}={host!r} holds {' '.join(bad)}, which the CSV uses to separate hosts and ranks "
-            f"({' '.join(HOST_SEPARATORS)}); choose a host name without them"
+            f"{HOST_ENV}={host!r} holds {', '.join(map(repr, bad))}: the CSV's hosts and node_ranks columns "
+            f"use {' '.join(HOST_SEPARATORS)} as separators; choose a host name without them"
         )
 
 
