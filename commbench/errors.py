@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import json
+import os
+import time
+from collections.abc import Iterable
 from enum import IntEnum
+from pathlib import Path
 
 import click
 
@@ -18,10 +25,41 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
+def closest(given: str, choices: Iterable[str]) -> str | None:
+    """The choice nearest a mistyped name (difflib's ratio, at least 0.6), or None."""
+    close = difflib.get_close_matches(given, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(given: str, choices: Iterable[str]) -> str:
+    """' (did you mean X?)' for the choice nearest a mistyped name, or ''."""
+    return f" (did you mean {near}?)" if (near := closest(given, choices)) else ""
+
+
 class UserError(click.ClickException):
     """A mistake the user can fix; the message says how. Bugs keep their traceback instead."""
 
     exit_code = ExitCode.USAGE
 
     def show(self, file=None) -> None:  # one line, prefixed like the rest of commbench's output
-        click.echo(f"commbench: error: {self.format_message()}", err=True, file=file)
+        line = f"commbench: error: {self.format_message()}"
+        click.echo(line, err=True, file=file)
+        tell_launcher(line)
+
+
+# torchrun names this file in each worker's environment and, when a worker fails, prints the first
+# failure's message from it in its summary (torch.distributed.elastic's ErrorHandler writes it).
+ELASTIC_ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+
+
+def tell_launcher(line: str, details: str | None = None) -> None:
+    """Hand commbench's last line (and, for a bug, its traceback) to torchrun's error file, in the
+    layout torch's @record writes, so torchrun's failure summary shows it instead of a link to its
+    docs. Nothing happens outside torchrun; a file that cannot be written costs nothing but the line."""
+    path = os.environ.get(ELASTIC_ERROR_FILE_ENV)
+    if not path:
+        return
+    stamp = str(int(time.time()))
+    data = {"message": {"message": line, "extraInfo": {"py_callstack": details or line, "timestamp": stamp}}}
+    with contextlib.suppress(OSError):
+        Path(path).write_text(json.dumps(data))

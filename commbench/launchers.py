@@ -57,6 +57,8 @@ LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
 # The host name a rank reports (hosts, node_ranks, --group) instead of its real one: a test hook
 # that makes ranks on one machine count as several hosts.
 HOST_ENV = "COMMBENCH_HOST"
+# What joins hosts in the hosts column (a;b) and ranks in node_ranks (0@a/0;1@b/1).
+HOST_SEPARATORS = ";@/"
 
 KINDS = ("torchrun", "horovodrun", "slurm", "openmpi", "mpich", "mvapich", "local")
 MPI_KINDS = ("openmpi", "mpich", "mvapich")
@@ -152,16 +154,30 @@ def detect(
     """
     env = os.environ if env is None else env
     launch = _detect(env, master_addr, master_port, scontrol)
-    if (master_addr is not None or master_port is not None) and launch.kind not in TORCH_ENV_KINDS:
-        where = {
-            "torchrun": "torchrun's own --master-addr / --master-port",
-            "horovodrun": "horovodrun's own options",
-            "local": "nothing: local ranks meet on 127.0.0.1",
+    given = [
+        flag for flag, value in (("--master-addr", master_addr), ("--master-port", master_port)) if value is not None
+    ]
+    if given and launch.kind not in TORCH_ENV_KINDS:
+        what = " and ".join(given)
+        instead = {
+            "torchrun": f"under torchrun, give torchrun its own {what} instead",
+            "horovodrun": "under horovodrun, give horovodrun its own rendezvous options instead",
+            "local": f"the local ranks commbench starts always meet on 127.0.0.1, so leave {'it' if len(given) == 1 else 'them'} out",
         }[launch.kind]
-        raise UserError(
-            f"--master-addr / --master-port apply under srun or mpirun only; under {launch.kind} use {where}"
-        )
+        raise UserError(f"{what} {'applies' if len(given) == 1 else 'apply'} under srun or mpirun only; {instead}")
+    check_host_override(env)
     return launch
+
+
+def check_host_override(env: Mapping[str, str]) -> None:
+    """Refuse a COMMBENCH_HOST holding the separators of the CSV's hosts and node_ranks columns
+    (`a;b` as a host would read as two hosts, and node_ranks as `rank@host/node`)."""
+    host = env.get(HOST_ENV)
+    if host is not None and (bad := sorted(set(host) & set(HOST_SEPARATORS))):
+        raise UserError(
+            f"{HOST_ENV}={host!r} holds {', '.join(map(repr, bad))}: the CSV's hosts and node_ranks columns "
+            f"use {' '.join(HOST_SEPARATORS)} as separators; choose a host name without them"
+        )
 
 
 def _detect(env: Mapping[str, str], master_addr: str | None, master_port: int | None, scontrol: bool) -> Launch:

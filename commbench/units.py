@@ -59,9 +59,11 @@ def parse_count(text: str, what: str) -> int:
 
 def parse_size_list(text: str) -> list[int]:
     """'1K,4M' -> [1024, 4194304], sorted and without duplicates."""
-    items = [s for s in str(text).split(",") if s.strip()]
-    if not items:
+    items = str(text).split(",")
+    if not any(s.strip() for s in items):
         raise UserError(f"--sizes {text!r} holds no size: give a comma-separated list such as 1K,64K,4M")
+    if not all(s.strip() for s in items):
+        raise UserError(f"--sizes {text!r} has an empty item (two commas in a row, or one at an end): remove it")
     sizes = sorted({parse_size(s) for s in items})
     if len(sizes) > MAX_SIZES:
         raise UserError(f"--sizes lists {len(sizes):,} sizes; a sweep measures at most {MAX_SIZES:,}: list fewer")

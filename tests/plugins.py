@@ -6,6 +6,7 @@ must survive the failure.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
@@ -73,3 +74,21 @@ class NeverCompletes(AllGather):
         super().issue(args, phase)
         if _hangs(args):
             args.issue(self._Stuck())
+
+
+# The file TakesTheOutput creates: the output rank 0 checked, as another run would take it.
+TAKE_ENV = "COMMBENCH_TEST_TAKE_OUTPUT"
+
+
+class TakesTheOutput(AllGather):
+    """all_gather whose world check, run by every rank while the ranks agree (after rank 0 checked
+    that its output is free), creates that output on rank 0: another run taking the name between
+    rank 0's check and its exclusive create, as two runs started in the same second once did."""
+
+    name = "takes_the_output"
+    variants = ("flat",)
+
+    def world_error(self, world_size: int) -> str | None:
+        if os.environ.get("RANK") == "0" and (path := os.environ.get(TAKE_ENV)):
+            open(path, "x").close()  # created empty: the other run's header is on its way
+        return None

@@ -283,13 +283,13 @@ REFUSED = [
         "--master-addr under torchrun",
         TORCHRUN,
         {"master_addr": "x"},
-        "--master-addr / --master-port apply under srun or mpirun only; under torchrun use torchrun's own --master-addr / --master-port",
+        "--master-addr applies under srun or mpirun only; under torchrun, give torchrun its own --master-addr instead",
     ),
     (
         "--master-port without a launcher",
         {},
         {"master_port": 1234},
-        "--master-addr / --master-port apply under srun or mpirun only; under local use nothing: local ranks meet on 127.0.0.1",
+        "--master-port applies under srun or mpirun only; the local ranks commbench starts always meet on 127.0.0.1, so leave it out",
     ),
     (
         "a rank outside the world",
@@ -468,8 +468,9 @@ def test_nproc_under_srun_or_mpirun_is_refused(monkeypatch):
 
 
 def test_master_addr_without_srun_or_mpirun_is_refused(monkeypatch):
-    assert _cli_error(monkeypatch, {}, "--master-addr hostA").startswith(
-        "--master-addr / --master-port apply under srun or mpirun only"
+    assert _cli_error(monkeypatch, {}, "--master-addr hostA --master-port 1234") == (
+        "--master-addr and --master-port apply under srun or mpirun only; "
+        "the local ranks commbench starts always meet on 127.0.0.1, so leave them out"
     )
 
 

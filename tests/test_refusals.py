@@ -4,6 +4,8 @@ is spawned and before torch is imported; and what a spawned run is handed instea
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import socket
 import subprocess
 import sys
@@ -207,7 +209,7 @@ def test_a_folder_as_output_gets_the_default_name_inside(
     assert result.exit_code == 0, result.output
     ((cfg, _),) = spawned
     written = Path(cfg.output)
-    assert written.parent == tmp_path / "runs" and written.name.endswith("-gloo-n2.csv")
+    assert written.parent == tmp_path / "runs" and re.fullmatch(r"\d{8}-\d{6}-gloo-n2-[0-9a-f]{6}\.csv", written.name)
 
 
 @pytest.mark.slow
@@ -259,3 +261,22 @@ def test_a_rank_that_cannot_join_exits_3_not_1(tmp_path: Path) -> None:
     assert proc.returncode == ExitCode.COLLECTIVE_FAILURE, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("commbench: rank 1: could not join the process group:")
     assert "Traceback (most recent call last)" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_torchruns_summary_shows_commbenchs_line(tmp_path: Path) -> None:
+    """torchrun wraps every failed worker in its own traceback and exits 1; commbench hands it its
+    line through TORCHELASTIC_ERROR_FILE, so the summary's root cause is the line, not a docs link,
+    and an error file given to torchrun itself holds the worker's exit code."""
+    (tmp_path / "taken.csv").touch()
+    error_file = tmp_path / "torchrun-error.json"
+    proc = torchrun(
+        2, "sweep", *QUICK, "-o", "taken.csv", cwd=tmp_path, env={"TORCHELASTIC_ERROR_FILE": str(error_file)}
+    )
+    line = "commbench: error: taken.csv already exists; choose another --output or pass --overwrite"
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    root_cause = proc.stderr.split("Root Cause (first observed failure):")[1]
+    assert f"traceback : {line}" in root_cause, proc.stderr[-3000:]
+    assert "To enable traceback see" not in proc.stderr
+    copied = json.loads(error_file.read_text())["message"]
+    assert copied["message"].startswith(line) and copied["errorCode"] == ExitCode.USAGE

@@ -215,7 +215,7 @@ def compare_runs(
     common = base.index.intersection(cand.index)
     if common.empty:
         raise _nothing_in_common(base, cand, baseline, candidate)
-    samples = (read_samples(baseline), read_samples(candidate))
+    samples = (read_samples(baseline, frames[baseline]), read_samples(candidate, frames[candidate]))
     result = Comparison(metric, threshold, alpha, str(baseline), str(candidate), series_threshold)
     result.only_baseline = sorted(base.index.difference(cand.index))
     result.only_candidate = sorted(cand.index.difference(base.index))

@@ -24,6 +24,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 
 from commbench.errors import UserError
 from commbench.results.reader import ok_rows, read_results
+from commbench.results.schema import make_folder
 from commbench.units import format_size, round_size
 
 FORMATS = ("png", "svg")
@@ -190,10 +191,7 @@ def ensure_folder(folder: Path) -> Path:
     """Create an output folder, or say in one line why it cannot be used."""
     if folder.exists() and not folder.is_dir():
         raise UserError(f"output folder {folder} is a file; give a folder name")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create the output folder {folder}: {exc.strerror}") from None
+    make_folder(folder)
     if not os.access(folder, os.W_OK):
         raise UserError(f"cannot write into the output folder {folder}: permission denied")
     return folder

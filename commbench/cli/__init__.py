@@ -17,7 +17,7 @@ from commbench.cli.plot import plot
 from commbench.cli.report import report
 from commbench.cli.sweep import sweep
 from commbench.cli.syncbn import syncbn
-from commbench.errors import ExitCode
+from commbench.errors import ExitCode, tell_launcher
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -34,7 +34,9 @@ class CommbenchGroup(click.Group):
             sys.exit(ExitCode.OK)
         except click.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx else "commbench"
-            click.echo(f"commbench: error: {exc.format_message()} (see `{command} --help`)", err=True)
+            line = f"commbench: error: {exc.format_message()} (see `{command} --help`)"
+            click.echo(line, err=True)
+            tell_launcher(line)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             exc.show()
@@ -42,8 +44,9 @@ class CommbenchGroup(click.Group):
         except click.Abort:
             click.echo("commbench: aborted", err=True)
             sys.exit(ExitCode.INTERRUPTED)
-        except Exception:  # a bug: keep its traceback, but never exit 1, which means wrong results
+        except Exception as exc:  # a bug: keep its traceback, but never exit 1, which means wrong results
             traceback.print_exc()
+            tell_launcher(f"commbench: internal error: {type(exc).__name__}: {exc}", traceback.format_exc())
             sys.exit(ExitCode.INTERNAL)
 
 
@@ -52,7 +55,8 @@ class CommbenchGroup(click.Group):
 def main() -> None:
     """Collective-communication benchmarks for PyTorch (NCCL, Gloo) and Horovod.
 
-    Measures all_gather, reduce_scatter and their grouped and bucketed forms with nccl-tests'
+    Measures the collectives nccl-tests covers (all_gather, reduce_scatter_base, all_reduce,
+    all_to_all, ...), their grouped and bucketed forms and SyncBatchNorm with nccl-tests'
     definitions of algbw and busbw, checks every result, and writes tidy CSV rows as it goes.
     Run `commbench list` for the ops and what S means for each; docs/ in the repository explains
     the method, the ops, the CSV columns and the failure modes.

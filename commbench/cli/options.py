@@ -82,7 +82,7 @@ launch_options = _compose(
         "-o",
         default=None,
         help="CSV path, or a folder (ending in /) to put the default name in "
-        "(default: results/<timestamp>-<backend>-n<world>.csv).",
+        "(default: results/<timestamp>-<backend>-n<world>-<tag>.csv).",
     ),
     click.option("--overwrite", is_flag=True, help="Replace an existing --output file instead of refusing."),
     click.option(

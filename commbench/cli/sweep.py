@@ -8,10 +8,29 @@ import click
 
 from commbench.cli.op_options import op_option_flags, pop_op_options, pop_variants
 from commbench.cli.options import build_config, chart_after, launch_options, measure_options, plot_option, run
+from commbench.errors import UserError, closest
 from commbench.units import parse_size, parse_size_list, size_range
 
 
-@click.command()
+def refuse_extra_arguments(extra: list[str]) -> None:
+    """sweep takes no arguments: an op named without --op is shown how to ask for it."""
+    if not extra:
+        return
+    from commbench.ops import registry
+
+    ops = registry()
+    for given in extra:
+        if (op := given if given in ops else closest(given, ops)) is not None:
+            raise UserError(
+                f"unexpected argument {given!r}: ops are chosen with --op, e.g. `commbench sweep --op {op}`"
+            )
+    raise UserError(f"unexpected extra argument {extra[0]!r}: sweep takes options only (see `commbench sweep --help`)")
+
+
+# Extra arguments reach the command (rather than click's bare "unexpected extra argument"), so
+# `commbench sweep all_gather` can be told that ops are chosen with --op.
+@click.command(context_settings={"allow_extra_args": True})
+@click.pass_context
 @click.option(
     "--op",
     "ops",
@@ -29,6 +48,7 @@ from commbench.units import parse_size, parse_size_list, size_range
 @op_option_flags
 @plot_option
 def sweep(
+    ctx: click.Context,
     ops: tuple[str, ...],
     min_bytes: str,
     max_bytes: str,
@@ -54,6 +74,7 @@ def sweep(
       torchrun --nproc_per_node=4 -m commbench sweep --op all_gather -b 1K -e 1G
       horovodrun -np 2 --gloo commbench sweep --backend horovod
     """
+    refuse_extra_arguments(ctx.args)
     ops = tuple(o.strip() for op in ops for o in op.split(",") if o.strip())
     chosen = (
         parse_size_list(sizes)

@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 from collections.abc import Mapping, Sequence
 
-from commbench.errors import UserError
+from commbench.errors import UserError, did_you_mean
 from commbench.ops.base import Op, OpOption, OpSpec
 
 
@@ -62,7 +62,10 @@ def load_op(name: str) -> type[Op]:
     if name in registry():
         return registry()[name]
     if ":" not in name:
-        raise UserError(f"unknown op {name!r}; valid ops: {', '.join(registry())} (or module:Class for your own)")
+        raise UserError(
+            f"unknown op {name!r}{did_you_mean(name, registry())}; valid ops: {', '.join(registry())} "
+            "(or module:Class for your own)"
+        )
     module_name, _, attr = name.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
@@ -89,7 +92,8 @@ def build_ops(names: Sequence[str], options: Mapping[str, str], variants: Sequen
     unknown = [v for v in variants if v not in known]
     if unknown:
         valid = "; ".join(f"{op.name}: {', '.join(op.variants)}" for op in ops)
-        raise UserError(f"unknown variant {unknown[0]!r} for the selected ops; valid variants: {valid}")
+        hint = did_you_mean(unknown[0], known)
+        raise UserError(f"unknown variant {unknown[0]!r}{hint} for the selected ops; valid variants: {valid}")
     return ops
 
 

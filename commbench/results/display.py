@@ -7,10 +7,10 @@ progress; every other line passes through unchanged.
 
 How progress shows depends on where stdout goes:
 
-- a terminal: a tqdm bar below the scrolling table, with the cases done of the total, the ETA and the
+- a terminal with a width: a tqdm bar below the scrolling table, with the cases done of the total, the ETA and the
   case being measured. tqdm because it is small, has no dependencies of its own, imports in tens of
   milliseconds, and its write() prints a line above a live bar without tearing it;
-- anything else (a file, a pipe): a plain `# progress:` line every PLAIN_EVERY_S seconds;
+- anything else (a file, a pipe, mpirun's 0-column pseudo-terminal): a plain `# progress:` line every PLAIN_EVERY_S seconds;
 - CI (the CI variable set, as CI services do): nothing beyond the table.
 """
 
@@ -66,7 +66,17 @@ def choose_mode(stream: IO[str], relay: bool = False) -> str:
         return "relay"
     if under_ci():
         return "quiet"
-    return "bar" if stream.isatty() else "plain"
+    return "bar" if _has_width(stream) else "plain"
+
+
+def _has_width(stream: IO[str]) -> bool:
+    """A terminal a bar can be drawn on. mpirun gives its ranks a pseudo-terminal 0 columns wide
+    (Open MPI forwards it to wherever mpirun's own output goes): tqdm trims its bar to that width
+    and draws nothing, so such a stream gets plain progress lines."""
+    try:
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns > 0
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's StringIO), or closed
+        return False
 
 
 class Display:

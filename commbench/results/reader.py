@@ -2,14 +2,18 @@
 
 Every way a file can be unusable (missing, empty, another tool's CSV, another schema version, the
 --raw samples file given in place of the summary) is a one-line UserError naming what is wrong.
+A file whose last row was cut mid-line (a run killed while writing it) is read without that row,
+and one warning names it: a partial row is never a result.
 pandas is imported here, so the CLI imports this module only inside the commands that need it.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from pathlib import Path
 
+import click
 import pandas as pd
 
 from commbench.errors import UserError
@@ -67,21 +71,53 @@ TEXT_COLUMNS = (
 MATCH_COLUMNS = (*KEY_COLUMNS, "world_size", "group")
 
 
+def complete_records(text: str) -> tuple[str, int | None]:
+    """The text up to the end of its last complete CSV record, and the line on which a partial last
+    record starts (None when the text ends with a complete one).
+
+    The writer ends every record with a newline and fsyncs it whole, so text after the last newline
+    is a record a run was killed while writing. A newline inside a quoted cell does not end a
+    record: it is one with an odd number of quotes before it (quotes inside cells are doubled).
+    """
+    quotes = text.count('"')
+    end = len(text)
+    while end > 0:
+        if text.endswith("\n", 0, end) and (quotes - text.count('"', end)) % 2 == 0:
+            break
+        end = text.rfind("\n", 0, end - 1) + 1 if end > 1 else 0
+    if end == len(text):
+        return text, None
+    return text[:end], text.count("\n", 0, end) + 1
+
+
 def _read_csv(path: Path, what: str) -> pd.DataFrame:
-    """One CSV as text cells; only empty cells become missing (a variant named 'NA' stays 'NA')."""
+    """One CSV as text cells; only empty cells become missing (a variant named 'NA' stays 'NA').
+
+    A partial last row is left out with one warning; a file cut inside its header is refused."""
     if not path.exists():
         raise UserError(f"{what} {path} does not exist")
     if path.is_dir():
         raise UserError(f"{what} {path} is a folder; give the CSV file inside it")
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-    except pd.errors.EmptyDataError:
-        raise UserError(f"{what} {path} is empty (0 bytes): the run wrote nothing; re-run it") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{what} {path} is not a readable CSV: {first}") from None
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path} is not a readable CSV: {exc}") from None
     except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if not text:
+        raise UserError(f"{what} {path} is empty (0 bytes): the run wrote nothing; re-run it")
+    text, partial_line = complete_records(text)
+    if partial_line == 1:
+        raise UserError(f"{what} {path} ends inside its header line: the run wrote no row; re-run it")
+    if partial_line is not None:
+        click.echo(f"commbench: warning: {path} ends in a partial row (line {partial_line}): ignored", err=True)
+    try:
+        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""])
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{what} {path} is empty: the run wrote nothing; re-run it") from None
+    except pd.errors.ParserError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{what} {path} is not a readable CSV: {first}") from None
 
 
 def read_one(path: Path) -> pd.DataFrame:
@@ -144,11 +180,11 @@ def read_results(paths: Iterable[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def read_samples(csv_path: Path) -> dict[tuple, list[float]] | None:
+def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tuple, list[float]] | None:
     """Per-iteration samples (the max over ranks, as the summary's statistics use) by MATCH key.
 
     None when the run was measured without --raw. The world size and group come from the summary
-    CSV, since the raw file does not repeat them.
+    CSV (read_one's frame of it, when the caller has it), since the raw file does not repeat them.
     """
     path = raw_path(Path(csv_path))
     if not path.exists():
@@ -157,7 +193,7 @@ def read_samples(csv_path: Path) -> dict[tuple, list[float]] | None:
     missing = [c for c in RAW_COLUMNS_V1 if c not in raw.columns]  # version 1 has no round column
     if missing:
         raise UserError(f"{path} lacks raw-sample column(s) {', '.join(missing)}")
-    summary = read_one(Path(csv_path))
+    summary = read_one(Path(csv_path)) if summary is None else summary
     runs = summary.groupby("run_id")
     raw["size_bytes"] = pd.to_numeric(raw["size_bytes"], errors="coerce")
     raw["time_us"] = pd.to_numeric(raw["time_us"], errors="coerce")

@@ -1,7 +1,8 @@
 """Result files: the CSV schema, the default path, and an append-as-you-go writer.
 
 Each row is written with one write() and fsync'd as soon as its measurement completes, so a crash,
-a dead rank or Ctrl-C keeps every row measured before it and the file always parses.
+a dead rank or Ctrl-C keeps every row measured before it; a row cut mid-line by a kill during its
+write is named and left out by the readers (commbench/results/reader.py).
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import csv
 import io
 import os
+import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +39,27 @@ RAW_COLUMNS = ("run_id", *KEY_COLUMNS, "round", "iteration", "rank", "time_us")
 RAW_COLUMNS_V1 = tuple(c for c in RAW_COLUMNS if c != "round")
 
 
+def run_tag(env: Mapping[str, str] | None = None) -> str:
+    """What makes a default name this run's own: SLURM's job id (the array job and task ids for an
+    array task) when there is one, then a random tag. The timestamp alone has 1-second resolution,
+    and the tasks of a SLURM array, or two runs started by one script, start in the same second."""
+    env = os.environ if env is None else env
+    tag = secrets.token_hex(3)
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"job{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}-{tag}"
+    if env.get("SLURM_JOB_ID"):
+        return f"job{env['SLURM_JOB_ID']}-{tag}"
+    return tag
+
+
 def default_output(backend: str, world_size: int, folder: str | Path = "results") -> Path:
-    """results/<timestamp>-<backend>-n<world>.csv, with a numeric suffix rather than reuse of a name."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = Path(folder) / f"{stamp}-{backend}-n{world_size}.csv"
+    """results/<timestamp>-<backend>-n<world>-<tag>.csv (run_tag()), with a numeric suffix rather
+    than reuse of a name."""
+    stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{backend}-n{world_size}-{run_tag()}"
+    path = Path(folder) / f"{stem}.csv"
     suffix = 2
     while path.exists():
-        path = Path(folder) / f"{stamp}-{backend}-n{world_size}-{suffix}.csv"
+        path = Path(folder) / f"{stem}-{suffix}.csv"
         suffix += 1
     return path
 
@@ -80,6 +96,23 @@ def output_path(requested: str | Path | None, default: Callable[[Path | None], P
     return path
 
 
+def make_folder(folder: Path) -> None:
+    """Create an output folder and its missing parents, except a new folder at the filesystem root:
+    `-o /results/run.csv` for results/run.csv is a slip of the finger that root (in a container,
+    often) would carry out. One line says what to do instead."""
+    folder = Path(folder)
+    missing = [f for f in (folder, *folder.parents) if not f.exists()]
+    if missing and (top := missing[-1]).is_absolute() and top.parent == Path(top.anchor):
+        raise UserError(
+            f"the output folder {folder} does not exist, and commbench creates no folder at the filesystem "
+            f"root ({top}); create {top} first, or drop the leading / for a folder under this one"
+        )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the output folder {folder}: {exc.strerror}") from None
+
+
 def check_writable(path: Path, overwrite: bool) -> None:
     """Refuse an existing file (unless asked), a folder that cannot be created, and a file that
     cannot be created there: a file is created and removed to be sure (/proc is writable for root,
@@ -88,10 +121,7 @@ def check_writable(path: Path, overwrite: bool) -> None:
         raise UserError(f"--output {path} is a folder; give a file name such as {path / 'run.csv'}")
     if path.exists() and not overwrite:
         raise UserError(f"{path} already exists; choose another --output or pass --overwrite")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create the output folder {path.parent}: {exc.strerror}") from None
+    make_folder(path.parent)
     try:
         if path.exists():  # --overwrite: opening to append changes nothing
             path.open("a").close()

@@ -104,7 +104,9 @@ class SweepConfig:
         in_range("--time-per-size", self.time_per_size, TIME_PER_SIZE_RANGE_S, "seconds")
         in_range("--rounds", self.rounds, ROUNDS_RANGE)
         if self.precision is not None and not 0 < self.precision < 1:
-            raise UserError(f"--precision must lie between 0% and 100%, e.g. 2% (got {self.precision * 100:g}%)")
+            raise UserError(
+                f"--precision must be more than 0% and less than 100%, such as 2% (got {self.precision * 100:g}%)"
+            )
         in_range("--warmup", self.warmup, WARMUP_RANGE)
         if self.mode not in MODES:
             raise UserError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
@@ -187,7 +189,12 @@ class RunFacts:
 
 
 class PeerError(Exception):
-    """Another rank reported the error; it prints it, this rank exits quietly."""
+    """Another rank reported the error; it prints it, this rank exits quietly (under torchrun it
+    hands the same line to torchrun's summary, naming the rank that found it)."""
+
+    def __init__(self, message: str, finder: int = 0) -> None:
+        super().__init__(message)
+        self.message, self.finder = message, finder
 
 
 def agree(
@@ -217,12 +224,7 @@ def agree(
         if backend.rank == 0:  # one report, not one per rank
             raise UserError(message)
         raise PeerError(message)
-    errors = [(e["node"]["rank"], e["error"]) for e in everyone if e["error"]]
-    if errors:
-        rank, message = errors[0]
-        if rank == backend.rank:
-            raise UserError(message)
-        raise PeerError(message)
+    _raise_first(backend.rank, [(e["node"]["rank"], e["error"]) for e in everyone if e["error"]])
     nodes = [e["node"] for e in everyone]
     # Where the launcher does not number the nodes (mpirun over several hosts), hosts are numbered in rank order.
     numbered = {host: i for i, host in enumerate(dict.fromkeys(hosts))}
@@ -235,6 +237,23 @@ def agree(
         ),
         rank_hosts=tuple(hosts),
     )
+
+
+def share_refusal(backend: Backend, error: str | None) -> None:
+    """Every rank learns whether any rank refused to go on (rank 0 could not create its output after
+    all: another run took the name since it was checked); the rank that refused raises a UserError
+    with its message, the others a quiet PeerError, so no peer is left to fail in a collective."""
+    everyone = backend.all_gather_object((backend.rank, error))
+    _raise_first(backend.rank, [(rank, message) for rank, message in everyone if message])
+
+
+def _raise_first(me: int, errors: list[tuple[int, str]]) -> None:
+    """The first (rank, message) refusal: a UserError on the rank that found it, a PeerError elsewhere."""
+    if errors:
+        rank, message = errors[0]
+        if rank == me:
+            raise UserError(message)
+        raise PeerError(message, rank)
 
 
 def _inconsistent(everyone: list[dict[str, Any]]) -> str | None:

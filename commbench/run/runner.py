@@ -24,7 +24,7 @@ from commbench.results.display import Display, choose_mode
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
 from commbench.results.stats import Stats
-from commbench.run.config import ONE_RANK_NOTE, Outcome, RunFacts, SweepConfig, agree
+from commbench.run.config import ONE_RANK_NOTE, Outcome, RunFacts, SweepConfig, agree, share_refusal
 from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters, unavailable
@@ -80,8 +80,15 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
     watchdog.arm(f"creating the --group {cfg.group} process groups")
     grouping = form_groups(backend, cfg.group, facts.rank_hosts)
+    sink, error = None, None
+    if lead and path is not None:
+        try:
+            sink = _open_sink(cfg, backend, facts, path, launch, grouping)
+        except UserError as exc:  # the name was free when checked; another run has taken it since
+            error = exc.format_message()
+    watchdog.arm("learning whether rank 0 could create its output")
+    share_refusal(backend, error)
     watchdog.disarm()
-    sink = _open_sink(cfg, backend, facts, path, launch, grouping) if lead and path is not None else None
     progress = SweepProgress(_case_count(cfg, grouping, ops), cfg.time_per_size if cfg.auto else None)
     try:
         wrong_total = 0
@@ -126,12 +133,13 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch
     }
     # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
     display = Display(choose_mode(sys.stdout, relay=launch.spawned))
+    sink = Sink(path, base, cfg.overwrite, cfg.raw, display)  # creates the file, or refuses before the header
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
         f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, "
         f"{cfg.iterations_text}, {cfg.warmup} warm-up{_alone(backend.world_size)}; results -> {path}"
     )
-    return Sink(path, base, cfg.overwrite, cfg.raw, display)
+    return sink
 
 
 @dataclass

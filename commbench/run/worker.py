@@ -10,7 +10,7 @@ import signal
 import sys
 import traceback
 
-from commbench.errors import ExitCode, UserError
+from commbench.errors import ExitCode, UserError, tell_launcher
 from commbench.launchers import LAUNCHER_PID_ENV, Launch, detect
 from commbench.run.config import Outcome, PeerError, SweepConfig
 
@@ -25,10 +25,15 @@ def run_worker(cfg: SweepConfig, launch: Launch) -> Outcome:
         except UserError as exc:
             exc.show()
             return Outcome(exc.exit_code)
-        except PeerError:
+        except PeerError as exc:
+            # torchrun's summary names the first rank to exit: often this one, so it gets the line too.
+            tell_launcher(
+                f"commbench: error: {exc.message} (found by rank {exc.finder}; rank {launch.rank} stopped with it)"
+            )
             return Outcome(ExitCode.USAGE)
         except CollectiveFailure as exc:
             print(f"commbench: {exc}", file=sys.stderr, flush=True)
+            tell_launcher(f"commbench: {exc}")
             return Outcome(ExitCode.COLLECTIVE_FAILURE)
     except KeyboardInterrupt:  # rows are written as they complete: nothing to save, just stop
         return Outcome(ExitCode.INTERRUPTED)
