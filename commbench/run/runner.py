@@ -21,6 +21,7 @@ from commbench.launchers import Launch
 from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
 from commbench.results.display import Display, choose_mode
+from commbench.results.noise import Budget
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
 from commbench.results.stats import Stats
@@ -131,7 +132,8 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch
         f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, "
         f"{cfg.iterations_text}, {cfg.warmup} warm-up{_alone(backend.world_size)}; results -> {path}"
     )
-    return Sink(path, base, cfg.overwrite, cfg.raw, display)
+    budget = Budget(cfg.time_per_size, cfg.min_iters, cfg.max_iters, cfg.iters)
+    return Sink(path, base, cfg.overwrite, cfg.raw, display, budget)
 
 
 @dataclass
