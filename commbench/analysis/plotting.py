@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from commbench.analysis.speedup import WITHIN_NOISE, paired_speedups
+from commbench.analysis.speedup import WITHIN_NOISE, overall, paired_speedups, variant_verdicts
 from commbench.errors import UserError
 from commbench.results.reader import ok_rows, read_results
 from commbench.units import format_size, round_size
@@ -50,6 +50,11 @@ class Family:
         return (
             SIZE_AXIS_LABEL if self.workload == "size_bytes" else f"{self.workload_name} (the {self.workload} column)"
         )
+
+    @property
+    def symbol(self) -> str:
+        """The workload's one-letter name in verdicts (S, or C for sync_bn's "channels C")."""
+        return self.workload_name.split()[-1]
 
     def format(self, value: float) -> str:
         return format_size(int(value)) if self.workload == "size_bytes" else str(int(value))
@@ -159,6 +164,7 @@ class Chart:
     kind: str  # "size" (latency and busbw against size) or "speedup"
     figure: Figure
     caption: str
+    notes: tuple[str, ...] = ()  # what the chart lets a reader conclude (a speedup chart's verdicts)
 
 
 def charts_folder(csv_path: Path) -> Path:
@@ -626,7 +632,25 @@ def _speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | No
         f"{op} ({phase}): each variant's speedup over {baseline} for the same work "
         f"(equal {family.workload_name}), with its 95% interval; above 1 is faster; {_facts(joined)}."
     )
-    return Chart(name=f"{name}-speedup", kind="speedup", figure=fig, caption=caption)
+    return Chart(
+        name=f"{name}-speedup", kind="speedup", figure=fig, caption=caption, notes=_verdicts(group, joined, family)
+    )
+
+
+def _verdicts(group: pd.DataFrame, joined: pd.DataFrame, family: Family) -> tuple[str, ...]:
+    """Per run on the chart: each variant's verdicts against the baseline and the overall line."""
+    measured = ok_rows(group)
+    runs = [c for c in RUN_COLUMNS if measured[c].nunique() > 1]
+    notes = []
+    for key, rows in measured.groupby(runs, sort=True) if runs else [((), measured)]:
+        prefix = f"{', '.join(map(str, key if isinstance(key, tuple) else (key,)))}: " if runs else ""
+        mine = joined.merge(rows[runs].drop_duplicates(), on=runs) if runs else joined
+        variants = [v for v in op_palette(rows).variants if v != family.baseline]
+        for variant, text in variant_verdicts(mine, variants, family.workload, family.symbol, family.format):
+            notes.append(f"{prefix}{variant} against {family.baseline}: {text}")
+        if line := overall(rows, family.baseline, family.workload, family.symbol, family.format):
+            notes.append(f"{prefix}overall: {line}")
+    return tuple(notes)
 
 
 SPEEDUP_NOTE = (

@@ -155,7 +155,10 @@ def factor(value: float, digits: int = 2) -> str:
     """A ratio for people, to `digits` significant digits and never an exponent: 1.3x, 0.47x, 12x."""
     if not math.isfinite(value) or value <= 0:
         return "-"
-    return (f"{value:.0f}" if value >= 10 ** (digits - 1) else f"{value:.{digits}g}") + "x"
+    text = f"{value:.0f}" if value >= 10 ** (digits - 1) else f"{value:.{digits}g}"
+    if text == "1" and value != 1:  # 1.04 or 1.003 must not read as 1, the verdict's very boundary
+        text = f"{value:.3g}" if f"{value:.3g}" != "1" else f"{value:.4f}".rstrip("0")
+    return text + "x"
 
 
 def interval_text(speedup: Speedup) -> str:
