@@ -5,11 +5,15 @@ transport may refuse included. A case that turns out to repeat another (two requ
 to one S) or that the transport refuses counts as done when that is found, so the total never
 changes under the reader's eyes and the count reaches it at the end.
 
-The ETA is the predicted cost of what is left, times the wall time the sweep has taken so far per
-unit of predicted cost done. A case's cost is its samples, warm-up and check included, each costing
+The ETA is the predicted cost of what is left, times the wall time the sweep has taken per unit of
+predicted cost at that size. A case's cost is its samples, warm-up and check included, each costing
 its time plus one untimed barrier (taken as the cheapest sample seen: a barrier costs about what the
 smallest collective does). So both a cheap case, whose barriers dominate, and a slow one, whose
 samples do, weigh what they take; and a case counts as done round by round, as its blocks run.
+What the cost leaves out (filling and checking large buffers, allocating them, exchanging samples)
+grows with the size too: the wall time of every visit is kept with its size, and work left at a size
+is scaled by what visits of similar sizes (within 4x) took per unit of cost, or by the whole run's
+rate where none has been seen yet.
 
 A case not timed yet is predicted from those that are: the same op at the nearest sizes
 (interpolated on log scales, or beyond the largest along the line through the two largest: latency
@@ -72,6 +76,23 @@ class _Running:
 
     left: int
     sample_s: float
+    size: int
+
+
+@dataclass
+class _Visit:
+    """One visit of a case (the work between two progress reports): its size, wall time and work."""
+
+    size: int
+    wall_s: float = 0.0
+    samples: int = 0
+    timed_s: float = 0.0
+
+
+# Visits of sizes within this factor of a size tell what work at that size costs in wall time.
+SIMILAR_SIZE = 4.0
+# ... once this many of them have been seen; before, the whole run's rate stands in.
+SIMILAR_VISITS = 3
 
 
 class SweepProgress:
@@ -95,6 +116,9 @@ class SweepProgress:
         self.done_samples = 0  # samples run, warm-up and checks included
         self.done_timed_s = 0.0  # their expected time
         self.barrier_s = math.inf
+        self.visits: list[_Visit] = []  # closed visits
+        self._visit: _Visit | None = None  # the one in progress since the last report
+        self._visit_start = self.start
 
     # -- what the runner reports ------------------------------------------------------------------
 
@@ -113,25 +137,37 @@ class SweepProgress:
             self.barrier_s = min(self.barrier_s, sample_s)
         else:
             sample_s = self._predict(op, size) or 0.0
-        self.running[case] = _Running(iters, sample_s)
-        self._count(self.plan_of.warmup_samples(sample_s), sample_s)
+        self.running[case] = _Running(iters, sample_s, size)
+        self._count(self.plan_of.warmup_samples(sample_s), sample_s, size)
 
     def ran(self, case: Hashable, samples: int) -> None:
         """A block of the case ran."""
         running = self.running[case]
         running.left -= samples
-        self._count(samples, running.sample_s)
+        self._count(samples, running.sample_s, running.size)
 
     def finish(self, case: Hashable) -> None:
         """The case is done (its last block and check ran, or --precision stopped it early)."""
         running = self.running.pop(case, None)
         if running is not None:
-            self._count(1, running.sample_s)  # the check's iteration
+            self._count(1, running.sample_s, running.size)  # the check's iteration
         self.done += 1
 
-    def _count(self, samples: int, sample_s: float) -> None:
+    def _count(self, samples: int, sample_s: float, size: int) -> None:
         self.done_samples += samples
         self.done_timed_s += samples * sample_s
+        if self._visit is None:
+            self._visit = _Visit(size)
+        self._visit.samples += samples
+        self._visit.timed_s += samples * sample_s
+
+    def _close_visit(self) -> None:
+        """The work reported since the last report was one visit: keep its wall time."""
+        now = self.clock()
+        if self._visit is not None:
+            self._visit.wall_s = now - self._visit_start
+            self.visits.append(self._visit)
+        self._visit, self._visit_start = None, now
 
     # -- the estimate -------------------------------------------------------------------------------
 
@@ -177,9 +213,24 @@ class SweepProgress:
         slopes = [slope for op in self.timed if (slope := _slope(*self._curve(op))) is not None]
         return statistics.median(slopes) if slopes else 0.0
 
-    def _left(self) -> float | None:
-        """Predicted cost of the samples still to run; None when a case cannot be predicted yet."""
-        left = sum(self._cost(r.left + 1, r.sample_s) for r in self.running.values())
+    def _rate(self, size: int, overall: float) -> float:
+        """Wall seconds per unit of cost at this size: from the visits of similar sizes, else overall."""
+        near = [v for v in self.visits if size / SIMILAR_SIZE <= v.size <= size * SIMILAR_SIZE]
+        cost = sum(v.timed_s + v.samples * self._barrier() for v in near)
+        if len(near) < SIMILAR_VISITS or cost <= 0:
+            return overall
+        return sum(v.wall_s for v in near) / cost
+
+    def _left_s(self, overall: float) -> float | None:
+        """Predicted wall seconds of the work still to run; None when a case cannot be predicted yet."""
+        rates: dict[int, float] = {}
+
+        def wall(cost: float, size: int) -> float:
+            if size not in rates:
+                rates[size] = self._rate(size, overall)
+            return cost * rates[size]
+
+        left = sum(wall(self._cost(r.left + 1, r.sample_s), r.size) for r in self.running.values())
         for (op, size), count in self.pending.items():
             if count <= 0:
                 continue
@@ -189,7 +240,7 @@ class SweepProgress:
                     return None
                 sample_s = self.plan_of.budget_s / self.plan_of.min_iters  # the budget, at the floor
             samples = self.plan_of.samples(sample_s) + self.plan_of.warmup_samples(sample_s) + 1
-            left += count * self._cost(samples, sample_s)
+            left += wall(count * self._cost(samples, sample_s), size)
         return left
 
     def _done(self) -> float:
@@ -200,13 +251,16 @@ class SweepProgress:
         return self._estimate()[1]
 
     def _estimate(self) -> tuple[float, float | None]:
-        """(the share of the predicted work done, the ETA in seconds or None)."""
-        done, left = self._done(), self._left()
-        if left is None or done <= 0:
+        """(the share of the time done, the ETA in seconds or None)."""
+        done, elapsed = self._done(), self.clock() - self.start
+        left = self._left_s(elapsed / done) if done > 0 else None
+        if left is None:
             return self.done / max(self.total, 1), None
-        return done / (done + left), left * (self.clock() - self.start) / done
+        return elapsed / (elapsed + left) if elapsed + left > 0 else 1.0, left
 
     def status(self, label: str) -> Status:
+        """Where the sweep stands; called before each visit, so it also closes the previous one."""
+        self._close_visit()
         fraction, eta = self._estimate()
         return Status(self.done, self.total, fraction, eta, label)
 
