@@ -278,12 +278,13 @@ def _format(column: str, value: object, record: dict) -> str:
 
 
 def significant(value: float, digits: int = 3) -> str:
-    """A number to `digits` significant digits, never in scientific notation: 0.000123, 12.3, 45,600."""
+    """A number to `digits` significant digits (trailing zeros dropped), never in scientific notation:
+    0.000123, 12.3, 2.5, 45,600."""
     if value == 0 or not math.isfinite(value):
         return "0" if value == 0 else str(value)
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    rounded = round(value, decimals)
-    return f"{rounded:,.{decimals}f}" if decimals else f"{rounded:,.0f}"
+    place = digits - 1 - math.floor(math.log10(abs(value)))  # negative: round to tens, hundreds...
+    rounded, decimals = round(value, place), max(0, place)
+    return f"{rounded:,.{decimals}f}".rstrip("0").rstrip(".") if decimals else f"{rounded:,.0f}"
 
 
 def format_time_us(us: float) -> str:
