@@ -627,7 +627,8 @@ def _speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | No
     fig.suptitle(
         f"{op} · {phase}: speedup over {baseline} with 95% intervals (above 1 = faster)\n{_facts(joined)}", fontsize=11
     )
-    fig.text(0.5, -0.02, SPEEDUP_NOTE, ha="center", fontsize=8, color="dimgray")
+    note = SPEEDUP_BARS_NOTE if joined[workload].nunique() == 1 else SPEEDUP_NOTE
+    fig.text(0.5, -0.02, note, ha="center", fontsize=8, color="dimgray")
     caption = (
         f"{op} ({phase}): each variant's speedup over {baseline} for the same work "
         f"(equal {family.workload_name}), with its 95% interval; above 1 is faster; {_facts(joined)}."
@@ -654,8 +655,12 @@ def _verdicts(group: pd.DataFrame, joined: pd.DataFrame, family: Family) -> tupl
 
 
 SPEEDUP_NOTE = (
-    "Bars: 95% interval from the per-round paired ratios (docs/charts.md). "
+    "Error bars: 95% interval from the per-round paired ratios (docs/charts.md). "
     "Hollow marker: the interval holds 1x, within noise: no winner there."
+)
+SPEEDUP_BARS_NOTE = (
+    "Black bars: 95% interval from the per-round paired ratios (docs/charts.md); "
+    "one that holds 1x is within noise: no winner there."
 )
 # The ratio axis shows the intervals up to this factor beyond the estimates; longer ones run off it.
 _INTERVAL_REACH = 4.0

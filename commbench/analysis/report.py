@@ -27,11 +27,11 @@ from commbench.units import format_size
 
 _MIME = {"png": "image/png", "svg": "image/svg+xml"}
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; padding: 0 1.5em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; display: block; overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th { background: #f3f3f3; }
-td.text { text-align: left; }
+td { white-space: nowrap; } td.text { text-align: left; white-space: normal; }
 tr.noisy td { background: #fff4e0; } .mark { color: #b35900; font-weight: 600; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; }
 figcaption { font-size: 13px; color: #555; } code { font-size: 12px; }
