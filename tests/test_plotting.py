@@ -355,4 +355,7 @@ def test_a_latency_only_op_gets_a_latency_chart_without_a_bandwidth_panel(tmp_pa
     out = tmp_path / "report.html"
     result = CliRunner().invoke(main, ["report", str(tmp_path / "b.csv"), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert "<h3>barrier · comm</h3>" in out.read_text()
+    assert "<h3 id='results-barrier-comm'>barrier · comm</h3>" in out.read_text()
+    # A barrier moves no data: its title names no dtype, while the all_gather beside it does.
+    assert "float32" not in charts["barrier-comm"].figure.get_suptitle()
+    assert "float32" in charts["all_gather-comm"].figure.get_suptitle()

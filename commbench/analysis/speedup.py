@@ -134,7 +134,10 @@ _TIME_COLUMNS = ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi", "time_us_p50
 def paired_speedups(rows: pd.DataFrame, baseline: str, workload: str = "size_bytes") -> pd.DataFrame:
     """Every measured non-baseline row joined to the baseline's row of the same run and workload,
     with speedup, speedup_lo, speedup_hi, verdict and interval_method; sorted by workload."""
-    measured = ok_rows(rows)
+    measured = ok_rows(rows).copy()
+    for column in _TIME_COLUMNS:  # a frame not read from a CSV may lack the interval and the rounds
+        if column not in measured.columns:
+            measured[column] = math.nan
     same = [c for c in SAME_RUN if c in measured.columns] + [workload]
     base = measured[measured["variant"] == baseline][[*same, *_TIME_COLUMNS]]
     others = measured[measured["variant"] != baseline]
@@ -151,21 +154,35 @@ def paired_speedups(rows: pd.DataFrame, baseline: str, workload: str = "size_byt
     return joined.sort_values(workload, kind="stable")
 
 
+# Beyond these a ratio says only that it is tiny or huge: printed as <0.01x and >100x, never 1.3e-09x.
+FACTOR_FLOOR, FACTOR_CEILING = 0.01, 100.0
+
+
 def factor(value: float, digits: int = 2) -> str:
     """A ratio for people, to `digits` significant digits and never an exponent: 1.3x, 0.47x, 12x."""
     if not math.isfinite(value) or value <= 0:
         return "-"
+    if value < FACTOR_FLOOR:
+        return f"<{FACTOR_FLOOR:g}x"
+    if value > FACTOR_CEILING:
+        return f">{FACTOR_CEILING:g}x"
     text = f"{value:.0f}" if value >= 10 ** (digits - 1) else f"{value:.{digits}g}"
     if text == "1" and value != 1:  # 1.04 or 1.003 must not read as 1, the verdict's very boundary
         text = f"{value:.3g}" if f"{value:.3g}" != "1" else f"{value:.4f}".rstrip("0")
     return text + "x"
 
 
+def span(lo: float, hi: float) -> str:
+    """'1.3x-1.9x', or '<0.01x to >100x' where an end is beyond what a ratio can usefully say."""
+    low, high = factor(lo), factor(hi)
+    return f"{low} to {high}" if low[0] in "<>" or high[0] in "<>" else f"{low}-{high}"
+
+
 def interval_text(speedup: Speedup) -> str:
     """'1.36x (1.1x-1.7x)', or the ratio alone when there is no interval."""
     if speedup.verdict == NO_INTERVAL:
         return factor(speedup.ratio, 3)
-    return f"{factor(speedup.ratio, 3)} ({factor(speedup.lo)}-{factor(speedup.hi)})"
+    return f"{factor(speedup.ratio, 3)} ({span(speedup.lo, speedup.hi)})"
 
 
 def _where(values: Sequence[float], start: int, stop: int, name: str, fmt: Callable[[float], str]) -> str:
@@ -187,14 +204,14 @@ def _segment(speedups: Sequence[Speedup]) -> str:
     verdict = speedups[0].verdict
     lo, hi = min(s.lo for s in speedups), max(s.hi for s in speedups)
     if verdict == FASTER:
-        return f"faster by {factor(lo)}-{factor(hi)}"
+        return f"faster by {span(lo, hi)}"
     if verdict == SLOWER:
-        return f"slower by {factor(1 / hi)}-{factor(1 / lo)}"
+        return f"slower by {span(1 / hi, 1 / lo)}"
     if verdict == WITHIN_NOISE:
-        return f"within noise ({factor(lo)}-{factor(hi)})"
+        return f"within noise ({span(lo, hi)})"
     ratios = [s.ratio for s in speedups]
-    span = factor(ratios[0], 3) if len(ratios) == 1 else f"{factor(min(ratios), 3)}-{factor(max(ratios), 3)}"
-    return f"{span} (no interval: the file has neither rounds nor p50 intervals)"
+    shown = factor(ratios[0], 3) if len(ratios) == 1 else f"{factor(min(ratios), 3)}-{factor(max(ratios), 3)}"
+    return f"{shown} (no interval: the file has neither rounds nor p50 intervals)"
 
 
 def summarise(

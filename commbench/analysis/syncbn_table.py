@@ -88,7 +88,7 @@ def _block(facts: dict, block: pd.DataFrame, rows: pd.DataFrame, baseline: str) 
         return "\n".join(lines)
     lines += [
         f"# speedup over {baseline} ({baseline}'s p50 / the strategy's), with its 95% interval; above 1x = faster",
-        head + "".join(f"{v:>{ratio_width}}" for v in others),
+        head + " ".join(f"{v:>{ratio_width}}" for v in others),
     ]
     by_key = {(r["phase"], int(r["count"]), r["variant"]): r for r in joined.to_dict("records")}
     for (*_, phase, channels), _row in block.iterrows():
@@ -96,7 +96,7 @@ def _block(facts: dict, block: pd.DataFrame, rows: pd.DataFrame, baseline: str) 
         for variant in others:
             r = by_key.get((phase, int(channels), variant))
             cells.append("-" if r is None else interval_text(Speedup.of_joined(r)))
-        lines.append(f"  {phase:<17}{channels:>6}  " + "".join(f"{c:>{ratio_width}}" for c in cells))
+        lines.append(f"  {phase:<17}{channels:>6}  " + " ".join(f"{c:>{ratio_width}}" for c in cells))
     lines.append(
         f"# verdicts against {baseline}: an interval that holds 1x is within noise, no winner "
         "(intervals: docs/syncbn.md#reading-the-speedups)"
