@@ -2,8 +2,8 @@
 
 A fake transport charges its fake clock what a shared machine charges a real sweep: an untimed
 barrier before every sample, an exchange after every block, a fill that grows with the size, and
-collectives that cost a latency plus a time per byte, a few percent of noise on each, and a slow
-spell in the middle of the run. The ETA knows none of these numbers: at 25%, 50% and 75% of the run
+collectives that cost a latency plus a time per byte, a few percent of noise on each, and slow
+spells (2 s of every 10 at 1.5x). The ETA knows none of these numbers: at 25%, 50% and 75% of the run
 it must be within 30% of the time that is really left (for a mix of ops, once they have begun).
 """
 
