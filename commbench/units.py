@@ -111,15 +111,9 @@ def sweep_length(min_bytes: int, max_bytes: int, factor: float) -> int:
 
 
 def format_size(n: int) -> str:
-    """Human units for tables, chart axes and messages: 8B, 1K, 1.5K, 64M, 2.6T.
-
-    A size a few bytes off a round one (a requested 1K rounded to a multiple of the world size)
-    reads as that round size and the difference, 1K+8B, rather than as 1.01K. Otherwise three
-    significant digits, never an exponent.
-    """
-    if (near := _near_round(n)) is not None:
-        whole, unit, off = near
-        return f"{whole}{unit}{off:+d}B"
+    """The one spelling of a byte size, in tables, chart axes, reports and messages: 8B, 1K, 1.5K,
+    64M, 2.6T. Exact in at most two decimals where it can be (1.5K, 2.25K), else three significant
+    digits (a requested 1K rounded to 1032 bytes reads 1.01K); never an exponent."""
     for unit, scale in _SCALES:
         if n >= scale:
             value = n / scale

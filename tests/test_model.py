@@ -90,7 +90,7 @@ def test_cli_prints_fits_projections_json_and_charts(tmp_path: Path):
     path = synth_run(tmp_path / "run.csv", [Case("all_gather", "flat", sizes=SIZES[::6])], seed=1, iters=5, raw=False)
     result = CliRunner().invoke(main, ["model", str(path), "--predict-n", "4,8"])
     assert result.exit_code == 0, result.output
-    assert "alpha(us)" in result.output and "a MODEL, not a measurement" in result.output
+    assert "alpha(µs)" in result.output and "a MODEL, not a measurement" in result.output
     assert (tmp_path / "run-model" / "all_gather-comm-model.png").exists()
     document = json.loads(CliRunner().invoke(main, ["model", str(path), "--predict-n", "8", "--json"]).output)
     (fit,) = document["fits"]

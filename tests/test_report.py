@@ -38,11 +38,18 @@ def test_report_holds_every_chart_and_table(runs: list[Path], tmp_path: Path) ->
     assert images[-2:] == ["all_gather-comm-model", "grouped_all_gather-comm-model"]
     # provenance, the model's fits, one table per (op, phase) measured (all_gather, grouped_all_gather), the unavailable rows
     assert page.count("<table") == 5
-    assert [h for h in re.findall(r"<h3>([^<]+)</h3>", page)] == [
-        "all_gather · comm",
+    headings = re.findall(r"<h3 id='([^']+)'>([^<]+)</h3>", page)
+    assert [text for _, text in headings] == [
+        "all_gather · comm",  # charts
+        "grouped_all_gather · comm",
+        "all_gather · comm",  # results
         "grouped_all_gather · comm",
         "Not measured",
     ]
+    # The contents list links every heading, and every link lands.
+    contents = page[page.index("<nav class='toc'>") : page.index("</nav>")]
+    for anchor, _ in headings + re.findall(r"<h2 id='([^']+)'>([^<]+)</h2>", page):
+        assert f"href='#{anchor}'" in contents and page.count(f"id='{anchor}'") == 1
     for fact in (
         "commbench sweep --seed 1",
         "commbench sweep --seed 2",
@@ -93,3 +100,30 @@ def test_a_run_with_only_wrong_rows_still_reports_its_table(tmp_path: Path) -> N
     assert CliRunner().invoke(main, ["report", str(path), "-o", str(out)]).exit_code == 0
     page = out.read_text()
     assert page.count("<img") == 0 and page.count("<table") == 2 and ">wrong<" in page
+
+
+def test_numbers_read_as_people_write_them_noisy_rows_are_marked_and_refused_fits_apart(tmp_path: Path) -> None:
+    from commbench.analysis.report import build_report, format_bandwidth, format_time_us, significant
+
+    assert [format_time_us(v) for v in (812.3, 1234.5, 2.5e6, 0.412)] == ["812 µs", "1.23 ms", "2.5 s", "0.412 µs"]
+    assert [format_bandwidth(v) for v in (2.309e-05, 0.84, 2.3149)] == ["23.1 KB/s", "840 MB/s", "2.31 GB/s"]
+    assert significant(45_678.0) == "45,700" and significant(0.0001234) == "0.000123"
+    # A barrier (no bandwidth), a noisy row, and an op whose times do not follow a line.
+    cases = [
+        Case("barrier", "barrier", sizes=(0,), latency_only=True),
+        Case("all_gather", "flat", factors_by_size={8: 9.0, 1024: 0.2, 65536: 7.0, 1 << 20: 0.1}),
+    ]
+    run = synth_run(tmp_path / "a.csv", cases, seed=3, raw=False)
+    frame = read_results([run])
+    frame.loc[frame["size_bytes"] == 1024, "note"] = "noisy: p50 interval 30% wide"
+    noisy_csv = tmp_path / "noisy.csv"
+    frame.drop(columns=["run", "source"]).to_csv(noisy_csv, index=False)
+    page = build_report([noisy_csv])
+    text = re.sub(r"data:image/\w+;base64,[A-Za-z0-9+/=]+", "", page)
+    assert "NaN" not in text and not re.search(r"\de[-+]\d", text)  # no NaN, no scientific notation
+    assert text.count("<tr class='noisy'>") == 1 and "1 of 5 rows are noisy" in text
+    assert " µs</td>" in text and re.search(r"[KMG]B/s</td>", text)
+    refused = text[text.index("id='refused-fits'") :]
+    assert "all_gather" in refused[: refused.index("</table>")] and "the line does not describe the data" in refused
+    # The only fit is refused: no table of fits beside it, where its R² would stand next to good ones.
+    assert "<table>" not in text[text.index("id='latency-bandwidth-model'") : text.index("id='refused-fits'")]

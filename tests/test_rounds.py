@@ -22,7 +22,7 @@ from commbench.results.display import Display
 from commbench.results.sink import Sink
 from commbench.run import runner
 from commbench.run.config import SweepConfig
-from commbench.run.eta import SweepProgress
+from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters
 from commbench.run.watchdog import Watchdog
@@ -165,10 +165,12 @@ def _sweep_fake(tmp_path: Path, **config: Any) -> tuple[pd.DataFrame, list[list[
     path = tmp_path / "fake.csv"
     sink = Sink(path, {"run_id": "fake", "mode": cfg.mode, "world_size": 1}, False, True, Display("quiet"))
     board = type("Board", (), {"step": lambda self, label: None, "rank": 0})()
-    progress = SweepProgress(6, cfg.time_per_size)
+    grouping = Grouping("world", 1, backend)
+    progress = SweepProgress(runner.planned_cases(cfg, grouping, [op]), Plan.of(cfg), clock=lambda: backend.now)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Case, "block", block)
-        runner._sweep_op(cfg, Grouping("world", 1, backend), op, "float32", Watchdog(60, 0), sink, board, progress)
+        runner._sweep_op(cfg, grouping, op, "float32", Watchdog(60, 0), sink, board, progress)
+    assert progress.done == progress.total == 6
     sink.close()
     return pd.read_csv(path), visits
 

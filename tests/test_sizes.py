@@ -62,16 +62,20 @@ def test_format_size():
     ]
 
 
-def test_a_size_rounded_to_the_world_size_reads_as_the_round_size_and_the_difference():
-    # 1K of float32 on 3 ranks is 255 elements (1020 bytes); 64M on 3 ranks is 64M-4B.
-    assert [format_size(n) for n in (1020, 1032, (64 << 20) - 4, (1 << 30) + 24)] == [
-        "1K-4B",
-        "1K+8B",
-        "64M-4B",
-        "1G+24B",
+def test_one_size_formatter_three_significant_digits_and_no_offsets():
+    # 1K of float32 on 3 ranks is 255 elements (1020 bytes); 64M on 3 ranks is 64M-4B: three
+    # significant digits, never a round size and an offset (1K+8B) beside 1.51K.
+    assert [format_size(n) for n in (1020, 1032, 1548, (64 << 20) - 4, (1 << 30) + 24, 207_950)] == [
+        "1020B",
+        "1.01K",
+        "1.51K",
+        "64M",
+        "1G",
+        "203K",
     ]
+    # The chart's tick of a rounded size is still the round one.
     assert [round_size(n) for n in (1020, 1032, 1000, 3456)] == [1024, 1024, 1000, 3456]
-    # Otherwise three significant digits, never an exponent, up to terabytes.
+    # Exact in two decimals where it can be, else three significant digits, up to terabytes.
     assert [format_size(n) for n in (3456, int(1023.5 * 2**20), int(26.1 * 2**40), 5 << 50)] == [
         "3.38K",
         "1023.5M",

@@ -207,10 +207,15 @@ def test_speedup_table_divides_horovod_time_by_each_strategy_time():
         ]
     )
     lines = format_table(frame).splitlines()
-    assert "speedup over horovod" in lines[0]
-    assert lines[1].split()[1:] == ["phase", "C", "torch", "apex", "horovod"]  # strategy order, not alphabetical
-    assert lines[2].split() == ["forward", "32", "100", "(2.00x)", "400", "(0.50x)", "200"]
-    assert lines[3].split() == ["backward", "32", "30", "(3.00x)", "45", "(2.00x)", "90"]
+    assert lines[0].startswith("# sync_bn on 2 gloo ranks") and lines[1] == "# p50 time per phase (µs)"
+    assert lines[2].split()[1:] == ["phase", "C", "torch", "apex", "horovod"]  # strategy order, not alphabetical
+    assert lines[3].split() == ["forward", "32", "100", "400", "200"]
+    assert lines[4].split() == ["backward", "32", "30", "45", "90"]
+    assert "speedup over horovod" in lines[5]
+    # No rounds and no p50 interval in these rows: the ratio alone, and no verdict can be called.
+    assert lines[7].split() == ["forward", "32", "2x", "0.5x"]
+    assert lines[8].split() == ["backward", "32", "3x", "2x"]
+    assert "no interval" in lines[10]
 
 
 @pytest.mark.slow
@@ -224,7 +229,11 @@ def test_syncbn_command_prints_the_comparison_and_charts_it(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "speedup over horovod" in run.stdout
     table = [line.split() for line in run.stdout.splitlines() if line.startswith("  forward ")]
-    assert [row[1] for row in table] == ["4", "8"] and all(row[3].endswith("x)") for row in table)
+    times, ratios = table[:2], table[2:4]
+    assert [row[1] for row in times] == ["4", "8"] and all(row[2].isdigit() for row in times)
+    # each strategy's speedup with its interval: "1.57x (0.38x-6.4x)", or "(<0.01x to >100x)" from 2 samples
+    assert all(row[2].endswith("x") and row[3].startswith("(") and " ".join(row).count("x)") == 2 for row in ratios)
+    assert "# overall (forward_backward): " in run.stdout
     for phase in ("forward", "backward", "forward_backward"):
         assert (tmp_path / "sbn-charts" / f"sync_bn-{phase}-speedup.png").stat().st_size > 0
 

@@ -1,7 +1,7 @@
 """A latency-bandwidth (Hockney) model of measured collectives, and its projection to other world sizes.
 
 Each (run, op, variant, phase, dtype, mode, backend, world size, group) measured at 4 or more sizes
-is fitted to T(S) = alpha + S / beta: alpha the latency (us), beta the bandwidth (GB/s). The fit
+is fitted to T(S) = alpha + S / beta: alpha the latency (µs), beta the bandwidth (GB/s). The fit
 minimises relative residuals (latencies span orders of magnitude, and a plain least-squares fit
 would hear only the largest sizes), weighted by the p50's confidence interval where the CSV has
 one, and is made robust with Huber's loss by iteratively reweighted least squares, so one
@@ -80,7 +80,18 @@ class Fit:
 
     @property
     def fits(self) -> bool:
-        return self.r2 >= MIN_R2 and self.alpha_us >= 0 and self.beta_gbps > 0
+        return self.refusal is None
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the line is refused (not projected, shown as refused), or None when it describes the data."""
+        if not self.r2 >= MIN_R2:
+            return f"R² {self.r2:.2f} < {MIN_R2}: the line does not describe the data"
+        if self.alpha_us < 0:
+            return f"negative latency ({self.alpha_us:.3g} µs)"
+        if not self.beta_gbps > 0:
+            return "no positive bandwidth"
+        return None
 
     def time_us(self, size_bytes: float) -> float:
         return self.alpha_us + size_bytes / (self.beta_gbps * 1e3)
@@ -230,7 +241,7 @@ def check_algorithm(name: str) -> str:
 def format_fits(fits: list[Fit], skipped: list[str]) -> str:
     lines = [
         "# model: T(S) = alpha + S / beta, a robust (Huber, relative-residual) fit of the p50 times",
-        f"# {'op/variant/phase dtype mode':<44} {'backend':>8} {'n':>4} {'sizes':>5} {'alpha(us)':>10} "
+        f"# {'op/variant/phase dtype mode':<44} {'backend':>8} {'n':>4} {'sizes':>5} {'alpha(µs)':>10} "
         f"{'beta(GB/s)':>10} {'n1/2':>8} {'R^2':>6} {'worst':>6}",
     ]
     for fit in fits:
@@ -258,11 +269,11 @@ def _half_size(half_size_bytes: float) -> str:
 def format_projections(projections: list[Projection], refused: list[str], algorithm: str) -> str:
     lines = [
         f"# projection ({algorithm} cost model; a MODEL, not a measurement): the fit's link parameters at other world sizes",
-        f"# {'op/variant/phase dtype':<36} {'fit n':>5} {'n':>6} {'alpha(us)':>11} {'beta(GB/s)':>10} {'T at S':>16}",
+        f"# {'op/variant/phase dtype':<36} {'fit n':>5} {'n':>6} {'alpha(µs)':>11} {'beta(GB/s)':>10} {'T at S':>16}",
     ]
     for p in projections:
         _, op, variant, phase, dtype, *_ = p.fit.key
-        at = f"{p.time_us_at_max:,.0f}us@{format_size(p.max_size_bytes)}"
+        at = f"{p.time_us_at_max:,.0f}µs@{format_size(p.max_size_bytes)}"
         beta = "-" if math.isinf(p.beta_gbps) else f"{p.beta_gbps:.3f}"
         lines.append(
             f"  {op + '/' + variant + '/' + phase + ' ' + dtype:<36} {int(p.fit.key[7]):>5} {p.world_size:>6} "
@@ -273,10 +284,18 @@ def format_projections(projections: list[Projection], refused: list[str], algori
 
 
 def model_charts(frame: pd.DataFrame, fits: list[Fit]):
-    """Per (op, phase): the measured p50s (with their interval where known) and each fitted line."""
+    """Per (op, phase): the measured p50s (with their interval where known) and each fitted line,
+    each variant in the colour it has on the op's other charts, each run in its own marker."""
     from matplotlib.figure import Figure
 
-    from commbench.analysis.plotting import Chart, _latency_axis, _size_axis
+    from commbench.analysis.plotting import (
+        Chart,
+        _latency_axis,
+        _legend_outside,
+        _size_axis,
+        op_palette,
+        run_label_columns,
+    )
 
     rows = ok_rows(frame)
     charts = []
@@ -284,42 +303,53 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
     for fit in fits:
         by_panel.setdefault((fit.key[1], fit.key[3]), []).append(fit)
     for (op, phase), panel in sorted(by_panel.items()):
-        fig = Figure(figsize=(8, 5))
+        fig = Figure(figsize=(8, 5), layout="constrained")
         ax = fig.subplots()
+        shown = rows[(rows["op"] == op) & (rows["phase"] == phase) & (rows["size_bytes"] > 0)]
+        palette = op_palette(shown)
+        naming = run_label_columns(shown)
         sizes_seen: list[float] = []
-        for i, fit in enumerate(panel):
-            run, _, variant, _, dtype, mode, backend, world, _group = fit.key
-            mine = rows[
-                (rows["run"] == run) & (rows["op"] == op) & (rows["variant"] == variant) & (rows["phase"] == phase)
-            ]
-            mine = mine[
-                (mine["dtype"] == dtype)
-                & (mine["mode"] == mode)
-                & (mine["world_size"] == world)
-                & (mine["size_bytes"] > 0)
-            ]
+        for fit in panel:
+            mine = shown[(shown[list(FIT_KEY)] == pd.Series(dict(zip(FIT_KEY, fit.key)))).all(axis=1)]
             mine = mine.sort_values("size_bytes")
-            color = f"C{i % 10}"
-            label = f"{variant} n={int(world)} {backend}" + (f" ({run})" if rows["run"].nunique() > 1 else "")
+            style = palette.style(mine)
+            parts = dict(zip(FIT_KEY, fit.key))
+            extras = [f"n={int(parts[c])}" if c == "world_size" else str(parts[c]) for c in naming]
+            label = parts["variant"] + (f" ({', '.join(extras)})" if extras else "")
             ax.plot(
-                mine["size_bytes"], mine["time_us_p50"], "o", color=color, markersize=4, label=f"{label}: measured p50"
+                mine["size_bytes"],
+                mine["time_us_p50"],
+                linestyle="none",
+                marker=style["marker"],
+                color=style["color"],
+                markersize=4,
+                label=f"{label}: measured p50",
             )
             s = np.geomspace(mine["size_bytes"].min(), mine["size_bytes"].max(), 200)
-            style = "-" if fit.fits else ":"
             ax.plot(
                 s,
                 [fit.time_us(x) for x in s],
-                style,
-                color=color,
-                label=f"fit: {fit.alpha_us:.0f} us + S / {fit.beta_gbps:.3g} GB/s (R^2 {fit.r2:.3f})",
+                "-" if fit.fits else ":",
+                color=style["color"],
+                label=_fit_label(fit),
             )
             sizes_seen += list(mine["size_bytes"])
         _size_axis(ax, sizes_seen)
         _latency_axis(ax)
-        ax.set_ylabel("time per op (us, p50)")
-        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
-        fig.suptitle(f"{op} · {phase}: latency-bandwidth model T(S) = alpha + S / beta", fontsize=11)
-        fig.tight_layout()
-        caption = f"{op} ({phase}): measured p50 (points) and the fitted Hockney line per variant; dotted lines do not fit (R^2 < {MIN_R2})."
+        ax.set_ylabel("time per op (µs, p50)")
+        _legend_outside(ax)
+        fig.suptitle(f"{op} · {phase}: latency-bandwidth model T(S) = α + S / β", fontsize=11)
+        caption = (
+            f"{op} ({phase}): measured p50 (points) and the fitted Hockney line per variant; "
+            f"dotted lines are refused fits (R² < {MIN_R2}: the line does not describe the data)."
+        )
         charts.append(Chart(name=f"{op}-{phase}-model", kind="model", figure=fig, caption=caption))
     return charts
+
+
+def _fit_label(fit: Fit) -> str:
+    """A fitted line's legend entry: its parameters, or why it is refused."""
+    if not fit.fits:
+        return f"refused fit: {fit.refusal}"
+    beta = f"{fit.beta_gbps:.3g} GB/s" if math.isfinite(fit.beta_gbps) else "∞"
+    return f"fit: {fit.alpha_us:.3g} µs + S / {beta} (R² {fit.r2:.3f})"

@@ -7,6 +7,7 @@ no global figure state, no display needed, and tests can inspect what `build_cha
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import multiprocessing
 import os
@@ -22,6 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
+from commbench.analysis.speedup import WITHIN_NOISE, overall, paired_speedups, variant_verdicts
 from commbench.errors import UserError
 from commbench.results.reader import ok_rows, read_results
 from commbench.results.schema import make_folder
@@ -30,7 +32,7 @@ from commbench.units import format_size, round_size
 FORMATS = ("png", "svg")
 
 
-SIZE_AXIS_LABEL = "size S (bytes, as `commbench list` defines S per op)"
+SIZE_AXIS_LABEL = "size S in bytes (S per op: see commbench list)"
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,27 @@ class Family:
             SIZE_AXIS_LABEL if self.workload == "size_bytes" else f"{self.workload_name} (the {self.workload} column)"
         )
 
+    @property
+    def symbol(self) -> str:
+        """The workload's one-letter name in verdicts (S, or C for sync_bn's "channels C")."""
+        return self.workload_name.split()[-1]
+
     def format(self, value: float) -> str:
         return format_size(int(value)) if self.workload == "size_bytes" else str(int(value))
+
+
+def op_palette(rows: pd.DataFrame) -> Palette:
+    """The palette of one op's charts (rows of one op): colours follow the op's declared variants,
+    its baseline first, so a variant looks the same on every chart of the op."""
+    from commbench.ops import spec_of
+
+    op = str(rows["op"].iloc[0])
+    family, spec = speedup_family(op), spec_of(op)
+    baseline = family.baseline if family else None
+    palette = Palette.of(rows, baseline)
+    declared = [*(spec.variants if spec else ()), *sorted(set(palette.variants))]
+    order = sorted(dict.fromkeys(declared), key=lambda v: variant_order(v, baseline))
+    return Palette(palette.variants, palette.runs, tuple(order))
 
 
 def speedup_family(op: str) -> Family | None:
@@ -96,24 +117,30 @@ def variant_order(variant: str, baseline: str | None = None) -> tuple[int, str, 
 
 @dataclass(frozen=True)
 class Palette:
-    """How the lines of an op's charts look: a colour per variant (the same on its size and speedup
-    charts), a line style and a marker per run."""
+    """How the lines of an op's charts look: a colour per variant, a line style and a marker per run.
+
+    The colour of a variant is its place among every variant the op declares (then any other
+    measured), so it is the same on the op's size, speedup, overlap and model charts, whatever
+    subset a chart shows. `variants` holds the measured ones, in drawing order.
+    """
 
     variants: tuple[str, ...]
     runs: tuple[tuple[str, str, int], ...]
+    color_order: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, rows: pd.DataFrame, baseline: str | None = None) -> Palette:
         variants = sorted(set(rows["variant"]), key=lambda v: variant_order(v, baseline))
         runs = sorted({(str(b), str(r), int(w)) for b, r, w in rows[list(RUN_COLUMNS)].itertuples(index=False)})
-        return cls(tuple(variants), tuple(runs))
+        return cls(tuple(variants), tuple(runs), tuple(variants))
 
     def run_index(self, rows: pd.DataFrame) -> int:
         first = rows.iloc[0]
         return self.runs.index((str(first["backend"]), str(first["run"]), int(first["world_size"])))
 
     def color(self, variant: str) -> str:
-        return COLORS[self.variants.index(variant) % len(COLORS)] if variant in self.variants else "gray"
+        order = self.color_order or self.variants
+        return COLORS[order.index(variant) % len(COLORS)] if variant in order else "gray"
 
     def style(self, rows: pd.DataFrame) -> dict[str, str]:
         """Keyword arguments of Axes.plot for one series' rows."""
@@ -138,6 +165,7 @@ class Chart:
     kind: str  # "size" (latency and busbw against size) or "speedup"
     figure: Figure
     caption: str
+    notes: tuple[str, ...] = ()  # what the chart lets a reader conclude (a speedup chart's verdicts)
 
 
 def charts_folder(csv_path: Path) -> Path:
@@ -231,7 +259,7 @@ def _overlap_chart(name: str, group: pd.DataFrame) -> Chart:
     measured = ok_rows(group)
     measured = measured[measured["overlap"].notna()]
     op, phase = measured["op"].iloc[0], measured["phase"].iloc[0]
-    palette = Palette.of(measured)
+    palette = op_palette(measured)
     fig = Figure(figsize=(8, 4.8), layout="constrained")
     ax = fig.subplots()
     for label, rows in sorted(_series(measured), key=palette.order):
@@ -261,7 +289,8 @@ def _panels(frame: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
 
 
 def _facts(group: pd.DataFrame) -> str:
-    """World size, backend, dtype, mode and hosts of the rows on a chart, for its title."""
+    """World size, backend, dtype, mode and hosts of the rows on a chart, for its title. A latency-only
+    op (a barrier) moves no data: no dtype is named for it."""
 
     def values(column: str) -> str:
         return ", ".join(sorted({str(v) for v in group[column].dropna() if str(v)}))
@@ -269,14 +298,36 @@ def _facts(group: pd.DataFrame) -> str:
     hosts = sorted({h for cell in group["hosts"].dropna() for h in str(cell).split(";") if h})
     host_text = ", ".join(hosts[:3]) + (f" +{len(hosts) - 3} more" if len(hosts) > 3 else "")
     worlds = ", ".join(str(int(w)) for w in sorted(group["world_size"].dropna().unique()))
-    return (
-        f"n={worlds} ranks · {values('backend')} · {values('dtype')} · {values('mode')} · host {host_text or 'unknown'}"
-    )
+    dtype = "" if _latency_only(group) else f" · {values('dtype')}"
+    return f"n={worlds} ranks · {values('backend')}{dtype} · {values('mode')} · host {host_text or 'unknown'}"
+
+
+def _latency_only(group: pd.DataFrame) -> bool:
+    """An op that moves no data (a barrier: S = 0, no bandwidth), as its rows show it."""
+    measured = ok_rows(group)
+    return not measured.empty and bool(measured["busbw_gbps"].isna().all() and (measured["size_bytes"] == 0).all())
+
+
+def run_label_columns(group: pd.DataFrame) -> list[str]:
+    """The fewest run columns (backend, world size, run) that, beside the variant, tell every line
+    of a chart apart: two files of different backends read `flat (gloo)` and `flat (horovod)`, not
+    `flat (gloo, gloo)` when the files are named after their backends."""
+    candidates = [c for c in RUN_COLUMNS_BY_PREFERENCE if group[c].nunique() > 1]
+    lines = group[["variant", *candidates]].drop_duplicates()
+    for width in range(len(candidates) + 1):
+        for subset in itertools.combinations(candidates, width):
+            if not lines.duplicated(["variant", *subset]).any():
+                return list(subset)
+    return candidates
+
+
+# Which run column names a line first: the backend and world size say more than a file name.
+RUN_COLUMNS_BY_PREFERENCE = ("backend", "world_size", "run")
 
 
 def _series(group: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
     """(label, rows sorted by size) per line; the label names the variant and whatever else differs."""
-    varying = [c for c in SERIES_COLUMNS if c != "variant" and group[c].nunique() > 1]
+    varying = run_label_columns(group)
     for key, rows in group.groupby(list(SERIES_COLUMNS), sort=True):
         parts = dict(zip(SERIES_COLUMNS, key))
         extras = [f"n={int(parts[c])}" if c == "world_size" else str(parts[c]) for c in varying]
@@ -310,13 +361,12 @@ def _size_axis(ax, sizes: Iterable[float], family: Family | None = None) -> None
 def _size_chart(name: str, group: pd.DataFrame) -> Chart:
     measured = ok_rows(group)
     op, phase = measured["op"].iloc[0], measured["phase"].iloc[0]
-    family = speedup_family(op)
-    palette = Palette.of(measured, family.baseline if family else None)
+    palette = op_palette(measured)
     series = sorted(_series(measured), key=palette.order)
     one_size = measured["size_bytes"].nunique() == 1
     multiples = not one_size and len(series) > MAX_BANDS
     # A latency-only op (a barrier: S = 0) has no bandwidth: one panel, and the caption says why.
-    latency_only = bool(measured["busbw_gbps"].isna().all())
+    latency_only = _latency_only(measured)
     variants = len(palette.variants)
     width = 6.5 if latency_only else 12
     fig = Figure(figsize=(width, 4.8 + (2.6 * math.ceil(variants / 4) if multiples else 0)), layout="constrained")
@@ -328,7 +378,11 @@ def _size_chart(name: str, group: pd.DataFrame) -> Chart:
         _draw_lines(latency, busbw, series, palette, bands=not multiples)
     if bottom is not None:
         _draw_multiples(bottom, series, palette)
-    latency.set_title("latency" + (" (min..p95 bands below, per variant)" if multiples else ""))
+    latency.set_title(
+        "latency: p50 bars, 95% interval (black), min..p95 (gray)"
+        if one_size
+        else "latency" + (" (min..p95 bands below, per variant)" if multiples else "")
+    )
     if busbw is not None:
         busbw.set_ylabel("busbw (GB/s, from p50 time)")
         busbw.set_ylim(bottom=0)
@@ -414,8 +468,8 @@ def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Pal
     _latency_axis(axes.flat[0])
     for ax in list(axes.flat)[len(variants) :]:
         ax.set_visible(False)
-    subfig.supylabel("µs (p50 with its 95% interval, min..p95)", fontsize=8)
-    subfig.supxlabel("size S (bytes)", fontsize=8)
+    subfig.supylabel("time per op (µs): p50, its 95% interval, min..p95", fontsize=8)
+    subfig.supxlabel("size S in bytes", fontsize=8)
 
 
 def _legend_outside(ax, **kwargs) -> None:
@@ -479,7 +533,7 @@ def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette: 
     centres = [bar.get_x() + bar.get_width() / 2 for bar in bars]
     firsts = pd.concat([rows.iloc[:1] for _, rows in series])
     latency.errorbar(centres, p50, yerr=_interval(firsts), fmt="none", ecolor="black", capsize=5, elinewidth=2)
-    latency.set_ylabel("time per op (µs): p50 bar with its 95% interval (black), min..p95 whisker")
+    latency.set_ylabel("time per op (µs)")
     latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}"))
     if busbw is None:  # latency only (a barrier): its panel keeps the legend
         return
@@ -510,17 +564,21 @@ def _left_out(group: pd.DataFrame) -> str:
 
 
 def speedups(group: pd.DataFrame, family: Family) -> pd.DataFrame:
-    """p50 time of the baseline variant / p50 time of each other variant, at equal everything else.
+    """p50 time of the baseline variant / p50 time of each other variant, at equal everything else,
+    with its 95% interval (speedup_lo, speedup_hi) and verdict (commbench/analysis/speedup.py).
 
     Above 1 means the variant is faster than the baseline. Only workloads measured by both count.
     """
-    measured = ok_rows(group)
-    same = ["backend", "run", "world_size", "op", "phase", "dtype", "mode", family.workload]
-    base = measured[measured["variant"] == family.baseline][[*same, "time_us_p50"]]
-    others = measured[measured["variant"] != family.baseline]
-    joined = others.merge(base, on=same, suffixes=("", "_baseline"))
-    joined["speedup"] = joined["time_us_p50_baseline"] / joined["time_us_p50"]
-    return joined.sort_values(family.workload)
+    return paired_speedups(group, family.baseline, family.workload)
+
+
+def _speedup_errors(rows: pd.DataFrame) -> list:
+    """Distances from each speedup down to its interval's low end and up to its high end (0 where
+    the file gives no interval)."""
+    ratio = rows["speedup"].to_numpy(dtype=float)
+    lo = rows["speedup_lo"].fillna(rows["speedup"]).to_numpy(dtype=float)
+    hi = rows["speedup_hi"].fillna(rows["speedup"]).to_numpy(dtype=float)
+    return [ratio - lo, hi - ratio]
 
 
 def _speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | None:
@@ -531,34 +589,95 @@ def _speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | No
     fig = Figure(figsize=(9, 4.8), layout="constrained")
     ax = fig.subplots()
     # Each variant keeps the colour it has on the size chart beside this one.
-    palette = Palette.of(ok_rows(group), baseline)
+    palette = op_palette(ok_rows(group))
     series = sorted(_series(joined), key=palette.order)
-    values = [float(v) for v in joined["speedup"]]
     if joined[workload].nunique() == 1:
         # One workload: bars that start at the baseline (1x), up when faster, down when slower.
         speedup = [float(rows["speedup"].iloc[0]) for _, rows in series]
-        _bars(ax, series, palette, [v - 1 for v in speedup], [f"{v:.2f}x" for v in speedup], bottom=1)
+        firsts = pd.concat([rows.iloc[:1] for _, rows in series])
+        bars = _bars(ax, series, palette, [v - 1 for v in speedup], [f"{v:.2f}x" for v in speedup], bottom=1)
+        centres = [bar.get_x() + bar.get_width() / 2 for bar in bars]
+        ax.errorbar(centres, speedup, yerr=_speedup_errors(firsts), fmt="none", ecolor="black", capsize=5)
         ax.set_xlabel(f"variant, at {family.workload_name} = {family.format(joined[workload].iloc[0])}")
     else:
-        for label, rows in series:
-            ax.plot(rows[workload], rows["speedup"], markersize=4, label=label, **palette.style(rows))
+        for i, (label, rows) in enumerate(series):
+            # Lines a few percent of an octave apart, so that intervals at one workload do not hide each other.
+            x = rows[workload] * 2 ** (0.04 * (i - (len(series) - 1) / 2))
+            style = palette.style(rows)
+            ax.plot(x, rows["speedup"], markersize=5, label=label, **style)
+            ax.errorbar(x, rows["speedup"], yerr=_speedup_errors(rows), fmt="none", ecolor=style["color"], capsize=3)
+            undecided = (rows["verdict"] == WITHIN_NOISE).to_numpy()
+            ax.plot(
+                x[undecided],
+                rows["speedup"][undecided],
+                linestyle="none",
+                marker=style["marker"],
+                markersize=5,
+                markerfacecolor="white",
+                markeredgecolor=style["color"],
+                label="_within noise",
+            )
         _size_axis(ax, joined[workload], family)
         _legend_outside(ax)
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label=f"_{baseline}")
-    _ratio_axis(ax, values)
-    ax.set_ylabel(f"speedup over {baseline}\n(p50 time of {baseline} / p50 time)")
-    fig.suptitle(f"{op} · {phase}: speedup over {baseline} (above 1 = faster)\n{_facts(joined)}", fontsize=11)
+    _ratio_axis(ax, [float(v) for v in joined["speedup"]], _interval_ends(joined))
+    ax.set_ylabel(f"speedup over {baseline}\n(p50 of {baseline} / p50)")
+    fig.suptitle(
+        f"{op} · {phase}: speedup over {baseline} with 95% intervals (above 1 = faster)\n{_facts(joined)}", fontsize=11
+    )
+    note = SPEEDUP_BARS_NOTE if joined[workload].nunique() == 1 else SPEEDUP_NOTE
+    fig.text(0.5, -0.02, note, ha="center", fontsize=8, color="dimgray")
     caption = (
         f"{op} ({phase}): each variant's speedup over {baseline} for the same work "
-        f"(equal {family.workload_name}); above 1 is faster; {_facts(joined)}."
+        f"(equal {family.workload_name}), with its 95% interval; above 1 is faster; {_facts(joined)}."
     )
-    return Chart(name=f"{name}-speedup", kind="speedup", figure=fig, caption=caption)
+    return Chart(
+        name=f"{name}-speedup", kind="speedup", figure=fig, caption=caption, notes=_verdicts(group, joined, family)
+    )
 
 
-def _ratio_axis(ax, values: list[float]) -> None:
+def _verdicts(group: pd.DataFrame, joined: pd.DataFrame, family: Family) -> tuple[str, ...]:
+    """Per run on the chart: each variant's verdicts against the baseline and the overall line."""
+    measured = ok_rows(group)
+    runs = [c for c in RUN_COLUMNS if measured[c].nunique() > 1]
+    notes = []
+    for key, rows in measured.groupby(runs, sort=True) if runs else [((), measured)]:
+        prefix = f"{', '.join(map(str, key if isinstance(key, tuple) else (key,)))}: " if runs else ""
+        mine = joined.merge(rows[runs].drop_duplicates(), on=runs) if runs else joined
+        variants = [v for v in op_palette(rows).variants if v != family.baseline]
+        for variant, text in variant_verdicts(mine, variants, family.workload, family.symbol, family.format):
+            notes.append(f"{prefix}{variant} against {family.baseline}: {text}")
+        if line := overall(rows, family.baseline, family.workload, family.symbol, family.format):
+            notes.append(f"{prefix}overall: {line}")
+    return tuple(notes)
+
+
+SPEEDUP_NOTE = (
+    "Error bars: 95% interval from the per-round paired ratios (docs/charts.md). "
+    "Hollow marker: the interval holds 1x, within noise: no winner there."
+)
+SPEEDUP_BARS_NOTE = (
+    "Black bars: 95% interval from the per-round paired ratios (docs/charts.md); "
+    "one that holds 1x is within noise: no winner there."
+)
+# The ratio axis shows the intervals up to this factor beyond the estimates; longer ones run off it.
+_INTERVAL_REACH = 4.0
+
+
+def _interval_ends(joined: pd.DataFrame) -> list[float]:
+    """The interval ends the ratio axis makes room for: all of them, but not beyond _INTERVAL_REACH
+    of the estimates, so that one useless interval (0.03x-300x) cannot squash every other point."""
+    ratios = joined["speedup"]
+    low, high = float(ratios.min()) / _INTERVAL_REACH, float(ratios.max()) * _INTERVAL_REACH
+    ends = pd.concat([joined["speedup_lo"], joined["speedup_hi"]]).dropna()
+    return [min(max(float(v), low), high) for v in ends]
+
+
+def _ratio_axis(ax, values: list[float], extra: list[float] = ()) -> None:
     """Log-2 axis for ratios, with ticks on both sides of 1x whatever the data: 2x faster and 2x
-    slower sit at equal distances from the baseline's line, and the reader sees which side is which."""
-    positive = [v for v in values if v > 0] or [1.0]
+    slower sit at equal distances from the baseline's line, and the reader sees which side is which.
+    `extra`: further values (interval ends) the axis makes room for."""
+    positive = [v for v in (*values, *extra) if v > 0] or [1.0]
     spread = max(max(positive), 1 / min(positive))
     steps = (1.25, 1.5, 2.0) if spread <= 2.3 else tuple(2.0**k for k in range(1, 31))
     low, high = min(*positive, 1 / steps[0]) / 1.15, max(*positive, steps[0]) * 1.15

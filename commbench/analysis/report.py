@@ -1,7 +1,10 @@
-"""One self-contained HTML report of result CSVs: provenance, every chart embedded, the tables.
+"""One self-contained HTML report of result CSVs: a summary, provenance, every chart embedded, the
+tables, and a contents list to find them.
 
 Charts are embedded as base64 data URIs and the style sheet is inline, so the single file can be
-attached to a review or a ticket and opens anywhere without the CSVs beside it.
+attached to a review or a ticket and opens anywhere without the CSVs beside it. Numbers read as a
+person writes them: three significant digits with their unit (812 µs, 1.23 ms, 11 KB/s), sizes in
+the one size format, empty cells for values a row does not have; noisy rows are marked.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import base64
 import datetime
 import html
+import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -16,17 +21,24 @@ import pandas as pd
 import commbench
 from commbench.analysis.plotting import FORMATS, Chart, build_charts, ensure_folder, render
 from commbench.errors import UserError
+from commbench.results.noise import NOISY, Budget, summarise_noise
 from commbench.results.reader import read_results
 from commbench.units import format_size
 
 _MIME = {"png": "image/png", "svg": "image/svg+xml"}
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; padding: 0 1.5em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; display: block; overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th { background: #f3f3f3; }
+td { white-space: nowrap; } td.text { text-align: left; white-space: normal; }
+tr.noisy td { background: #fff4e0; } .mark { color: #b35900; font-weight: 600; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; }
 figcaption { font-size: 13px; color: #555; } code { font-size: 12px; }
+ul.verdicts { font-size: 13px; margin-top: 0; }
+nav.toc { margin: 1em 0; padding: 0.5em 1em; font-size: 13px; border: 1px solid #ddd; background: #fafafa; }
+nav.toc ul { padding-left: 1.2em; margin: 0.2em 0; } nav.toc li { margin: 0.15em 0; }
+p.summary { font-size: 15px; }
 """
 # Provenance: what a reviewer needs to judge where numbers came from, one row per run.
 PROVENANCE_COLUMNS = (
@@ -73,39 +85,104 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
         raise UserError(f"unknown chart format {fmt!r}; choose one of {', '.join(FORMATS)}")
     frame = read_results(csv_paths)
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    toc = _Contents()
+    charts = build_charts(frame)
+    body = [
+        toc.heading(2, "Summary"),
+        *_summary(frame, charts),
+        toc.heading(2, "Provenance"),
+        _table(_provenance(frame)),
+        toc.heading(2, "Charts"),
+    ]
+    for chart in charts:
+        if chart.kind == "size":
+            body.append(toc.heading(3, chart.name.replace("-", " · "), anchor=f"chart-{chart.name}"))
+        body.append(_figure(chart, fmt))
+    body.extend(_model_section(frame, fmt, toc))
+    body.append(toc.heading(2, "Results"))
+    measured = frame[frame["status"] != "unavailable"]
+    for (op, phase), rows in measured.groupby(["op", "phase"], sort=True):
+        body.append(toc.heading(3, f"{op} · {phase}", anchor=f"results-{op}-{phase}"))
+        columns = list(RESULT_COLUMNS) + [c for c in OVERLAP_COLUMNS if rows[c].notna().any()]
+        body.append(_table(rows.sort_values(["size_bytes", "variant", "run"])[[*columns, "note"]], marks=True))
+    unavailable = frame[frame["status"] == "unavailable"]
+    if not unavailable.empty:
+        body.append(toc.heading(3, "Not measured"))
+        body.append(_table(unavailable[["op", "variant", "backend", "run", "note"]]))
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p>Made by commbench {commbench.__version__} at {stamp} from {len(csv_paths)} file(s). "
         "busbw follows nccl-tests' definition (algbw x bus factor; see <code>commbench list</code> for S per op); "
-        "latency bands span min..p95 of the iterations.</p>",
-        "<h2>Provenance</h2>",
-        _table(_provenance(frame)),
-        "<h2>Charts</h2>",
+        "latency bands span min..p95 of the iterations; ± is half the p50's 95% interval.</p>",
+        toc.render(),
+        *body,
+        "</body></html>",
     ]
-    parts.extend(_figure(chart, fmt) for chart in build_charts(frame))
-    parts.extend(_model_section(frame, fmt))
-    parts.append("<h2>Results</h2>")
-    measured = frame[frame["status"] != "unavailable"]
-    for (op, phase), rows in measured.groupby(["op", "phase"], sort=True):
-        parts.append(f"<h3>{html.escape(op)} · {html.escape(phase)}</h3>")
-        columns = list(RESULT_COLUMNS) + [c for c in OVERLAP_COLUMNS if rows[c].notna().any()]
-        parts.append(_table(rows.sort_values(["size_bytes", "variant", "run"])[columns]))
-    unavailable = frame[frame["status"] == "unavailable"]
-    if not unavailable.empty:
-        parts.append("<h3>Not measured</h3>")
-        parts.append(_table(unavailable[["op", "variant", "backend", "run", "note"]]))
-    parts.append("</body></html>")
     return "\n".join(parts)
 
 
+class _Contents:
+    """The headings of the page, collected as they are written, and the contents list they make."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, str, str]] = []
+
+    def heading(self, level: int, text: str, anchor: str | None = None) -> str:
+        anchor = re.sub(r"[^A-Za-z0-9_-]+", "-", anchor or text).strip("-").lower()
+        self.entries.append((level, text, anchor))
+        return f"<h{level} id='{anchor}'>{html.escape(text)}</h{level}>"
+
+    def render(self) -> str:
+        """A section per line, its subsections after it on the same line: short, even for many ops."""
+        sections: list[tuple[str, list[str]]] = []
+        for level, text, anchor in self.entries:
+            link = f"<a href='#{anchor}'>{html.escape(text)}</a>"
+            if level == 2 or not sections:
+                sections.append((link, []))
+            else:
+                sections[-1][1].append(link)
+        items = "".join(f"<li>{top}{': ' + ' · '.join(subs) if subs else ''}</li>" for top, subs in sections)
+        return f"<nav class='toc'><strong>Contents</strong><ul>{items}</ul></nav>"
+
+
+def _summary(frame: pd.DataFrame, charts: list[Chart]) -> list[str]:
+    """The report's first answers: how many rows are noisy and what would help, and which variant
+    each speedup chart finds fastest, and by how much."""
+    measured = frame[frame["status"].isin(["ok", "wrong"])]
+    parts = [f"<p class='summary'>{len(measured)} measured rows from {frame['run'].nunique()} run(s).</p>"]
+    budget = Budget.from_command(str(frame["command"].dropna().iloc[0]) if frame["command"].notna().any() else "")
+    noise = summarise_noise(measured.to_dict("records"), budget)
+    if noise is not None:
+        parts.append(
+            f"<p class='summary'><span class='mark'>{noise.noisy} of {noise.measured} rows are {NOISY}</span> "
+            f"(marked below: the p50's 95% interval is wider than 10% of it, or the rounds disagree by more "
+            f"than 1.25x). Likely reason: {html.escape(noise.reason)}. What helps: "
+            f"<code>{html.escape(noise.option)}</code> ({html.escape(noise.cost)}, estimated from the rows).</p>"
+        )
+    overall = [
+        f"<li><a href='#{chart.name}'>{html.escape(chart.name.replace('-', ' · '))}</a>: {html.escape(note)}</li>"
+        for chart in charts
+        for note in chart.notes
+        if "overall: " in note
+    ]
+    if overall:
+        parts.append(
+            "<p>Speedups, with 95% intervals (a verdict is called only where the interval excludes 1x; "
+            "each chart lists every variant's):</p><ul class='verdicts'>" + "".join(overall) + "</ul>"
+        )
+    return parts
+
+
 def _figure(chart: Chart, fmt: str) -> str:
-    """A chart embedded as a data URI, with its caption."""
+    """A chart embedded as a data URI, with its caption and what it lets a reader conclude."""
     data = base64.b64encode(render(chart, fmt)).decode("ascii")
+    notes = "".join(f"<li>{html.escape(note)}</li>" for note in chart.notes)
     return (
-        f"<figure><img alt='{html.escape(chart.name)}' src='data:{_MIME[fmt]};base64,{data}'>"
+        f"<figure id='{html.escape(chart.name)}'><img alt='{html.escape(chart.name)}' src='data:{_MIME[fmt]};base64,{data}'>"
         f"<figcaption>{html.escape(chart.caption)}</figcaption></figure>"
+        + (f"<ul class='verdicts'>{notes}</ul>" if notes else "")
     )
 
 
@@ -127,58 +204,127 @@ def _provenance(frame: pd.DataFrame) -> pd.DataFrame:
     return first[list(PROVENANCE_COLUMNS)]
 
 
-def _table(frame: pd.DataFrame) -> str:
-    """An HTML table with sizes in human units and numbers rounded for reading."""
-    return frame.to_html(index=False, border=0, formatters={c: _formatter(c) for c in frame.columns})
+# Column titles for people; a unit goes into the cells, with the number.
+TITLES = {
+    "size_bytes": "size S",
+    "world_size": "ranks",
+    "time_us_min": "min",
+    "time_us_p50": "p50",
+    "time_us_p50_lo": "±",
+    "time_us_p95": "p95",
+    "time_us_max": "max",
+    "busbw_gbps": "busbw",
+    "alpha_us": "alpha",
+    "beta_gbps": "beta",
+    "half_size_bytes": "n1/2",
+    "r2": "R²",
+    "worst_residual": "worst residual",
+    "comm_us": "comm",
+    "compute_us": "compute",
+    "overlapped_us": "overlapped",
+}
+_COUNTS = ("world_size", "iters", "warmup", "wrong", "sizes")
 
 
-def _formatter(column: str):
-    """How one column's cells read: sizes in human units, whole-number columns as integers, other
-    numbers to 4 significant digits, missing values as empty cells."""
+def _table(frame: pd.DataFrame, marks: bool = False) -> str:
+    """An HTML table with numbers for people: sizes in the size format, times and bandwidths to three
+    significant digits with their unit, missing values as empty cells. `marks`: rows whose note
+    says noisy get a mark and a tint. The p50's interval shows as ± (half its width, in percent)."""
+    columns = [c for c in frame.columns if c not in ("time_us_p50_hi", "note") or (c == "note" and marks)]
+    head = "".join(f"<th>{html.escape(TITLES.get(c, c))}</th>" for c in columns)
+    if marks:
+        head += "<th></th>"
+    rows = []
+    for record in frame.to_dict("records"):
+        cells = "".join(_cell(c, record) for c in columns)
+        noisy = marks and NOISY in str(record.get("note") or "")
+        if marks:
+            cells += f"<td class='mark'>{NOISY if noisy else ''}</td>"
+        rows.append(f"<tr class='noisy'>{cells}</tr>" if noisy else f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
-    def cell(value: object) -> str:
-        if value is None or value is pd.NA or (isinstance(value, float) and value != value):
-            return ""
-        if column == "size_bytes":
-            return format_size(int(value))
-        if isinstance(value, float):
-            whole = value.is_integer() and column in ("world_size", "iters", "warmup", "wrong")
-            return f"{int(value)}" if whole else f"{value:.4g}"
+
+def _cell(column: str, record: dict) -> str:
+    value = record.get(column)
+    text = "" if _missing(value) else _format(column, value, record)
+    align = " class='text'" if isinstance(value, str) or column == "note" else ""
+    return f"<td{align}>{html.escape(text)}</td>"
+
+
+def _missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value) or value == ""
+
+
+def _format(column: str, value: object, record: dict) -> str:
+    """One cell as a person reads it (see _table)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
         return str(value)
+    if column in ("size_bytes", "half_size_bytes"):
+        return format_size(int(max(value, 0)))
+    if column == "time_us_p50_lo":  # shown as the half-width of the interval, in percent of the p50
+        p50, hi = record.get("time_us_p50"), record.get("time_us_p50_hi")
+        return "" if _missing(hi) or not p50 else f"{(hi - value) / 2 / p50:.1%}"
+    if column in _COUNTS:
+        return f"{int(value):,}"
+    if column.endswith("_us") or column.startswith("time_us_"):
+        return format_time_us(value)
+    if column.endswith("_gbps"):
+        return format_bandwidth(value)
+    if column == "worst_residual":
+        return f"{value:.1%}"
+    if column in ("r2", "overlap"):
+        return f"{value:.3f}"
+    return significant(value)
 
-    return cell
+
+def significant(value: float, digits: int = 3) -> str:
+    """A number to `digits` significant digits (trailing zeros dropped), never in scientific notation:
+    0.000123, 12.3, 2.5, 45,600."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    place = digits - 1 - math.floor(math.log10(abs(value)))  # negative: round to tens, hundreds...
+    rounded, decimals = round(value, place), max(0, place)
+    return f"{rounded:,.{decimals}f}".rstrip("0").rstrip(".") if decimals else f"{rounded:,.0f}"
 
 
-def _model_section(frame: pd.DataFrame, fmt: str) -> list[str]:
-    """The latency-bandwidth fits (docs/model.md) with their charts; nothing when no op has enough sizes."""
-    from commbench.analysis.model import fit_frame, model_charts
+def format_time_us(us: float) -> str:
+    """A time in µs, ms or s to three significant digits: 812 µs, 1.23 ms, 2.5 s."""
+    for unit, scale in (("s", 1e6), ("ms", 1e3)):
+        if abs(us) >= scale:
+            return f"{significant(us / scale)} {unit}"
+    return f"{significant(us)} µs"
+
+
+def format_bandwidth(gbps: float) -> str:
+    """A bandwidth given in GB/s, in the unit that reads best: 2.31 GB/s, 840 MB/s, 11 KB/s."""
+    for unit, scale in (("GB/s", 1.0), ("MB/s", 1e-3), ("KB/s", 1e-6)):
+        if abs(gbps) >= scale:
+            return f"{significant(gbps / scale)} {unit}"
+    return f"{significant(gbps * 1e9)} B/s"
+
+
+def _model_section(frame: pd.DataFrame, fmt: str, toc: _Contents) -> list[str]:
+    """The latency-bandwidth fits (docs/model.md) with their charts; nothing when no op has enough
+    sizes. Fits that do not describe their data are listed apart, as refused, with the reason."""
+    from commbench.analysis.model import MIN_R2, fit_frame, model_charts
 
     fits, skipped = fit_frame(frame)
     if not fits:
         return []
-    table = pd.DataFrame([f.as_dict() for f in fits])
-    table = table[
-        [
-            "op",
-            "variant",
-            "phase",
-            "dtype",
-            "backend",
-            "world_size",
-            "sizes",
-            "alpha_us",
-            "beta_gbps",
-            "half_size_bytes",
-            "r2",
-            "worst_residual",
-        ]
-    ]
+    key = ["op", "variant", "phase", "dtype", "backend", "world_size", "sizes"]
     parts = [
-        "<h2>Latency-bandwidth model</h2>",
-        "<p>T(S) = alpha + S / beta fitted to the p50 times (robust, relative residuals); R^2 of log time. "
-        "A fit with R^2 below 0.9 does not describe the data and is not projected (<code>commbench model</code>).</p>",
-        _table(table),
+        toc.heading(2, "Latency-bandwidth model"),
+        "<p>T(S) = alpha + S / beta fitted to the p50 times (robust, relative residuals); R² of log time. "
+        f"A fit with R² below {MIN_R2} does not describe the data: it is refused, listed apart and not projected "
+        "(<code>commbench model</code>).</p>",
     ]
+    if any(f.fits for f in fits):
+        table = pd.DataFrame([f.as_dict() for f in fits if f.fits])
+        parts.append(_table(table[[*key, "alpha_us", "beta_gbps", "half_size_bytes", "r2", "worst_residual"]]))
+    refused = [f for f in fits if not f.fits]
+    if refused:
+        rows = pd.DataFrame([{**dict(zip(key, [f.as_dict()[k] for k in key])), "refused": f.refusal} for f in refused])
+        parts += [toc.heading(3, "Refused fits"), _table(rows)]
     parts.extend(_figure(chart, fmt) for chart in model_charts(frame, fits))
     if skipped:
         parts.append("<p>Not fitted: " + html.escape("; ".join(skipped)) + "</p>")

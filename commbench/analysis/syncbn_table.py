@@ -1,18 +1,28 @@
-"""The SyncBatchNorm comparison from a results CSV: p50 time per (phase, C) for every strategy and
-each one's speedup over the sync_bn op's baseline (Horovod's three allgathers). pandas only, no torch."""
+"""The SyncBatchNorm comparison from a results CSV: p50 time per (phase, C) for every strategy, each
+one's speedup over the sync_bn op's baseline (Horovod's three allgathers) with its 95% interval, the
+verdicts those intervals allow, and one overall line. pandas only, no torch."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from commbench.analysis.speedup import Speedup, interval_text, overall, paired_speedups, variant_verdicts
 from commbench.ops.sync_bn import SyncBN
 from commbench.results.reader import ok_rows
 from commbench.syncbn import STRATEGY_NAMES
 
 BASELINE = SyncBN.spec.baseline
 PHASES = SyncBN.spec.phases
+# The phase the overall line answers for: a training step runs the layer forward and backward.
+STEP_PHASE = "forward_backward"
 # The runs the table keeps apart; C is the `count` column of sync_bn rows.
 GROUP_COLUMNS = ["run", "backend", "world_size", "dtype", "mode"]
+
+
+def _rows(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = ok_rows(frame[frame["op"] == "sync_bn"]).copy()
+    rows["count"] = rows["count"].astype(int)
+    return rows
 
 
 def strategy_times(frame: pd.DataFrame) -> pd.DataFrame:
@@ -20,10 +30,10 @@ def strategy_times(frame: pd.DataFrame) -> pd.DataFrame:
 
     Strategies keep STRATEGY_NAMES' order; the native CUDA layers, when measured, come last.
     """
-    rows = ok_rows(frame[frame["op"] == "sync_bn"]).copy()
+    rows = _rows(frame)
     if rows.empty:
         return pd.DataFrame()
-    rows["channels"] = rows["count"].astype(int)
+    rows["channels"] = rows["count"]
     rows["phase"] = pd.Categorical(
         rows["phase"], categories=[p for p in PHASES if p in set(rows["phase"])], ordered=True
     )
@@ -38,9 +48,8 @@ def strategy_times(frame: pd.DataFrame) -> pd.DataFrame:
     return times[order]
 
 
-def speedups(times: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
-    """baseline time / each strategy's time at the same (phase, C): above 1 is faster than the baseline."""
-    return times.rdiv(times[baseline], axis=0)
+def _channels(value: float) -> str:
+    return str(int(value))
 
 
 def format_table(frame: pd.DataFrame, baseline: str = BASELINE) -> str:
@@ -50,28 +59,53 @@ def format_table(frame: pd.DataFrame, baseline: str = BASELINE) -> str:
         return ""
     if baseline not in times.columns:
         return "# no speedups: the baseline strategy " + baseline + " was not measured\n" + times.round(1).to_string()
-    ratios = speedups(times, baseline)
-    width = max(15, *(len(v) + 2 for v in times.columns))
+    rows = _rows(frame)
     blocks = []
     for key, block in times.groupby(level=list(range(len(GROUP_COLUMNS))), sort=False):
         facts = dict(zip(GROUP_COLUMNS, key))
-        lines = [
-            f"# sync_bn on {int(facts['world_size'])} {facts['backend']} ranks, {facts['dtype']}, {facts['mode']}: "
-            f"p50 time per phase in µs (speedup over {baseline}; above 1x = faster)",
-            f"# {'phase':<17}{'C':>6}  " + "".join(f"{v:>{width}}" for v in block.columns),
-        ]
-        for index, row in block.iterrows():
-            phase, channels = index[-2], index[-1]
-            cells = []
-            for variant, time_us in row.items():
-                ratio = ratios.loc[index, variant]
-                cells.append(
-                    "-"
-                    if pd.isna(time_us)
-                    else f"{time_us:.0f} ({ratio:.2f}x)"
-                    if variant != baseline
-                    else f"{time_us:.0f}"
-                )
-            lines.append(f"  {phase:<17}{channels:>6}  " + "".join(f"{c:>{width}}" for c in cells))
-        blocks.append("\n".join(lines))
+        mine = rows[(rows[GROUP_COLUMNS] == pd.Series(facts)).all(axis=1)]
+        blocks.append(_block(facts, block, mine, baseline))
     return "\n".join(blocks)
+
+
+def _block(facts: dict, block: pd.DataFrame, rows: pd.DataFrame, baseline: str) -> str:
+    """One run configuration: the times, the speedups with intervals, the verdicts, the overall line."""
+    variants = [v for v in block.columns if block[v].notna().any()]
+    others = [v for v in variants if v != baseline]
+    joined = paired_speedups(rows, baseline, "count")
+    time_width = max(9, *(len(v) + 2 for v in variants))
+    ratio_width = max(22, *(len(v) + 2 for v in others)) if others else 0
+    head = f"# {'phase':<17}{'C':>6}  "
+    lines = [
+        f"# sync_bn on {int(facts['world_size'])} {facts['backend']} ranks, {facts['dtype']}, {facts['mode']}",
+        "# p50 time per phase (µs)",
+        head + "".join(f"{v:>{time_width}}" for v in variants),
+    ]
+    for (*_, phase, channels), row in block.iterrows():
+        cells = ["-" if pd.isna(row[v]) else f"{row[v]:.0f}" for v in variants]
+        lines.append(f"  {phase:<17}{channels:>6}  " + "".join(f"{c:>{time_width}}" for c in cells))
+    if not others:
+        return "\n".join(lines)
+    lines += [
+        f"# speedup over {baseline} ({baseline}'s p50 / the strategy's), with its 95% interval; above 1x = faster",
+        head + " ".join(f"{v:>{ratio_width}}" for v in others),
+    ]
+    by_key = {(r["phase"], int(r["count"]), r["variant"]): r for r in joined.to_dict("records")}
+    for (*_, phase, channels), _row in block.iterrows():
+        cells = []
+        for variant in others:
+            r = by_key.get((phase, int(channels), variant))
+            cells.append("-" if r is None else interval_text(Speedup.of_joined(r)))
+        lines.append(f"  {phase:<17}{channels:>6}  " + " ".join(f"{c:>{ratio_width}}" for c in cells))
+    lines.append(
+        f"# verdicts against {baseline}: an interval that holds 1x is within noise, no winner "
+        "(intervals: docs/syncbn.md#reading-the-speedups)"
+    )
+    phases = [p for p in PHASES if p in set(joined["phase"])]
+    for phase in phases:
+        for variant, text in variant_verdicts(joined[joined["phase"] == phase], others, "count", "C", _channels):
+            lines.append(f"  {phase:<17}{variant}: {text}")
+    step = STEP_PHASE if STEP_PHASE in phases else (phases[-1] if phases else None)
+    if step is not None and (line := overall(rows[rows["phase"] == step], baseline, "count", "C", _channels)):
+        lines.append(f"# overall ({step}): {line}")
+    return "\n".join(lines)

@@ -4,6 +4,7 @@ table and the progress line. Rows are built here, next to the schema they fill."
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import commbench
 from commbench.results import table
 from commbench.results.display import Display, Status
+from commbench.results.noise import Budget, HostLoad, summarise_noise
 from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, raw_path
 from commbench.results.stats import Stats, bandwidth_gbps, noisy, percentile
 from commbench.run.overlap import overlap_fraction
@@ -46,8 +48,19 @@ class Measured:
 class Sink:
     """Writes rows as they complete; run facts (run id, hosts, versions) are the same on every row."""
 
-    def __init__(self, path: Path, base: dict[str, Any], overwrite: bool, raw: bool, display: Display) -> None:
+    def __init__(
+        self,
+        path: Path,
+        base: dict[str, Any],
+        overwrite: bool,
+        raw: bool,
+        display: Display,
+        budget: Budget | None = None,
+    ) -> None:
         self.path = path
+        self.budget = budget or Budget()
+        self.started = time.monotonic()
+        self.rows: list[dict[str, Any]] = []  # what the noise summary needs of each measured row
         self.base = {"schema_version": SCHEMA_VERSION, "commbench_version": commbench.__version__, **base}
         self.display = display
         self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
@@ -71,6 +84,7 @@ class Sink:
     def measured(self, m: Measured) -> None:
         row = self.row(m)
         self.writer.write(row)
+        self.rows.append({k: row[k] for k in _NOISE_COLUMNS})
         if self.raw is not None:
             key = {k: row[k] for k in ("run_id", "op", "variant", "phase", "dtype", "mode", "size_bytes")}
             round_of = [r for r, block in enumerate(m.rounds_us) for _ in block]
@@ -117,12 +131,39 @@ class Sink:
                 f.close()
 
     def finish(self, wrong_total: int) -> None:
+        summary = summarise_noise(
+            self.rows, self.budget, time.monotonic() - self.started, HostLoad.here(_ranks_here(self.base))
+        )
+        if summary is not None:
+            self.display.write(summary.line())
         if wrong_total:
             self.display.write(
                 f"# FAILED: {wrong_total} wrong elements in total; see the 'wrong' column of {self.path}"
             )
         else:
             self.display.write(f"# done: results in {self.path}")
+
+
+# What summarise_noise reads of a row.
+_NOISE_COLUMNS = (
+    "status",
+    "note",
+    "iters",
+    "time_us_min",
+    "time_us_mean",
+    "time_us_p50",
+    "time_us_p50_lo",
+    "time_us_p50_hi",
+)
+
+
+def _ranks_here(base: dict[str, Any]) -> int:
+    """How many of the run's ranks share rank 0's host (node_ranks: 'rank@host/node_rank;...')."""
+    entries = [e for e in str(base.get("node_ranks") or "").split(";") if "@" in e]
+    if not entries:
+        return 1
+    host = entries[0].split("@", 1)[1].split("/", 1)[0]
+    return sum(e.split("@", 1)[1].split("/", 1)[0] == host for e in entries)
 
 
 def _overlap_columns(m: Measured, comm_us: float) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 Rows print as they are measured, so column widths are settled before the first row of each op:
 the text columns fit the names the op will print (its name, variants, phases, dtypes); the
-numeric columns are as wide as their values get in practice (sizes such as 1023M-12B, times up
+numeric columns are as wide as their values get in practice (sizes such as 1023.5M, times up
 to ten million µs).
 """
 
@@ -57,9 +57,9 @@ COLUMNS = (
     *(Column(key, _text(key), left=True) for key in TEXT_COLUMNS),
     Column("size", lambda row: format_size(row["size_bytes"]), width=9),
     Column("count", _text("count"), width=10),
-    Column("p50", _number("time_us_p50", ".1f"), width=10, unit="(us)"),
+    Column("p50", _number("time_us_p50", ".1f"), width=10, unit="(µs)"),
     Column("±", lambda row: _half_width(row), width=6, unit="(95%)"),
-    Column("p95", _number("time_us_p95", ".1f"), width=10, unit="(us)"),
+    Column("p95", _number("time_us_p95", ".1f"), width=10, unit="(µs)"),
     Column("algbw", _number("algbw_gbps", ".3f"), width=8, unit="(GB/s)"),
     Column("busbw", _number("busbw_gbps", ".3f"), width=8, unit="(GB/s)"),
     Column("#wrong", lambda row: "skip" if row["wrong"] < 0 else str(row["wrong"])),

@@ -1,66 +1,279 @@
-"""How far a sweep has come and how long the rest will take, from the time budgets.
+"""How far a sweep has come and how long the rest will take.
 
-Each case is expected to take its budget of timed work: --time-per-size in auto mode until the case
-has been timed, then its planned iterations times its agreed sample time (more than the budget where
---min-iters decides). With fixed --iters a case not yet timed is expected to take what the timed ones
-took on average. The ETA is the expected timed work left, scaled by the wall time spent so far per
-second of expected timed work done (barriers, checks and set-up cost wall time too).
+The total is fixed before the first case: every (variant, phase, workload) the sweep plans, those the
+transport may refuse included. A case that turns out to repeat another (two requested sizes rounded
+to one S) or that the transport refuses counts as done when that is found, so the total never
+changes under the reader's eyes and the count reaches it at the end.
+
+The ETA is the predicted cost of what is left, times the wall time the sweep has taken per unit of
+predicted cost at that size. A case's cost is its samples, warm-up and check included, each costing
+its time plus one untimed barrier (taken as the cheapest sample seen: a barrier costs about what the
+smallest collective does). So both a cheap case, whose barriers dominate, and a slow one, whose
+samples do, weigh what they take; and a case counts as done round by round, as its blocks run.
+What the cost leaves out (filling and checking large buffers, allocating them, exchanging samples)
+grows with the size too: the wall time of every visit is kept with its size, and work left at a size
+is scaled by what visits of similar sizes (within 4x) took per unit of cost, or by the whole run's
+rate where none has been seen yet.
+
+A case not timed yet is predicted from those that are: the same op at the nearest sizes
+(interpolated on log scales, or beyond the largest along the line through the two largest: latency
+plus a cost per byte), else the median of the other ops' predictions at that size, else its time
+budget. Sizes are the cases' memory estimates (Op.memory_bytes), which every op has before anything
+is allocated and which grow with the work: bytes for the collectives, C for sync_bn.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
+import statistics
 import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from commbench.results.display import Status
 
+if TYPE_CHECKING:
+    from commbench.run.config import SweepConfig
+
+# Warm-up in auto mode stops once it has taken this share of the budget (run/harness.py does so).
+WARMUP_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the sweep sizes its cases: the auto budget (None with fixed --iters) and its bounds."""
+
+    budget_s: float | None
+    iters: int | None = None
+    min_iters: int = 10
+    max_iters: int = 1000
+    warmup: int = 5
+
+    @classmethod
+    def of(cls, cfg: SweepConfig) -> Plan:
+        return cls(cfg.time_per_size if cfg.auto else None, cfg.iters, cfg.min_iters, cfg.max_iters, cfg.warmup)
+
+    def samples(self, sample_s: float) -> int:
+        """Timed samples of a case whose samples take sample_s (the harness's planned_iters)."""
+        if self.iters is not None or self.budget_s is None:
+            return self.iters or 0
+        wanted = math.ceil(self.budget_s / sample_s) if sample_s > 0 else self.max_iters
+        return max(self.min_iters, min(self.max_iters, wanted))
+
+    def warmup_samples(self, sample_s: float) -> int:
+        """Warm-up samples of such a case: --warmup, or in auto mode at least one and at most half the budget."""
+        if self.budget_s is None:
+            return self.warmup
+        return min(max(self.warmup, 1), 1 + math.floor(WARMUP_SHARE * self.budget_s / max(sample_s, 1e-9)))
+
+
+@dataclass
+class _Running:
+    """A case that has been timed and planned: its samples still to run and its time per sample."""
+
+    left: int
+    sample_s: float
+    size: int
+
+
+@dataclass
+class _Visit:
+    """One visit of a case (the work between two progress reports): its size, wall time and work."""
+
+    size: int
+    wall_s: float = 0.0
+    samples: int = 0
+    timed_s: float = 0.0
+
+
+# Visits of sizes within this factor of a size tell what work at that size costs in wall time.
+SIMILAR_SIZE = 4.0
+# ... once this many of them have been seen; before, the whole run's rate stands in.
+SIMILAR_VISITS = 3
+
 
 class SweepProgress:
-    """Cases done of the total, and the ETA; fed by the runner on rank 0."""
+    """Cases done of the total, and the ETA; fed by the runner on rank 0.
 
-    def __init__(self, total_cases: int, budget_s: float | None) -> None:
-        self.total = total_cases
+    planned: (op, size) of every case, in any order. The runner reports each case's plan after its
+    warm-up, each block it runs and its end; the clock is injectable so tests can drive it.
+    """
+
+    def __init__(
+        self, planned: Sequence[tuple[str, int]], plan: Plan, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.total = len(planned)
         self.done = 0
-        self.budget_s = budget_s  # None: fixed iterations, nothing known before a case is timed
-        self.unplanned = total_cases  # cases not timed yet
-        self.planned_s = 0.0  # expected timed seconds of the timed cases, in total
-        self.planned = 0
-        self.left_s = 0.0  # expected timed seconds not yet run, of the timed cases
-        self.spent_s = 0.0
-        self.start = time.monotonic()
+        self.plan_of = plan
+        self.clock = clock
+        self.start = clock()
+        self.pending: Counter[tuple[str, int]] = Counter(planned)  # not timed yet
+        self.running: dict[Hashable, _Running] = {}
+        self.timed: dict[str, dict[int, list[float]]] = {}  # op -> size -> planned sample times
+        self.done_samples = 0  # samples run, warm-up and checks included
+        self.done_timed_s = 0.0  # their expected time
+        self.barrier_s = math.inf
+        self.visits: list[_Visit] = []  # closed visits
+        self._visit: _Visit | None = None  # the one in progress since the last report
+        self._visit_start = self.start
 
-    def skip(self) -> None:
-        """A case that turned out to repeat another (two sizes rounded to one) and will not run."""
-        self.total -= 1
-        self.unplanned -= 1
+    # -- what the runner reports ------------------------------------------------------------------
 
-    def plan(self, expected_s: float) -> None:
-        """A case was timed: it is expected to run `expected_s` seconds of timed work in all."""
-        self.unplanned -= 1
-        self.planned += 1
-        self.planned_s += expected_s
-        self.left_s += expected_s
-
-    def ran(self, expected_s: float) -> None:
-        """A block expected to take `expected_s` seconds ran."""
-        self.left_s -= expected_s
-        self.spent_s += expected_s
-
-    def finish(self, unused_s: float = 0.0) -> None:
-        """A case is done; `unused_s` of its expected time was not needed (--precision stopped it)."""
+    def skip(self, op: str, size: int, case: Hashable | None = None) -> None:
+        """A planned case that will not run (further): it repeats another, or the transport refused it
+        (`case`: its id, when it may have been planned already)."""
+        if self.running.pop(case, None) is None:
+            self.pending[(op, size)] -= 1
         self.done += 1
-        self.left_s -= unused_s
+
+    def plan(self, case: Hashable, op: str, size: int, iters: int, sample_s: float) -> None:
+        """A case was warmed up and timed: `iters` samples of about `sample_s` seconds each."""
+        self.pending[(op, size)] -= 1
+        if math.isfinite(sample_s) and sample_s > 0:
+            self.timed.setdefault(op, {}).setdefault(size, []).append(sample_s)
+            self.barrier_s = min(self.barrier_s, sample_s)
+        else:
+            sample_s = self._predict(op, size) or 0.0
+        self.running[case] = _Running(iters, sample_s, size)
+        self._count(self.plan_of.warmup_samples(sample_s), sample_s, size)
+
+    def ran(self, case: Hashable, samples: int) -> None:
+        """A block of the case ran."""
+        running = self.running[case]
+        running.left -= samples
+        self._count(samples, running.sample_s, running.size)
+
+    def finish(self, case: Hashable) -> None:
+        """The case is done (its last block and check ran, or --precision stopped it early)."""
+        running = self.running.pop(case, None)
+        if running is not None:
+            self._count(1, running.sample_s, running.size)  # the check's iteration
+        self.done += 1
+
+    def _count(self, samples: int, sample_s: float, size: int) -> None:
+        self.done_samples += samples
+        self.done_timed_s += samples * sample_s
+        if self._visit is None:
+            self._visit = _Visit(size)
+        self._visit.samples += samples
+        self._visit.timed_s += samples * sample_s
+
+    def _close_visit(self) -> None:
+        """The work reported since the last report was one visit: keep its wall time."""
+        now = self.clock()
+        if self._visit is not None:
+            self._visit.wall_s = now - self._visit_start
+            self.visits.append(self._visit)
+        self._visit, self._visit_start = None, now
+
+    # -- the estimate -------------------------------------------------------------------------------
+
+    def _barrier(self) -> float:
+        return self.barrier_s if math.isfinite(self.barrier_s) else 0.0
+
+    def _cost(self, samples: float, sample_s: float) -> float:
+        return samples * (sample_s + self._barrier())
+
+    def _predict(self, op: str, size: int) -> float | None:
+        """Expected seconds per sample of a case not timed yet; None when nothing is known."""
+        own = self._predict_in(op, size)
+        if own is not None:
+            return own
+        others = [t for name in self.timed if (t := self._predict_in(name, size)) is not None]
+        return statistics.median(others) if others else None
+
+    def _curve(self, op: str) -> tuple[list[int], list[float]]:
+        """The op's timed sizes, ascending, and the median planned sample time at each."""
+        by_size = self.timed.get(op, {})
+        sizes = sorted(by_size)
+        return sizes, [statistics.median(by_size[s]) for s in sizes]
+
+    def _predict_in(self, op: str, size: int) -> float | None:
+        sizes, times = self._curve(op)
+        if not sizes:
+            return None
+        if size <= sizes[0]:
+            return times[0]
+        if size >= sizes[-1]:
+            slope = _slope(sizes, times)
+            return times[-1] + (self._per_byte() if slope is None else slope) * (size - sizes[-1])
+        i = bisect.bisect_left(sizes, size)
+        (s0, t0), (s1, t1) = (sizes[i - 1], times[i - 1]), (sizes[i], times[i])
+        if s0 <= 0 or t0 <= 0 or t1 <= 0:
+            return t0 + (t1 - t0) * (size - s0) / (s1 - s0)
+        share = math.log(size / s0) / math.log(s1 / s0)
+        return math.exp(math.log(t0) + share * math.log(t1 / t0))
+
+    def _per_byte(self) -> float:
+        """For an op whose sizes have not yet reached the bandwidth: the median time per unit of size
+        of the ops that have (0 when none has: latency is all that is known)."""
+        slopes = [slope for op in self.timed if (slope := _slope(*self._curve(op))) is not None]
+        return statistics.median(slopes) if slopes else 0.0
+
+    def _rate(self, size: int, overall: float) -> float:
+        """Wall seconds per unit of cost at this size: from the visits of similar sizes, else overall."""
+        near = [v for v in self.visits if size / SIMILAR_SIZE <= v.size <= size * SIMILAR_SIZE]
+        cost = sum(v.timed_s + v.samples * self._barrier() for v in near)
+        if len(near) < SIMILAR_VISITS or cost <= 0:
+            return overall
+        return sum(v.wall_s for v in near) / cost
+
+    def _left_s(self, overall: float) -> float | None:
+        """Predicted wall seconds of the work still to run; None when a case cannot be predicted yet."""
+        rates: dict[int, float] = {}
+
+        def wall(cost: float, size: int) -> float:
+            if size not in rates:
+                rates[size] = self._rate(size, overall)
+            return cost * rates[size]
+
+        left = sum(wall(self._cost(r.left + 1, r.sample_s), r.size) for r in self.running.values())
+        for (op, size), count in self.pending.items():
+            if count <= 0:
+                continue
+            sample_s = self._predict(op, size)
+            if sample_s is None:
+                if self.plan_of.budget_s is None:
+                    return None
+                sample_s = self.plan_of.budget_s / self.plan_of.min_iters  # the budget, at the floor
+            samples = self.plan_of.samples(sample_s) + self.plan_of.warmup_samples(sample_s) + 1
+            left += wall(count * self._cost(samples, sample_s), size)
+        return left
+
+    def _done(self) -> float:
+        return self.done_timed_s + self.done_samples * self._barrier()
 
     def eta_s(self) -> float | None:
-        per_case = (
-            self.budget_s if self.budget_s is not None else (self.planned_s / self.planned if self.planned else None)
-        )
-        if per_case is None or self.spent_s <= 0:
-            return None
-        left = max(self.left_s, 0.0) + self.unplanned * per_case
-        return left * (time.monotonic() - self.start) / self.spent_s
+        """Seconds left: the predicted cost left at the rate the sweep has gone so far."""
+        return self._estimate()[1]
+
+    def _estimate(self) -> tuple[float, float | None]:
+        """(the share of the time done, the ETA in seconds or None)."""
+        done, elapsed = self._done(), self.clock() - self.start
+        left = self._left_s(elapsed / done) if done > 0 else None
+        if left is None:
+            return self.done / max(self.total, 1), None
+        return elapsed / (elapsed + left) if elapsed + left > 0 else 1.0, left
 
     def status(self, label: str) -> Status:
-        left = max(self.left_s, 0.0)
-        per_case = self.budget_s or (self.planned_s / self.planned if self.planned else 0.0)
-        whole = self.spent_s + left + self.unplanned * per_case
-        return Status(self.done, self.total, self.spent_s / whole if whole > 0 else 0.0, self.eta_s(), label)
+        """Where the sweep stands; called before each visit, so it also closes the previous one."""
+        self._close_visit()
+        fraction, eta = self._estimate()
+        return Status(self.done, self.total, fraction, eta, label)
+
+
+# The time per unit of size counts once the largest size takes this much longer than the smallest:
+# below it, the difference is the noise of a latency-bound op, and dividing it by a few bytes would
+# predict seconds for a large size.
+BANDWIDTH_VISIBLE = 1.5
+
+
+def _slope(sizes: Sequence[int], times: Sequence[float]) -> float | None:
+    """Time per unit of size past the latency, from the smallest and the largest size (exact for a
+    latency + size / bandwidth cost, and robust to the noise in between); None while latency-bound."""
+    if len(sizes) < 2 or not times[-1] >= BANDWIDTH_VISIBLE * times[0] or sizes[-1] <= sizes[0]:
+        return None
+    return (times[-1] - times[0]) / (sizes[-1] - sizes[0])

@@ -5,7 +5,6 @@ Used in-process under a launcher (torchrun, horovodrun) and by every rank `commb
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from collections.abc import Callable
@@ -21,11 +20,12 @@ from commbench.launchers import Launch
 from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
 from commbench.results.display import Display, choose_mode
+from commbench.results.noise import Budget
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
 from commbench.results.stats import Stats
 from commbench.run.config import ONE_RANK_NOTE, Outcome, RunFacts, SweepConfig, agree, share_refusal
-from commbench.run.eta import SweepProgress
+from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters, unavailable
 from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, cpu_note, seconds_of_kernel, side_for
@@ -89,7 +89,7 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     watchdog.arm("learning whether rank 0 could create its output")
     share_refusal(backend, error)
     watchdog.disarm()
-    progress = SweepProgress(_case_count(cfg, grouping, ops), cfg.time_per_size if cfg.auto else None)
+    progress = SweepProgress(planned_cases(cfg, grouping, ops), Plan.of(cfg))
     try:
         wrong_total = 0
         for op in ops:
@@ -133,7 +133,8 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch
     }
     # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
     display = Display(choose_mode(sys.stdout, relay=launch.spawned))
-    sink = Sink(path, base, cfg.overwrite, cfg.raw, display)  # creates the file, or refuses before the header
+    budget = Budget(cfg.time_per_size, cfg.min_iters, cfg.max_iters, cfg.iters)
+    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget)  # creates the file, or refuses before the header
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
         f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, "
@@ -151,6 +152,7 @@ class _Slot:
     s_bytes: int
     window: int
     note: str
+    work: int  # the case's memory estimate: its size as the ETA weighs it
     blocks: list[int] = field(default_factory=list)  # samples per round, planned at the first visit
     sample_s: float = 0.0
 
@@ -177,13 +179,23 @@ def _variants(cfg: SweepConfig, grouping: Grouping, op: Op, dtype: str) -> tuple
     return runnable, refused
 
 
-def _case_count(cfg: SweepConfig, grouping: Grouping, ops: list[Op]) -> int:
-    """Cases the sweep plans to measure, before sizes that round to one another are merged."""
-    return sum(
-        len(op.points(cfg.sizes)) * len(_variants(cfg, grouping, op, dtype)[0]) * len(op.phases)
+def planned_cases(cfg: SweepConfig, grouping: Grouping, ops: list[Op]) -> list[tuple[str, int]]:
+    """(op, work) of every case the sweep plans, before sizes that round to one another are merged
+    and before the transport refuses any; work is the case's memory estimate, which grows with it."""
+    on_host = grouping.backend.device.type != "cuda"
+    return [
+        (op.name, _work(op, point, variant, dtype, cfg, grouping, on_host))
         for op in ops
         for dtype in cfg.dtypes
-    )
+        for point in op.points(cfg.sizes)
+        for variant in _variants(cfg, grouping, op, dtype)[0]
+        for _phase in op.phases
+    ]
+
+
+def _work(op: Op, point: Point, variant: str, dtype: str, cfg: SweepConfig, grouping: Grouping, on_host: bool) -> int:
+    """A case's memory estimate: how the ETA and the rotation weigh it."""
+    return op.memory_bytes(memory_case(op, variant, dtype, cfg, grouping.backend.world_size, on_host), point)
 
 
 # Cases are interleaved (rotated) in groups whose buffers are alive together. A group may hold this
@@ -234,7 +246,7 @@ def _sweep_op(
     on_host = backend.device.type != "cuda"
 
     def need(point: Point, variant: str) -> int:
-        return op.memory_bytes(memory_case(op, variant, dtype, cfg, backend.world_size, on_host), point)
+        return _work(op, point, variant, dtype, cfg, grouping, on_host)
 
     for group in rotation_groups(op.points(cfg.sizes), variants, need):
         slots: list[_Slot] = []
@@ -252,12 +264,12 @@ def _sweep_op(
             for phase in op.phases:
                 s_bytes = op.size_bytes(args, phase)
                 if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
-                    progress.skip()
+                    progress.skip(op.name, need(point, variant))
                     continue
                 seen.add((variant, phase, s_bytes))
                 label = f"{op.name}/{variant}/{phase} {dtype} at {_where(point, s_bytes)}"
                 case = Case(op, args, phase, window=window, watchdog=watchdog, label=label)
-                slots.append(_Slot(case, args, s_bytes, window, note))
+                slots.append(_Slot(case, args, s_bytes, window, note, need(point, variant)))
         del args  # the slots hold the group's buffers, until the group is done
         wrong_total += _rotate(cfg, backend, op, dtype, slots, sink, board, progress, watchdog)
     return wrong_total
@@ -335,8 +347,11 @@ def _rotate(
                     if round_index == 0 and (reason := _refused_everywhere(backend, exc)) is not None:
                         # The variant's other sizes would be refused alike: one unavailable row for it.
                         variant = slot.args.variant
-                        refused |= {id(s) for s in pending if s.args.variant == variant and not s.case.rounds_us}
+                        dropped = [s for s in pending if s.args.variant == variant and not s.case.rounds_us]
+                        refused |= {id(s) for s in dropped}
                         pending[:] = [s for s in pending if id(s) not in refused]
+                        for s in dropped:  # counted as done: the total stays what was announced
+                            progress.skip(op.name, s.work, id(s))
                         if sink:
                             sink.unavailable(op.name, slot.args.variant, dtype, reason)
                         continue
@@ -368,20 +383,21 @@ def _visit(cfg: SweepConfig, slot: _Slot, round_index: int, progress: SweepProgr
         slot.blocks = blocks(iters, cfg.rounds)
         if cfg.overlap:
             case.compute_for = lambda target_s, case=case: compute_kernel(cfg, case, target_s)
-        progress.plan(_expected(slot, iters) * (3 if cfg.overlap else 1))
+        # --overlap times the op, the matmul and both together: three samples per iteration.
+        progress.plan(id(slot), case.op.name, slot.work, iters, slot.sample_s * (3 if cfg.overlap else 1))
     last = round_index == len(slot.blocks) - 1
     chunks = [slot.blocks[round_index]] if cfg.precision is None else blocks(slot.blocks[round_index], PRECISION_CHUNKS)
     for i, chunk in enumerate(chunks):
         final = last and i == len(chunks) - 1
         case.block(chunk, round_index, check=cfg.check and final)
-        progress.ran(_expected(slot, chunk))
+        progress.ran(id(slot), chunk)
         if not final and cfg.precision is not None and _precise(case, cfg):
             if cfg.check:
                 case.check()
-            progress.finish(_expected(slot, sum(chunks[i + 1 :]) + sum(slot.blocks[round_index + 1 :])))
+            progress.finish(id(slot))
             return True
     if last:
-        progress.finish()
+        progress.finish(id(slot))
     return last
 
 
@@ -394,11 +410,6 @@ def compute_kernel(cfg: SweepConfig, case: Case, target_s: float) -> ComputeKern
     return calibrate(
         target_s, backend.device, dtype, case._agree_max, seconds_of_kernel(backend.device, backend.synchronize)
     )
-
-
-def _expected(slot: _Slot, iters: int) -> float:
-    """Expected timed seconds of `iters` samples of the slot's case (0 when its time is unknown)."""
-    return 0.0 if math.isnan(slot.sample_s) else iters * slot.sample_s
 
 
 def _precise(case: Case, cfg: SweepConfig) -> bool:
