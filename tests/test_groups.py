@@ -101,7 +101,8 @@ def _members(backend) -> dict[str, object]:
     from commbench.run.groups import form_groups
 
     _as_host_of_two(backend)
-    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,))
+    # Under --group intra every rank learns every host (under world, only rank 0 needs them).
+    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,), group="intra")
     facts = agree(backend, cfg, None)
     seen: dict[str, object] = {"hosts": facts.hosts, "node_ranks": facts.node_ranks}
     for kind in ("world", "intra", "inter"):  # every rank forms every kind, in one order

@@ -30,5 +30,10 @@ class GlooBackend(TorchDistBackend):
         torch.cuda.set_device(device)
         return device
 
+    @property
+    def control_device(self) -> torch.device:
+        # Gloo gathers host tensors only, and stages CUDA ones through the host anyway.
+        return torch.device("cpu")
+
     def version(self) -> str:
         return f"gloo (torch {torch.__version__})"
