@@ -40,7 +40,6 @@ class Store(Protocol):
     def get(self, key: str) -> bytes: ...
     def check(self, keys: list[str]) -> bool: ...
     def add(self, key: str, amount: int) -> int: ...
-    def wait(self, keys: list[str], timeout: datetime.timedelta) -> None: ...
 
 
 RUNNING = "running"
@@ -54,6 +53,9 @@ STORE_WRITES_PER_S = 200
 DIAGNOSING_KEY, DIAGNOSIS_KEY = "diagnosing", "diagnosis"
 # Time allowed per record read by the diagnosing rank (two requests each, twice), on a loaded store.
 READ_S_PER_RANK = 0.004
+# How often a rank waiting for the shared diagnosis looks for it, at least: a large world looks
+# once per heartbeat gap, so the waiting ranks together stay within the store's budget too.
+DIAGNOSIS_POLL_S = 0.1
 
 
 def heartbeat_gap_s(world_size: int) -> float:
@@ -123,7 +125,8 @@ class ProgressBoard:
         # A heartbeat is due every interval; a few missed ones, with slack for a loaded machine, is gone.
         self.stale_s = max(2.0, 3 * self.interval_s) + 0.5 if stale_s is None else stale_s
         # How long a diagnosis may take: the wait between its two reads, the reads, and slack.
-        self.diagnosis_s = max(4 * self.interval_s, self.stale_s + 2 * READ_S_PER_RANK * world_size) + 5
+        self.poll_s = max(DIAGNOSIS_POLL_S, self.gap_s)
+        self.diagnosis_s = max(4 * self.interval_s, self.stale_s + 2 * READ_S_PER_RANK * world_size + self.poll_s) + 5
         self.local = local  # () -> (collectives issued, current step label)
         self.beat = 0
         self.state = RUNNING
@@ -191,14 +194,22 @@ class ProgressBoard:
         """Name the ranks that are gone, finished or behind; '' when the store cannot tell.
 
         The first rank to ask reads every record and leaves its diagnosis in the store; the others
-        (every rank of a hung collective times out alike) wait for it and read that one key.
+        (every rank of a hung collective times out alike) look for it every poll_s and read that
+        one key. They poll rather than block in the store's wait(): that would hold the connection
+        the heartbeat shares, and the diagnosing rank would find this rank's heartbeat stopped.
         """
         if self.store is None:
             return ""
-        if self.store.add(DIAGNOSING_KEY, 1) > 1:
-            timeout = datetime.timedelta(seconds=self.diagnosis_s)
-            self.store.wait([DIAGNOSIS_KEY], timeout)
-            return self.store.get(DIAGNOSIS_KEY).decode()
+        with self._lock:
+            elected = self.store.add(DIAGNOSING_KEY, 1) == 1
+        if not elected:
+            deadline = time.monotonic() + self.diagnosis_s
+            while time.monotonic() < deadline:
+                with self._lock:
+                    if self.store.check([DIAGNOSIS_KEY]):
+                        return self.store.get(DIAGNOSIS_KEY).decode()
+                wait(self.poll_s)
+            return f"(no diagnosis: the rank diagnosing for every rank gave none within {self.diagnosis_s:.0f}s)"
         found = self._diagnose_all(wait)
         with self._lock:
             self.store.set(DIAGNOSIS_KEY, found)

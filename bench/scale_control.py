@@ -1,0 +1,164 @@
+"""commbench's per-row control cost and memory against the world size: before and after.
+
+"Control" is everything between timed blocks that a row costs: the exchange of the block's samples
+(and the check's wrong count) and the Python work around it. One row here is --max-iters' default
+1,000 samples in 3 rounds (blocks of 334, 333 and 333), the last one checked, as a default sweep's
+largest rows are. On 2, 4, 8 and 16 real Gloo ranks, each rank times three ways of sharing the
+same recorded samples, interleaved rep by rep in the same processes:
+
+- before: commbench 01ee5cb's exchange, kept here only: every rank all_gather_objects its
+  (samples, wrong, overlap) and takes the per-iteration max over ranks in Python, holding every
+  rank's samples (per_rank_us);
+- after: Case._share_block as a sweep runs it: one all_reduce(MAX) of the samples, one
+  all_reduce(SUM) of the wrong count on the checked block, nothing kept per rank;
+- after --raw: the same, plus every rank's samples gathered to rank 0 (the one consumer of
+  per_rank_us is --raw's samples file).
+
+A row's cost is the max over ranks of each rank's wall time for it; reported are the median over
+reps of each and the median of the per-rep ratio before / after (pairs that ran back to back).
+The growth with the world size is fitted (least squares, cost = a + b x ranks) and projected to
+1,024 and 8,192 ranks: a PROJECTION from one host, whose 2 cores run 16 ranks oversubscribed.
+
+Memory (per rank, one row, tracemalloc: Python objects, not torch's tensor buffers): what the case
+holds after the row (retained) and the peak during it; fitted and projected alike.
+
+    python bench/scale_control.py [--ranks 2 4 8 16] [--reps 15] [--iters 1000]
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+import tracemalloc
+from typing import Any
+
+from ranks import arguments, join_group, run_ranks
+
+WAYS = ("before", "after", "after --raw")
+
+
+class OldCase:
+    """commbench 01ee5cb's Case.block after its timed loop (the before path, kept in this bench only)."""
+
+    def __init__(self) -> None:
+        self.rounds_us: list[list[float]] = []
+        self.per_rank_us: list[list[float]] = []
+        self.wrong = -1
+
+    def share(self, backend: Any, local_us: list[float], round_index: int, wrong: int | None) -> None:
+        gathered = backend.all_gather_object((local_us, -1 if wrong is None else wrong, None))
+        self.per_rank_us += [[] for _ in range(len(gathered) - len(self.per_rank_us))]
+        for rank, (samples, _, _) in enumerate(gathered):
+            self.per_rank_us[rank].extend(samples)
+        if len(self.rounds_us) <= round_index:
+            self.rounds_us.append([])
+        self.rounds_us[round_index].extend(max(column) for column in zip(*(g[0] for g in gathered)))
+        if wrong is not None:
+            self.wrong = sum(g[1] for g in gathered)
+
+
+def rank_main(rank: int, world: int, port: int, queue: Any, reps: int, iters: int) -> None:
+    import torch
+
+    from commbench.ops.all_reduce import AllReduce
+    from commbench.ops.base import Point
+    from commbench.run.harness import Case, CollArgs, blocks
+    from commbench.run.watchdog import Watchdog
+
+    backend = join_group(rank, world, port)
+    watchdog = Watchdog(300, rank)
+    op = AllReduce()
+    args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
+    op.setup(args, Point.of_size(8))
+    rng = random.Random(rank)
+    row = [[rng.uniform(20.0, 80.0) for _ in range(n)] for n in blocks(iters, 3)]
+
+    def one_row(way: str) -> Any:
+        if way == "before":
+            case: Any = OldCase()
+            for r, local in enumerate(row):
+                case.share(backend, local, r, 0 if r == len(row) - 1 else None)
+            return case
+        case = Case(op, args, "comm", window=1, watchdog=watchdog, label="row", keep_per_rank=way == "after --raw")
+        for r, local in enumerate(row):
+            wrong = 0 if r == len(row) - 1 else None
+            case._share(lambda local=local, r=r, wrong=wrong: case._share_block(local, r, None, wrong))
+        return case
+
+    for way in WAYS:  # warm every path up once
+        one_row(way)
+    times: dict[str, list[float]] = {w: [] for w in WAYS}
+    for rep in range(reps):
+        order = WAYS if rep % 2 == 0 else tuple(reversed(WAYS))
+        for way in order:
+            backend.barrier()
+            start = time.perf_counter()
+            one_row(way)
+            elapsed = time.perf_counter() - start
+            times[way].append(backend.reduce_floats([elapsed], "max")[0])  # untimed: the row's cost
+    memory: dict[str, tuple[float, float]] = {}
+    for way in WAYS:
+        backend.barrier()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        case = one_row(way)
+        held, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del case
+        # rank 0 holds the most (--raw's samples); every rank's largest is the per-rank figure
+        memory[way] = tuple(backend.reduce_floats([held - base, peak - base], "max"))  # type: ignore[assignment]
+    if rank == 0:
+        queue.put({"times": times, "memory": memory})
+    backend.close()
+
+
+def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least squares y = a + b x."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def main() -> None:
+    parser = arguments(__doc__)
+    parser.set_defaults(ranks=None, iters=1000)
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4, 8, 16])
+    args = parser.parse_args()
+    worlds = args.worlds if args.ranks is None else [args.ranks]
+    print(f"# one row: {args.iters} samples in 3 rounds, checked; {args.reps} reps per way, interleaved")
+    print(
+        f"{'ranks':>5} {'before ms':>9} {'after ms':>8} {'raw ms':>7} {'before/after':>12} "
+        f"{'held before':>11} {'held after':>10} {'held raw':>9} {'peak before':>11} {'peak after':>10}  (KiB)"
+    )
+    p50: dict[str, list[float]] = {w: [] for w in WAYS}
+    held: dict[str, list[float]] = {w: [] for w in WAYS}
+    for world in worlds:
+        out = run_ranks(rank_main, world, args.reps, args.iters)
+        times, memory = out["times"], out["memory"]
+        ratio = statistics.median(b / a for b, a in zip(times["before"], times["after"]))
+        for way in WAYS:
+            p50[way].append(statistics.median(times[way]) * 1e3)
+            held[way].append(memory[way][0] / 1024)
+        print(
+            f"{world:>5} {p50['before'][-1]:>9.2f} {p50['after'][-1]:>8.2f} {p50['after --raw'][-1]:>7.2f} "
+            f"{ratio:>12.2f} {held['before'][-1]:>11.0f} {held['after'][-1]:>10.1f} {held['after --raw'][-1]:>9.0f} "
+            f"{memory['before'][1] / 1024:>11.0f} {memory['after'][1] / 1024:>10.1f}",
+            flush=True,
+        )
+    if len(worlds) < 2:
+        return
+    print("# PROJECTION (least squares a + b x ranks over the ranks above, extrapolated; not measured):")
+    for way in WAYS:
+        a, b = fit([float(w) for w in worlds], p50[way])
+        ma, mb = fit([float(w) for w in worlds], held[way])
+        print(
+            f"#   {way:<12} time {a:7.2f} ms + {b * 1e3:8.2f} us x ranks -> 1,024: {a + b * 1024:9.1f} ms, "
+            f"8,192: {a + b * 8192:9.1f} ms;  held {ma:7.1f} KiB + {mb:6.2f} KiB x ranks -> 1,024: "
+            f"{(ma + mb * 1024) / 1024:7.1f} MiB, 8,192: {(ma + mb * 8192) / 1024:7.1f} MiB"
+        )
+
+
+if __name__ == "__main__":
+    main()
