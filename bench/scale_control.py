@@ -14,10 +14,15 @@ same recorded samples, interleaved rep by rep in the same processes:
 - after --raw: the same, plus every rank's samples gathered to rank 0 (the one consumer of
   per_rank_us is --raw's samples file).
 
-A row's cost is the max over ranks of each rank's wall time for it; reported are the median over
-reps of each and the median of the per-rep ratio before / after (pairs that ran back to back).
-The growth with the world size is fitted (least squares, cost = a + b x ranks) and projected to
-1,024 and 8,192 ranks: a PROJECTION from one host, whose 2 cores run 16 ranks oversubscribed.
+A row's cost is the max over ranks of each rank's wall time for it, and of its CPU time (every
+thread of the process: pickling, the max over ranks, Gloo's copies), which a rank spends whatever
+the network does; reported are the median over reps of each, and the median of the per-rep ratio
+before / after (pairs that ran back to back). On a host with fewer cores than ranks the wall time
+is mostly waiting for descheduled peers; the CPU time is the work that grows with the data. The
+growth with the world size is fitted (least squares, cost = a + b x ranks) and projected to 1,024
+and 8,192 ranks: a PROJECTION from one host, whose cores run the ranks oversubscribed. The bytes
+a rank receives per row (payload only) are computed, not measured: before, world x the pickled
+samples per block; after, 8 bytes per sample (a reduction's result).
 
 Memory (per rank, one row, tracemalloc: Python objects, not torch's tensor buffers): what the case
 holds after the row (retained) and the peak during it; fitted and projected alike.
@@ -27,6 +32,7 @@ holds after the row (retained) and the peak during it; fitted and projected alik
 
 from __future__ import annotations
 
+import pickle
 import random
 import statistics
 import time
@@ -89,14 +95,17 @@ def rank_main(rank: int, world: int, port: int, queue: Any, reps: int, iters: in
     for way in WAYS:  # warm every path up once
         one_row(way)
     times: dict[str, list[float]] = {w: [] for w in WAYS}
+    cpu: dict[str, list[float]] = {w: [] for w in WAYS}
     for rep in range(reps):
         order = WAYS if rep % 2 == 0 else tuple(reversed(WAYS))
         for way in order:
             backend.barrier()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             one_row(way)
-            elapsed = time.perf_counter() - start
-            times[way].append(backend.reduce_floats([elapsed], "max")[0])  # untimed: the row's cost
+            elapsed, spent = time.perf_counter() - start, time.process_time() - start_cpu
+            wall_max, cpu_max = backend.reduce_floats([elapsed, spent], "max")  # untimed: the row's cost
+            times[way].append(wall_max)
+            cpu[way].append(cpu_max)
     memory: dict[str, tuple[float, float]] = {}
     for way in WAYS:
         backend.barrier()
@@ -108,8 +117,12 @@ def rank_main(rank: int, world: int, port: int, queue: Any, reps: int, iters: in
         del case
         # rank 0 holds the most (--raw's samples); every rank's largest is the per-rank figure
         memory[way] = tuple(backend.reduce_floats([held - base, peak - base], "max"))  # type: ignore[assignment]
+    received = {
+        "before": world * sum(len(pickle.dumps((local, 0, None))) for local in row),
+        "after": 8 * (iters + 1),
+    }
     if rank == 0:
-        queue.put({"times": times, "memory": memory})
+        queue.put({"times": times, "cpu": cpu, "memory": memory, "received": received})
     backend.close()
 
 
@@ -129,35 +142,41 @@ def main() -> None:
     worlds = args.worlds if args.ranks is None else [args.ranks]
     print(f"# one row: {args.iters} samples in 3 rounds, checked; {args.reps} reps per way, interleaved")
     print(
-        f"{'ranks':>5} {'before ms':>9} {'after ms':>8} {'raw ms':>7} {'before/after':>12} "
-        f"{'held before':>11} {'held after':>10} {'held raw':>9} {'peak before':>11} {'peak after':>10}  (KiB)"
+        f"{'ranks':>5} | wall ms: {'before':>7} {'after':>7} {'raw':>7} {'ratio':>6} | cpu ms: {'before':>7} "
+        f"{'after':>7} {'raw':>7} {'ratio':>6} | held KiB: {'before':>7} {'after':>6} {'raw':>7} | "
+        f"peak KiB: {'before':>7} {'after':>6} | recv KiB: {'before':>7} {'after':>5}"
     )
-    p50: dict[str, list[float]] = {w: [] for w in WAYS}
-    held: dict[str, list[float]] = {w: [] for w in WAYS}
+    series: dict[str, dict[str, list[float]]] = {k: {w: [] for w in WAYS} for k in ("wall", "cpu", "held")}
     for world in worlds:
         out = run_ranks(rank_main, world, args.reps, args.iters)
-        times, memory = out["times"], out["memory"]
-        ratio = statistics.median(b / a for b, a in zip(times["before"], times["after"]))
+        memory, received = out["memory"], out["received"]
+        ratios = {
+            k: statistics.median(b / a for b, a in zip(out[key]["before"], out[key]["after"]))
+            for k, key in (("wall", "times"), ("cpu", "cpu"))
+        }
         for way in WAYS:
-            p50[way].append(statistics.median(times[way]) * 1e3)
-            held[way].append(memory[way][0] / 1024)
+            series["wall"][way].append(statistics.median(out["times"][way]) * 1e3)
+            series["cpu"][way].append(statistics.median(out["cpu"][way]) * 1e3)
+            series["held"][way].append(memory[way][0] / 1024)
+        wall, cpu, held = (" ".join(f"{series[k][w][-1]:>7.2f}" for w in WAYS) for k in ("wall", "cpu", "held"))
         print(
-            f"{world:>5} {p50['before'][-1]:>9.2f} {p50['after'][-1]:>8.2f} {p50['after --raw'][-1]:>7.2f} "
-            f"{ratio:>12.2f} {held['before'][-1]:>11.0f} {held['after'][-1]:>10.1f} {held['after --raw'][-1]:>9.0f} "
-            f"{memory['before'][1] / 1024:>11.0f} {memory['after'][1] / 1024:>10.1f}",
+            f"{world:>5} | wall ms: {wall} {ratios['wall']:>6.2f} | cpu ms: {cpu} {ratios['cpu']:>6.2f} | "
+            f"held KiB: {held} | peak KiB: {memory['before'][1] / 1024:>7.1f} {memory['after'][1] / 1024:>6.1f} | "
+            f"recv KiB: {received['before'] / 1024:>7.1f} {received['after'] / 1024:>5.1f}",
             flush=True,
         )
     if len(worlds) < 2:
         return
     print("# PROJECTION (least squares a + b x ranks over the ranks above, extrapolated; not measured):")
-    for way in WAYS:
-        a, b = fit([float(w) for w in worlds], p50[way])
-        ma, mb = fit([float(w) for w in worlds], held[way])
-        print(
-            f"#   {way:<12} time {a:7.2f} ms + {b * 1e3:8.2f} us x ranks -> 1,024: {a + b * 1024:9.1f} ms, "
-            f"8,192: {a + b * 8192:9.1f} ms;  held {ma:7.1f} KiB + {mb:6.2f} KiB x ranks -> 1,024: "
-            f"{(ma + mb * 1024) / 1024:7.1f} MiB, 8,192: {(ma + mb * 8192) / 1024:7.1f} MiB"
-        )
+    units = {"wall": "ms", "cpu": "ms", "held": "KiB"}
+    for kind, by_way in series.items():
+        for way, values in by_way.items():
+            a, b = fit([float(w) for w in worlds], values)
+            unit = units[kind]
+            print(
+                f"#   {kind:<4} {way:<12} {a:9.2f} {unit} + {b:8.3f} {unit} x ranks -> "
+                f"1,024 ranks: {a + b * 1024:11.1f} {unit}, 8,192 ranks: {a + b * 8192:11.1f} {unit}"
+            )
 
 
 if __name__ == "__main__":

@@ -287,15 +287,25 @@ def _run_facts(run_id: str, nodes: list[dict[str, Any]]) -> RunFacts:
     hosts = [n["host"] for n in nodes]
     # Where the launcher does not number the nodes (mpirun over several hosts), hosts are numbered in rank order.
     numbered = {host: i for i, host in enumerate(dict.fromkeys(hosts))}
+    places = [f"{n['host']}/{numbered[n['host']] if n['node_rank'] is None else n['node_rank']}" for n in nodes]
     return RunFacts(
         run_id=run_id,
         hosts=";".join(sorted(numbered)),
-        node_ranks=";".join(
-            f"{n['rank']}@{n['host']}/{numbered[n['host']] if n['node_rank'] is None else n['node_rank']}"
-            for n in nodes
-        ),
+        node_ranks=node_ranks([n["rank"] for n in nodes], places),
         rank_hosts=tuple(hosts),
     )
+
+
+def node_ranks(ranks: list[int], places: list[str]) -> str:
+    """Where every rank runs, as `rank@host/node_rank`, `;`-separated, consecutive ranks on one place
+    as one `first-last@host/node_rank`: every row carries this, so it grows with the hosts, not the ranks."""
+    runs: list[list[Any]] = []  # [first, last, place]
+    for rank, place in zip(ranks, places):
+        if runs and runs[-1][2] == place and runs[-1][1] == rank - 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank, place])
+    return ";".join(f"{first}{'' if first == last else f'-{last}'}@{place}" for first, last, place in runs)
 
 
 def _inconsistent(everyone: list[dict[str, Any]]) -> str | None:
