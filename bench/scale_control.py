@@ -107,16 +107,19 @@ def rank_main(rank: int, world: int, port: int, queue: Any, reps: int, iters: in
             times[way].append(wall_max)
             cpu[way].append(cpu_max)
     memory: dict[str, tuple[float, float]] = {}
+    local: dict[str, list[float]] = {}
+    tracemalloc.start()  # once: stopping it between rows crashed a rank's next torch call (a segfault)
     for way in WAYS:
         backend.barrier()
-        tracemalloc.start()
+        tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
         case = one_row(way)
         held, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
+        local[way] = [float(held - base), float(peak - base)]
         del case
-        # rank 0 holds the most (--raw's samples); every rank's largest is the per-rank figure
-        memory[way] = tuple(backend.reduce_floats([held - base, peak - base], "max"))  # type: ignore[assignment]
+    for way in WAYS:  # every rank's largest is the per-rank figure (rank 0's, with --raw's samples)
+        memory[way] = tuple(backend.reduce_floats(local[way], "max"))  # type: ignore[assignment]
+    tracemalloc.stop()
     received = {
         "before": world * sum(len(pickle.dumps((local, 0, None))) for local in row),
         "after": 8 * (iters + 1),
