@@ -27,11 +27,18 @@ samples per block; after, 8 bytes per sample (a reduction's result).
 Memory (per rank, one row, tracemalloc: Python objects, not torch's tensor buffers): what the case
 holds after the row (retained) and the peak during it; fitted and projected alike.
 
-    python bench/scale_control.py [--ranks 2 4 8 16] [--reps 15] [--iters 1000]
+Then, in this one process, the rank-local work each way does per row at --simulate worlds (1,024
+and 8,192 by default), measured rather than projected: before, unpickling the world's
+all_gather_object messages (every rank's samples) and the Python reduction over them; after,
+building the float64 tensor a reduction sends and reading its result back. The network is left
+out (on one host it cannot be), and so is pickling one's own message (the same in both).
+
+    python bench/scale_control.py [--worlds 2 4 8 16] [--reps 15] [--iters 1000] [--simulate 1024 8192]
 """
 
 from __future__ import annotations
 
+import math
 import pickle
 import random
 import statistics
@@ -129,6 +136,54 @@ def rank_main(rank: int, world: int, port: int, queue: Any, reps: int, iters: in
     backend.close()
 
 
+def local_work(world: int, iters: int) -> dict[str, tuple[float, float, float]]:
+    """Per way: (seconds, bytes held after, peak bytes) of one row's rank-local control work when the
+    world has `world` ranks, on synthetic samples (the same values on every simulated rank)."""
+    import torch
+
+    from commbench.run.harness import _extend_round, blocks
+
+    rng = random.Random(0)
+    row = [[rng.uniform(20.0, 80.0) for _ in range(n)] for n in blocks(iters, 3)]
+    messages = [pickle.dumps((local, 0 if r == len(row) - 1 else -1, None)) for r, local in enumerate(row)]
+
+    def before() -> Any:
+        case = OldCase()
+        for r, message in enumerate(messages):
+            gathered = [pickle.loads(message) for _ in range(world)]  # what all_gather_object unpickles
+            case.per_rank_us += [[] for _ in range(len(gathered) - len(case.per_rank_us))]
+            for rank, (samples, _, _) in enumerate(gathered):
+                case.per_rank_us[rank].extend(samples)
+            if len(case.rounds_us) <= r:
+                case.rounds_us.append([])
+            case.rounds_us[r].extend(max(column) for column in zip(*(g[0] for g in gathered)))
+            del gathered
+        return case
+
+    def after() -> Any:
+        rounds: list[list[float]] = []
+        for r, local in enumerate(row):  # the tensor a reduction sends; its result read back
+            _extend_round(rounds, r, torch.tensor(local, dtype=torch.float64).tolist())
+        torch.tensor([0.0], dtype=torch.float64).tolist()  # the wrong count's
+        return rounds
+
+    found = {}
+    for way, fn in (("before", before), ("after", after)):
+        seconds = math.inf
+        for _ in range(3):  # the least of three: a shared host only ever adds time
+            start = time.perf_counter()
+            fn()
+            seconds = min(seconds, time.perf_counter() - start)
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        kept = fn()
+        held, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del kept
+        found[way] = (seconds, float(held - base), float(peak - base))
+    return found
+
+
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least squares y = a + b x."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -141,6 +196,7 @@ def main() -> None:
     parser.set_defaults(ranks=None, iters=1000)
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4, 8, 16])
+    parser.add_argument("--simulate", type=int, nargs="*", default=[1024, 8192])
     args = parser.parse_args()
     worlds = args.worlds if args.ranks is None else [args.ranks]
     print(f"# one row: {args.iters} samples in 3 rounds, checked; {args.reps} reps per way, interleaved")
@@ -166,6 +222,20 @@ def main() -> None:
             f"{world:>5} | wall ms: {wall} {ratios['wall']:>6.2f} | cpu ms: {cpu} {ratios['cpu']:>6.2f} | "
             f"held KiB: {held} | peak KiB: {memory['before'][1] / 1024:>7.1f} {memory['after'][1] / 1024:>6.1f} | "
             f"recv KiB: {received['before'] / 1024:>7.1f} {received['after'] / 1024:>5.1f}",
+            flush=True,
+        )
+    if args.simulate:
+        print("# rank-local control work per row at larger worlds, measured in one process (no network):")
+        print(
+            f"{'ranks':>5} | {'before ms':>9} {'after ms':>8} {'ratio':>7} | held MiB: {'before':>7} {'after':>7} | peak MiB: {'before':>7} {'after':>7}"
+        )
+    for world in args.simulate:
+        work = local_work(world, args.iters)
+        (tb, hb, pb), (ta, ha, pa) = work["before"], work["after"]
+        mib = 2.0**20
+        print(
+            f"{world:>5} | {tb * 1e3:>9.1f} {ta * 1e3:>8.2f} {tb / ta:>7.0f} | held MiB: {hb / mib:>7.1f} {ha / mib:>7.3f} | "
+            f"peak MiB: {pb / mib:>7.1f} {pa / mib:>7.3f}",
             flush=True,
         )
     if len(worlds) < 2:
