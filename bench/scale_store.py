@@ -9,7 +9,8 @@ driving them from a few threads. Each simulated rank does what a rank does to th
 2. heartbeats: one progress record (set) per interval, at a phase of its own;
 3. a diagnosis, as after a hung collective every rank's watchdog fires at once.
 
-Two heartbeat policies are run on the same server, one after the other:
+Each world size gets a fresh server; its connections are made once (and their time reported),
+then two heartbeat policies run on them, one after the other:
 - bounded (commbench now): the interval a ProgressBoard takes at this world size
   (commbench.run.progress.heartbeat_gap_s, i.e. world / STORE_WRITES_PER_S seconds, at least the
   watchdog's 1 s), every record published at the gap (the most case starts can add); a diagnosis
@@ -83,28 +84,53 @@ def _threads(target: Any, slices: list[list[Any]]) -> None:
 
 
 def client_main(
-    proc: int, port: int, ranks: list[int], world: int, policy: dict[str, Any], threads: int, sync: Any, queue: Any
+    proc: int,
+    port: int,
+    ranks: list[int],
+    world: int,
+    policies: list[dict[str, Any]],
+    threads: int,
+    sync: Any,
+    queue: Any,
 ) -> None:
-    """Connect ranks' clients, then run rendezvous, heartbeats and a diagnosis in step with the
-    other client processes (sync: a barrier across them)."""
+    """Connect ranks' clients once, then run each policy's rendezvous, heartbeats and diagnosis in
+    step with the other client processes (sync: a barrier across them); one result per policy."""
     import torch.distributed as dist
 
-    from commbench.run.progress import DIAGNOSING_KEY, DIAGNOSIS_KEY, RankRecord, store_prefix
-
     _raise_fd_limit()
-    rec = Recorder()
+    connecting = Recorder()
     timeout = datetime.timedelta(seconds=RDZV_TIMEOUT_S)
     stores: dict[int, Any] = {}
 
     def connect(mine: list[int]) -> None:
         for r in mine:
-            client = rec.call("connect", dist.TCPStore, "127.0.0.1", port, None, False, timeout)
+            client = connecting.call("connect", dist.TCPStore, "127.0.0.1", port, None, False, timeout)
             if client is not None:
                 stores[r] = client
 
     _threads(connect, _split(ranks, threads))
-    tag = policy["name"]
+    queue.put((proc, "connect", dict(connecting.latency), dict(connecting.errors), 0.0, 0.0))
+    for policy in policies:
+        sync.wait()
+        rec, rdzv_s, diag_s = one_policy(stores, ranks, world, policy, threads, sync, timeout)
+        queue.put((proc, policy["name"], dict(rec.latency), dict(rec.errors), rdzv_s, diag_s))
     sync.wait()
+
+
+def one_policy(
+    stores: dict[int, Any],
+    ranks: list[int],
+    world: int,
+    policy: dict[str, Any],
+    threads: int,
+    sync: Any,
+    timeout: datetime.timedelta,
+) -> tuple[Recorder, float, float]:
+    """Rendezvous, heartbeats and a diagnosis of this process's ranks under one policy."""
+    from commbench.run.progress import DIAGNOSING_KEY, DIAGNOSIS_KEY, RankRecord, store_prefix
+
+    rec = Recorder()
+    tag = policy["name"]
 
     # 1. rendezvous
     def rendezvous(mine: list[int]) -> None:
@@ -170,13 +196,11 @@ def client_main(
     else:
         readers = [r for r in ranks if r < policy["old_readers"]]
         _threads(lambda mine: [read_all(stores[r]) for r in mine], _split(readers, threads))
-    diag_s = time.perf_counter() - t0
-    queue.put((proc, dict(rec.latency), dict(rec.errors), rdzv_s, diag_s))
-    sync.wait()
+    return rec, rdzv_s, time.perf_counter() - t0
 
 
-def run(world: int, policy: dict[str, Any], procs: int, threads: int) -> dict[str, Any]:
-    """One world size under one policy on a fresh store server."""
+def run(world: int, policies: list[dict[str, Any]], procs: int, threads: int) -> dict[str, dict[str, Any]]:
+    """One world size on a fresh store server: its connections, then each policy in turn."""
     from commbench.run.launch import host_store
 
     _raise_fd_limit()
@@ -186,28 +210,34 @@ def run(world: int, policy: dict[str, Any], procs: int, threads: int) -> dict[st
     queue = ctx.Queue()
     slices = _split(list(range(world)), procs)
     children = [
-        ctx.Process(target=client_main, args=(p, port, slices[p], world, policy, threads, sync, queue))
+        ctx.Process(target=client_main, args=(p, port, slices[p], world, policies, threads, sync, queue))
         for p in range(procs)
     ]
+    started = time.perf_counter()
     for c in children:
         c.start()
-    results = [queue.get() for _ in children]
+    results = [queue.get() for _ in range(procs * (1 + len(policies)))]
     for c in children:
         c.join()
     del store
-    latency: dict[str, list[float]] = defaultdict(list)
-    errors: dict[str, int] = defaultdict(int)
-    for _, lat, err, _, _ in results:
-        for phase, values in lat.items():
-            latency[phase] += values
-        for phase, n in err.items():
-            errors[phase] += n
-    return {
-        "latency": latency,
-        "errors": errors,
-        "rdzv_s": max(r[3] for r in results),
-        "diag_s": max(r[4] for r in results),
-    }
+    found: dict[str, dict[str, Any]] = {}
+    for name in ["connect", *(p["name"] for p in policies)]:
+        mine = [r for r in results if r[1] == name]
+        latency: dict[str, list[float]] = defaultdict(list)
+        errors: dict[str, int] = defaultdict(int)
+        for _, _, lat, err, _, _ in mine:
+            for phase, values in lat.items():
+                latency[phase] += values
+            for phase, n in err.items():
+                errors[phase] += n
+        found[name] = {
+            "latency": latency,
+            "errors": errors,
+            "rdzv_s": max(r[4] for r in mine),
+            "diag_s": max(r[5] for r in mine),
+        }
+    found["connect"]["wall_s"] = time.perf_counter() - started
+    return found
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -246,9 +276,16 @@ def main() -> None:
             "shared_diagnosis": False,
             "old_readers": args.old_readers,
         }
+        out = run(world, [bounded, old], args.procs, args.threads)
+        connect = out["connect"]["latency"].get("connect", [])
+        print(
+            f"# {world} ranks: {len(connect)} connections, {sum(out['connect']['errors'].values())} errors, "
+            f"p50 {_pct(connect, 50):.0f} ms, p99 {_pct(connect, 99):.0f} ms each (whole run {out['connect']['wall_s']:.0f} s)",
+            flush=True,
+        )
         for policy in (bounded, old):
-            out = run(world, policy, args.procs, args.threads)
-            lat = out["latency"]
+            found = out[policy["name"]]
+            lat = found["latency"]
             hb = lat.get("heartbeat", [])
             diag = lat.get("diagnosis", [])
             diag_reqs, diag_note = len(diag), ""
@@ -256,12 +293,12 @@ def main() -> None:
                 per_reader = len(diag) / max(1, min(args.old_readers, world))
                 diag_reqs = int(per_reader * world)
                 diag_note = f" projected from {args.old_readers} readers"
-            errors = sum(out["errors"].values())
+            errors = sum(found["errors"].values())
             print(
                 f"{world:>6} {policy['name']:>10} {policy['interval_s']:>7.2f}s {world / policy['interval_s']:>8.0f} "
                 f"{len(hb) / policy['duration_s']:>8.0f} {_pct(hb, 50):>7.2f} {_pct(hb, 99):>7.2f} "
-                f"{_pct(lat.get('rendezvous', []), 99):>8.2f} {out['rdzv_s']:>6.1f} {diag_reqs:>10} "
-                f"{_pct(diag, 99):>8.2f} {out['diag_s']:>7.1f} {errors:>6}{diag_note}",
+                f"{_pct(lat.get('rendezvous', []), 99):>8.2f} {found['rdzv_s']:>6.1f} {diag_reqs:>10} "
+                f"{_pct(diag, 99):>8.2f} {found['diag_s']:>7.1f} {errors:>6}{diag_note}",
                 flush=True,
             )
     print(

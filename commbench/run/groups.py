@@ -7,7 +7,7 @@ group sees while the others run too, as in a training job with the same split.
 
 The ops run on a view of the backend: its rank, world_size and group are the subgroup's, so S,
 busbw and the checks use the group's size. Everything else stays on the world group: the barrier
-before each timed sample (all groups start together), gathering the timings and wrong-element
+before each timed sample (all groups start together), reducing the timings and wrong-element
 counts of every rank, the agreement and the progress records. The host of each rank is the one
 the agreement gathers (Backend.node_info), so hosts, node_ranks and the groups always agree.
 """
