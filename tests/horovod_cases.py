@@ -110,6 +110,17 @@ def check(b: HorovodBackend) -> dict[str, int]:
     b.barrier()
     gathered = b.all_gather_object({"rank": r})
     wrong["all_gather_object"] = int(gathered != [{"rank": q} for q in range(n)])
+
+    # The control plane between timed blocks: maxima and sums over ranks (exact float64), and
+    # every rank's samples on rank 0 only.
+    mine = [float(r) * 0.1 + 1e-9 * k for k in range(5)]
+    everyone = [[float(q) * 0.1 + 1e-9 * k for k in range(5)] for q in range(n)]
+    wrong["reduce_floats_max"] = int(b.reduce_floats(mine, "max") != [max(c) for c in zip(*everyone)])
+    wrong["reduce_floats_sum"] = int(b.reduce_floats([float(r + 1)], "sum") != [float(n * (n + 1) // 2)])
+    wrong["reduce_floats_empty"] = int(b.reduce_floats([], "max") != [])
+    rows_on_0 = b.gather_floats(mine)
+    wrong["gather_floats"] = int(rows_on_0 != (everyone if r == 0 else None))
+    wrong["gather_object"] = int(b.gather_object(r) != (list(range(n)) if r == 0 else None))
     return wrong
 
 

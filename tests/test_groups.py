@@ -101,7 +101,8 @@ def _members(backend) -> dict[str, object]:
     from commbench.run.groups import form_groups
 
     _as_host_of_two(backend)
-    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,))
+    # Under --group intra every rank learns every host (under world, only rank 0 needs them).
+    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,), group="intra")
     facts = agree(backend, cfg, None)
     seen: dict[str, object] = {"hosts": facts.hosts, "node_ranks": facts.node_ranks}
     for kind in ("world", "intra", "inter"):  # every rank forms every kind, in one order
@@ -118,7 +119,7 @@ def test_groups_on_four_ranks_as_two_hosts_hold_the_right_ranks():
     results = run_ranks(_members, 4)
     assert {r["hosts"] for r in results} == {"node0;node1"}
     # torchrun-style ranks carry no node number here: hosts are numbered in rank order.
-    assert {r["node_ranks"] for r in results} == {"0@node0/0;1@node0/0;2@node1/1;3@node1/1"}
+    assert {r["node_ranks"] for r in results} == {"0-1@node0/0;2-3@node1/1"}
     assert [r["world"] for r in results] == [(r, 4, [0, 1, 2, 3]) for r in range(4)]
     assert [r["intra"] for r in results] == [(0, 2, [0, 1]), (1, 2, [0, 1]), (0, 2, [2, 3]), (1, 2, [2, 3])]
     assert [r["inter"] for r in results] == [(0, 2, [0, 2]), (0, 2, [1, 3]), (1, 2, [0, 2]), (1, 2, [1, 3])]

@@ -87,7 +87,16 @@ def _nonblocking(backend):
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
     op.setup(args, Point.of_size(4096))
     m = measure(
-        op, args, "comm", iters=3, warmup=1, window=4, check=True, watchdog=Watchdog(60, backend.rank), label="nb"
+        op,
+        args,
+        "comm",
+        iters=3,
+        warmup=1,
+        window=4,
+        check=True,
+        watchdog=Watchdog(60, backend.rank),
+        label="nb",
+        keep_per_rank=True,
     )
     unchecked = measure(
         op, args, "comm", iters=2, warmup=0, window=1, check=False, watchdog=Watchdog(60, backend.rank), label="nc"

@@ -149,7 +149,8 @@ class Recording(Op):
 def _sweep_fake(tmp_path: Path, **config: Any) -> tuple[pd.DataFrame, list[list[tuple[str, int]]]]:
     """The runner's sweep of the recording op over 8, 1K and 4K on the fake backend; returns the rows
     written and the visits in order (each a list of the iterations it ran)."""
-    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8, 1024, 4096), **config)
+    # --raw: rank 0 keeps the per-rank samples, which the sink below writes.
+    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8, 1024, 4096), raw=True, **config)
     backend, op = FakeBackend(), Recording()
     Recording.log = []
     visits: list[list[tuple[str, int]]] = []

@@ -158,6 +158,9 @@ class FakeCudaBackend:
     def all_gather_object(self, obj: Any) -> list[Any]:
         return [obj]
 
+    def reduce_floats(self, values: list[float], op: str) -> list[float]:
+        return list(values)  # one rank: its own values are the max and the sum
+
 
 class StreamWork:
     """A wait object whose wait() makes the (fake) current stream wait for the collective."""

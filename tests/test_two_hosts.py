@@ -141,7 +141,7 @@ def test_two_torchrun_nodes_on_two_hosts_in_intra_and_inter_host_groups(two_host
         frames[kind] = frame = pd.read_csv(out)
         assert (frame.status == "ok").all() and (frame.wrong == 0).all()
         assert set(frame.hosts) == {";".join(HOSTS)}
-        assert set(frame.node_ranks) == {f"0@{HOSTS[0]}/0;1@{HOSTS[0]}/0;2@{HOSTS[1]}/1;3@{HOSTS[1]}/1"}
+        assert set(frame.node_ranks) == {f"0-1@{HOSTS[0]}/0;2-3@{HOSTS[1]}/1"}
         assert set(frame.group) == {kind} and set(frame.group_size) == {2} and set(frame.world_size) == {4}
         assert list(frame.size_bytes) == list(GROUP_SIZES)
         assert "# done: results in" in results[0][0] and "# done" not in results[1][0]  # node 0 alone writes

@@ -13,7 +13,7 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
@@ -194,6 +194,29 @@ class Backend(ABC):
     @abstractmethod
     def all_gather_object(self, obj: Any) -> list[Any]:
         """Gather a small picklable object from every rank (control plane, not measured)."""
+
+    # The control plane between timed blocks: every rank needs the per-iteration maxima over ranks,
+    # and rank 0 alone the per-rank samples (--raw). A transport reduces a float64 tensor of one
+    # value per iteration, so each rank sends and receives O(iterations), whatever the world size.
+    # These fallbacks gather every rank's values (O(world x iterations) per rank) for a transport
+    # that has no reduction; commbench's transports override them. Not recorded: not the op's calls.
+    def reduce_floats(self, values: Sequence[float], op: str) -> list[float]:
+        """values combined element-wise over ranks, on every rank; op is "max" or "sum".
+
+        Exact on float64: a max picks one rank's value, and a sum of integers below 2**53 is exact.
+        """
+        combine = max if op == "max" else sum
+        return [combine(column) for column in zip(*self.all_gather_object(list(values)))]
+
+    def gather_floats(self, values: Sequence[float]) -> list[list[float]] | None:
+        """Every rank's values, by rank, on rank 0; None on the other ranks. Same length on every rank."""
+        everyone = self.all_gather_object(list(values))
+        return everyone if self.rank == 0 else None
+
+    def gather_object(self, obj: Any) -> list[Any] | None:
+        """A small picklable object from every rank, by rank, on rank 0; None on the other ranks."""
+        everyone = self.all_gather_object(obj)
+        return everyone if self.rank == 0 else None
 
     def synchronize(self) -> None:
         """Wait for the device to finish queued work; a no-op on CPU."""

@@ -66,5 +66,10 @@ class GlooBackend(TorchDistBackend):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    @property
+    def control_device(self) -> torch.device:
+        # Gloo gathers host tensors only, and stages CUDA ones through the host anyway.
+        return torch.device("cpu")
+
     def version(self) -> str:
         return f"gloo (torch {torch.__version__})"

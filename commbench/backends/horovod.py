@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -347,11 +347,31 @@ class HorovodBackend(Backend):
         self.hvd.barrier()
 
     def all_gather_object(self, obj: Any) -> list[Any]:
-        name, release = self._names.take("allgather_object")
+        return self._control("allgather_object", lambda name: self.hvd.allgather_object(obj, name=name))
+
+    def _control(self, api: str, call: Callable[[str], Any]) -> Any:
+        """A control-plane call under a name of its own (matching across ranks, as every call's must)."""
+        name, release = self._names.take(api)
         try:
-            return self.hvd.allgather_object(obj, name=name)
+            return call(name)
         finally:
             release()
+
+    def reduce_floats(self, values: Sequence[float], op: str) -> list[float]:
+        if not values:  # every rank has as many values: every rank skips alike
+            return []
+        hvd = self.hvd
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        reduce_op = hvd.Max if op == "max" else hvd.Sum
+        self._control("control_allreduce", lambda name: hvd.allreduce_(tensor, name=name, op=reduce_op))
+        return tensor.tolist()
+
+    def gather_floats(self, values: Sequence[float]) -> list[list[float]] | None:
+        # Horovod has no gather to one root: every rank receives the rows, and all but rank 0 drop
+        # them. Only --raw asks for them, so the default sweep never pays this O(world) exchange.
+        tensor = torch.tensor([list(values)], dtype=torch.float64, device=self.device)
+        rows = self._control("control_allgather", lambda name: self.hvd.allgather(tensor, name=name))
+        return rows.tolist() if self.rank == 0 else None
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -176,4 +177,28 @@ class TorchDistBackend(Backend):
     def all_gather_object(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    @property
+    def control_device(self) -> torch.device:
+        """Where the control plane's tensors live: the rank's device (NCCL moves CUDA tensors only)."""
+        return self.device
+
+    def reduce_floats(self, values: Sequence[float], op: str) -> list[float]:
+        if not values:  # every rank has as many values: every rank skips alike
+            return []
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.control_device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM, group=self.group)
+        return tensor.tolist()
+
+    def gather_floats(self, values: Sequence[float]) -> list[list[float]] | None:
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.control_device)
+        lead = self.rank == 0
+        outputs = [torch.empty_like(tensor) for _ in range(self.world_size)] if lead else None
+        dist.gather(tensor, outputs, dst=self._global(0), group=self.group)
+        return [out.tolist() for out in outputs] if outputs is not None else None
+
+    def gather_object(self, obj: Any) -> list[Any] | None:
+        out: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=self._global(0), group=self.group)
         return out

@@ -2,7 +2,9 @@
 
 A SweepConfig is validated once, in the launching process, and shipped to every rank as JSON.
 Before the first collective the ranks compare a digest of it, so a broken launch script that
-hands ranks different options is caught with the name of the option that differs.
+hands ranks different options is caught with the name of the option that differs. The comparison
+is one all_reduce of a few numbers; the ranks gather their full fingerprints (to name the option)
+only when the digests differ or a rank has an error to report.
 """
 
 from __future__ import annotations
@@ -185,7 +187,9 @@ class RunFacts:
     run_id: str
     hosts: str
     node_ranks: str
-    rank_hosts: tuple[str, ...]  # every rank's host, by rank
+    # Every rank's host, by rank; on rank 0 only (the others hold empty facts) under --group world,
+    # where nothing else needs them.
+    rank_hosts: tuple[str, ...]
 
 
 class PeerError(Exception):
@@ -206,7 +210,63 @@ def agree(
     found it raises a UserError with the message, the others a quiet PeerError. What every rank
     sees (options that differ between ranks, a --group the hosts cannot form, ranks_error(n): an
     option the ops cannot use on the n ranks of each group, such as --root) rank 0 reports.
+
+    When every rank agrees and none has an error (one all_reduce says so), where every rank runs is
+    gathered to rank 0 alone, or to every rank where --group intra or inter forms groups from it.
     """
+    if _alike(backend, cfg, error):
+        return _facts(backend, cfg, ranks_error)
+    return _agree_in_full(backend, cfg, error, ranks_error)
+
+
+def _digest(cfg: SweepConfig) -> float:
+    """The fingerprint as a float64 that holds its 52 low bits exactly."""
+    text = json.dumps(cfg.fingerprint(), sort_keys=True).encode()
+    return float(int.from_bytes(hashlib.sha1(text).digest()[:8], "big") & ((1 << 52) - 1))
+
+
+def _alike(backend: Backend, cfg: SweepConfig, error: str | None) -> bool:
+    """True when every rank has rank 0's digest and no rank has an error: the max over ranks of the
+    digest and of its negation (minus the min) are both this rank's own only when all are equal."""
+    digest = _digest(cfg)
+    top, bottom, errors = backend.reduce_floats([digest, -digest, 1.0 if error else 0.0], "max")
+    return top == digest and -bottom == digest and errors == 0.0
+
+
+def _facts(backend: Backend, cfg: SweepConfig, ranks_error: Callable[[int], str | None] | None) -> RunFacts:
+    """Run facts once the ranks agree: every rank's node gathered where it is needed, the checks that
+    depend on the hosts, and rank 0's run id."""
+    node = backend.node_info()
+    if cfg.group == "world":  # the groups need no hosts: rank 0 alone writes them into its rows
+        nodes = backend.gather_object(node)
+        message = ranks_error(backend.world_size) if ranks_error is not None else None
+    else:
+        nodes = backend.all_gather_object(node)
+        hosts = [n["host"] for n in nodes]
+        message = _group_error(cfg, hosts, ranks_error)
+    if message is not None:
+        if backend.rank == 0:
+            raise UserError(message)
+        raise PeerError(message)
+    if nodes is None:  # not rank 0, under --group world
+        return RunFacts(run_id="", hosts="", node_ranks="", rank_hosts=())
+    return _run_facts(uuid.uuid4().hex[:12], nodes)
+
+
+def _group_error(cfg: SweepConfig, hosts: list[str], ranks_error: Callable[[int], str | None] | None) -> str | None:
+    """A --group these hosts cannot form, or an option the ops cannot use on each group's ranks."""
+    message = refusal(cfg.group, hosts)
+    if message is None and ranks_error is not None:
+        message = ranks_error(len(layout(cfg.group, hosts)[0]))
+        if message is not None and cfg.group != "world":
+            message += f" (under --group {cfg.group}, ranks count within each group)"
+    return message
+
+
+def _agree_in_full(
+    backend: Backend, cfg: SweepConfig, error: str | None, ranks_error: Callable[[int], str | None] | None
+) -> RunFacts:
+    """Every rank's fingerprint, error and node on every rank: what differs, and who found what."""
     mine = {
         "fingerprint": cfg.fingerprint(),
         "error": error,
@@ -215,26 +275,25 @@ def agree(
     }
     everyone = backend.all_gather_object(mine)
     hosts = [e["node"]["host"] for e in everyone]
-    message = _inconsistent(everyone) or refusal(cfg.group, hosts)
-    if message is None and ranks_error is not None:
-        message = ranks_error(len(layout(cfg.group, hosts)[0]))
-        if message is not None and cfg.group != "world":
-            message += f" (under --group {cfg.group}, ranks count within each group)"
+    message = _inconsistent(everyone) or _group_error(cfg, hosts, ranks_error)
     if message is not None:
         if backend.rank == 0:  # one report, not one per rank
             raise UserError(message)
         raise PeerError(message)
     _raise_first(backend.rank, [(e["node"]["rank"], e["error"]) for e in everyone if e["error"]])
-    nodes = [e["node"] for e in everyone]
+    return _run_facts(everyone[0]["run_id"], [e["node"] for e in everyone])
+
+
+def _run_facts(run_id: str, nodes: list[dict[str, Any]]) -> RunFacts:
+    """The run facts from every rank's node_info(), by rank."""
+    hosts = [n["host"] for n in nodes]
     # Where the launcher does not number the nodes (mpirun over several hosts), hosts are numbered in rank order.
     numbered = {host: i for i, host in enumerate(dict.fromkeys(hosts))}
+    places = [f"{n['host']}/{numbered[n['host']] if n['node_rank'] is None else n['node_rank']}" for n in nodes]
     return RunFacts(
-        run_id=everyone[0]["run_id"],
+        run_id=run_id,
         hosts=";".join(sorted(numbered)),
-        node_ranks=";".join(
-            f"{n['rank']}@{n['host']}/{numbered[n['host']] if n['node_rank'] is None else n['node_rank']}"
-            for n in nodes
-        ),
+        node_ranks=node_ranks([n["rank"] for n in nodes], places),
         rank_hosts=tuple(hosts),
     )
 
@@ -254,6 +313,18 @@ def _raise_first(me: int, errors: list[tuple[int, str]]) -> None:
         if rank == me:
             raise UserError(message)
         raise PeerError(message, rank)
+
+
+def node_ranks(ranks: list[int], places: list[str]) -> str:
+    """Where every rank runs, as `rank@host/node_rank`, `;`-separated, consecutive ranks on one place
+    as one `first-last@host/node_rank`: every row carries this, so it grows with the hosts, not the ranks."""
+    runs: list[list[Any]] = []  # [first, last, place]
+    for rank, place in zip(ranks, places):
+        if runs and runs[-1][2] == place and runs[-1][1] == rank - 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank, place])
+    return ";".join(f"{first}{'' if first == last else f'-{last}'}@{place}" for first, last, place in runs)
 
 
 def _inconsistent(everyone: list[dict[str, Any]]) -> str | None:

@@ -7,7 +7,7 @@ group sees while the others run too, as in a training job with the same split.
 
 The ops run on a view of the backend: its rank, world_size and group are the subgroup's, so S,
 busbw and the checks use the group's size. Everything else stays on the world group: the barrier
-before each timed sample (all groups start together), gathering the timings and wrong-element
+before each timed sample (all groups start together), reducing the timings and wrong-element
 counts of every rank, the agreement and the progress records. The host of each rank is the one
 the agreement gathers (Backend.node_info), so hosts, node_ranks and the groups always agree.
 """
@@ -69,11 +69,12 @@ class Grouping:
 
 
 def form_groups(backend: Backend, kind: str, hosts: Sequence[str]) -> Grouping:
-    """Every rank calls this with the same hosts; it creates every group, in one order, on every rank."""
+    """Every rank calls this with the same hosts (which --group world does not need); it creates
+    every group, in one order, on every rank."""
+    if kind == "world":
+        return Grouping(kind, backend.world_size, backend)
     groups = layout(kind, hosts)
     size = len(groups[0])
-    if kind == "world":
-        return Grouping(kind, size, backend)
     if size == 1:
         why = "every host runs one rank" if kind == "intra" else "every rank is on one host"
         return Grouping(kind, size, backend, f"--group {kind} makes groups of one rank ({why}): nothing to exchange")
@@ -96,4 +97,7 @@ def form_groups(backend: Backend, kind: str, hosts: Sequence[str]) -> Grouping:
     view.record = backend.record  # type: ignore[method-assign]
     view.barrier = backend.barrier  # type: ignore[method-assign]
     view.all_gather_object = backend.all_gather_object  # type: ignore[method-assign]
+    view.reduce_floats = backend.reduce_floats  # type: ignore[method-assign]
+    view.gather_floats = backend.gather_floats  # type: ignore[method-assign]
+    view.gather_object = backend.gather_object  # type: ignore[method-assign]
     return Grouping(kind, size, view)

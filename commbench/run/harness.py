@@ -11,7 +11,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -22,6 +22,8 @@ from commbench.run.timers import PERF_COUNTER, timer_for
 if TYPE_CHECKING:
     from commbench.ops.base import Op
     from commbench.run.watchdog import Watchdog
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -86,7 +88,9 @@ class Measurement:
     """One (variant, phase, size) measured on every rank, in one or more rounds."""
 
     rounds_us: list[list[float]]  # per round, per iteration: the max over ranks
-    per_rank_us: list[list[float]]  # per rank, every iteration in order (rounds concatenated)
+    # Per rank, every iteration in order (rounds concatenated): on rank 0, and only when the case
+    # keeps them (--raw's samples file is their one consumer); empty otherwise.
+    per_rank_us: list[list[float]]
     wrong: int  # summed over ranks; -1 when the check was skipped
     calls: float  # collective calls per op iteration
     apis: str  # the API names those calls used
@@ -130,15 +134,28 @@ class Case:
 
     Every rank must issue the same collectives in the same order, so every decision taken here (how
     many warm-up iterations, how many timed ones) is taken from values exchanged between the ranks:
-    after each block the ranks share their samples, and all of them hold the same per-iteration
-    maximum over ranks. The op never sees the clock.
+    after each block the ranks reduce their samples to the per-iteration maximum over ranks, which
+    all of them then hold. The op never sees the clock. Each exchange costs a rank O(samples),
+    whatever the world size (docs/scale.md); keep_per_rank (--raw) also gathers every rank's
+    samples to rank 0, which alone needs them.
     """
 
-    def __init__(self, op: Op, args: CollArgs, phase: str, *, window: int, watchdog: Watchdog, label: str) -> None:
+    def __init__(
+        self,
+        op: Op,
+        args: CollArgs,
+        phase: str,
+        *,
+        window: int,
+        watchdog: Watchdog,
+        label: str,
+        keep_per_rank: bool = False,
+    ) -> None:
         self.op, self.args, self.phase, self.window = op, args, phase, window
         self.watchdog, self.label = watchdog, label
+        self.keep_per_rank = keep_per_rank
         self.rounds_us: list[list[float]] = []  # agreed: max over ranks
-        self.per_rank_us: list[list[float]] = []  # one list per rank that shares its samples
+        self.per_rank_us: list[list[float]] = []  # rank 0 with keep_per_rank: one list per rank
         self.timed_calls: Counter[str] = Counter()
         self.wrong = -1
         self.timer = timer_for(self.backend)
@@ -204,7 +221,8 @@ class Case:
         return self._agree_max(estimate)
 
     def _agree_max(self, value: float) -> float:
-        return max(self._share(value))
+        """The largest of every rank's value, on every rank (one all_reduce of one float64)."""
+        return self._share(lambda: self.backend.reduce_floats([value], "max")[0])
 
     def block(self, iters: int, round_index: int, check: bool = False) -> None:
         """Time `iters` samples as part of round `round_index`, check the result when asked (the row's
@@ -219,17 +237,34 @@ class Case:
         if self.compute_for is not None and self.compute is None and local_us:
             self.compute = self.compute_for(self._agree_max(statistics.median(local_us) * self.window * 1e-6))
         overlap = self._overlap_block(iters) if self.compute is not None else None
-        wrong = self._check_here() if check else -1
-        gathered = self._share((local_us, wrong, overlap))
-        self.per_rank_us += [[] for _ in range(len(gathered) - len(self.per_rank_us))]
-        for rank, (samples, _, _) in enumerate(gathered):
-            self.per_rank_us[rank].extend(samples)
-        _extend_round(self.rounds_us, round_index, [g[0] for g in gathered])
-        if overlap is not None:
-            _extend_round(self.compute_rounds_us, round_index, [g[2][0] for g in gathered])
-            _extend_round(self.overlapped_rounds_us, round_index, [g[2][1] for g in gathered])
-        if check:
-            self.wrong = sum(g[1] for g in gathered)
+        wrong = self._check_here() if check else None
+        self._share(lambda: self._share_block(local_us, round_index, overlap, wrong))
+
+    def _share_block(
+        self,
+        local_us: list[float],
+        round_index: int,
+        overlap: tuple[list[float], list[float]] | None,
+        wrong: int | None,
+    ) -> None:
+        """Reduce a block's samples (and --overlap's) to their per-iteration maxima over ranks in one
+        all_reduce(MAX), the check's wrong count in one all_reduce(SUM); gather the per-rank samples
+        to rank 0 only when this case keeps them. A max picks one rank's float64, exactly."""
+        parts = [local_us, *(overlap or ())]
+        maxima = self.backend.reduce_floats([t for part in parts for t in part], "max")
+        targets = [self.rounds_us, self.compute_rounds_us, self.overlapped_rounds_us][: len(parts)]
+        start = 0
+        for rounds, part in zip(targets, parts):
+            _extend_round(rounds, round_index, maxima[start : start + len(part)])
+            start += len(part)
+        if wrong is not None:
+            self.wrong = _count(self.backend.reduce_floats([wrong], "sum")[0])
+        if self.keep_per_rank:
+            gathered = self.backend.gather_floats(local_us)
+            if gathered is not None:  # rank 0
+                self.per_rank_us += [[] for _ in range(len(gathered) - len(self.per_rank_us))]
+                for mine, samples in zip(self.per_rank_us, gathered):
+                    mine.extend(samples)
 
     def _overlap_block(self, iters: int) -> tuple[list[float], list[float]]:
         """As many samples of the compute kernel alone, and of the op with the kernel between its
@@ -243,8 +278,9 @@ class Case:
         return found[0], found[1]
 
     def check(self) -> None:
-        """Check one fresh iteration on its own (the last block ran unchecked) and share the count."""
-        self.wrong = sum(self._share(self._check_here()))
+        """Check one fresh iteration on its own (the last block ran unchecked) and sum the count over ranks."""
+        wrong = self._check_here()
+        self.wrong = self._share(lambda: _count(self.backend.reduce_floats([wrong], "sum")[0]))
 
     def _check_here(self) -> int:
         """Re-fill the inputs, run one iteration, and count this rank's wrong elements."""
@@ -254,11 +290,12 @@ class Case:
         _step(self.op, self.args, self.phase, 1)
         return self.op.wrong(self.args, self.phase)
 
-    def _share(self, value: Any) -> list[Any]:
+    def _share(self, exchange: Callable[[], T]) -> T:
+        """An exchange between the ranks, under the watchdog (a peer that never joins it is a hang)."""
         self.watchdog.arm(f"{self.label} (gathering results)")
-        gathered = self.backend.all_gather_object(value)
+        result = exchange()
         self.watchdog.disarm()
-        return gathered
+        return result
 
     @property
     def samples_us(self) -> list[float]:
@@ -285,11 +322,16 @@ class Case:
         )
 
 
-def _extend_round(rounds: list[list[float]], round_index: int, per_rank: list[list[float]]) -> None:
+def _extend_round(rounds: list[list[float]], round_index: int, maxima: list[float]) -> None:
     """Add a block's per-iteration maxima over ranks to round `round_index`."""
     if len(rounds) <= round_index:
         rounds.append([])
-    rounds[round_index].extend(max(column) for column in zip(*per_rank))
+    rounds[round_index].extend(maxima)
+
+
+def _count(total: float) -> int:
+    """A count summed as float64 (exact below 2**53) back as the int it is."""
+    return int(total)
 
 
 def measure(
@@ -303,15 +345,16 @@ def measure(
     check: bool,
     watchdog: Watchdog,
     label: str,
+    keep_per_rank: bool = False,
 ) -> Measurement:
     """One case on its own: warm up, time `iters` samples of `window` back-to-back ops each in one
     block, then check one fresh iteration.
 
     Blocking mode is window=1: barrier (untimed), start, issue, wait, stop. Non-blocking mode issues
     `window` ops before completing them all and reports time / window. The timer (timer_for) reads
-    every sample once the block is done.
+    every sample once the block is done. keep_per_rank: rank 0 also keeps every rank's samples.
     """
-    case = Case(op, args, phase, window=window, watchdog=watchdog, label=label)
+    case = Case(op, args, phase, window=window, watchdog=watchdog, label=label, keep_per_rank=keep_per_rank)
     case.warm_up(warmup)
     case.block(iters, 0, check)
     return case.measurement()

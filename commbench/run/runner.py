@@ -67,6 +67,7 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
         store, backend.rank, backend.world_size, watchdog.poll_s, local=lambda: (backend.issued, watchdog.label)
     )
     watchdog.diagnose = lambda: _timed_out(board, watchdog)
+    watchdog.diagnosis_s = board.diagnosis_s
     board.start()
     watchdog.arm("agreeing on the configuration across ranks")
     path = None
@@ -100,7 +101,7 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
                 wrong_total += _sweep_op(cfg, grouping, op, dtype, watchdog, sink, board, progress)
     except CollectiveFailure as exc:
         watchdog.disarm()  # this path diagnoses; the watchdog must not race it with a second report
-        detail = bounded(board.diagnose, 4 * watchdog.poll_s + 5)
+        detail = bounded(board.diagnose, board.diagnosis_s)
         board.finish(f"failed in {watchdog.label}")
         watchdog.arm(f"leaving the process group after {watchdog.label} failed")
         raise CollectiveFailure(f"{exc}; {detail}") from exc
@@ -268,7 +269,8 @@ def _sweep_op(
                     continue
                 seen.add((variant, phase, s_bytes))
                 label = f"{op.name}/{variant}/{phase} {dtype} at {_where(point, s_bytes)}"
-                case = Case(op, args, phase, window=window, watchdog=watchdog, label=label)
+                # Rank 0 keeps every rank's samples only for --raw's samples file, their one reader.
+                case = Case(op, args, phase, window=window, watchdog=watchdog, label=label, keep_per_rank=cfg.raw)
                 slots.append(_Slot(case, args, s_bytes, window, note, need(point, variant)))
         del args  # the slots hold the group's buffers, until the group is done
         wrong_total += _rotate(cfg, backend, op, dtype, slots, sink, board, progress, watchdog)
@@ -438,11 +440,11 @@ def _refused_everywhere(backend: Backend, exc: RuntimeError) -> str | None:
     mine = _first_sentence(exc) if _REFUSAL.search(str(exc)) else None
     if mine is None:
         return None
-    try:
-        everyone = backend.all_gather_object(mine)
+    try:  # the largest "not refused" over ranks: 0 when every rank refused
+        accepted = backend.reduce_floats([0.0], "max")[0]
     except RuntimeError:  # a peer failed otherwise and left: the original failure is the diagnosis
         return None
-    return f"the transport refused it: {mine}" if all(everyone) else None
+    return f"the transport refused it: {mine}" if accepted == 0.0 else None
 
 
 def _first_sentence(exc: BaseException) -> str:

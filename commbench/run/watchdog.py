@@ -30,6 +30,9 @@ class Watchdog:
         self.label = ""
         self.deadline = math.inf
         self.poll_s = min(1.0, max(0.05, timeout_s / 10))
+        # How long the diagnosis may take before the exit goes ahead without it (the progress board
+        # sets its own, which grows with the world size: docs/scale.md).
+        self.diagnosis_s = 4 * self.poll_s + 5
         self._thread = threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True)
         self._thread.start()
 
@@ -47,7 +50,7 @@ class Watchdog:
                 self._fire()
 
     def _fire(self) -> None:
-        detail = bounded(self.diagnose, 4 * self.poll_s + 5) if self.diagnose is not None else ""
+        detail = bounded(self.diagnose, self.diagnosis_s) if self.diagnose is not None else ""
         sys.stderr.write(
             f"commbench: rank {self.rank}: timed out after {self.timeout_s:g}s in {self.label}"
             f"{'; ' + detail if detail else ''}\n"
