@@ -31,6 +31,7 @@ COLUMNS = (
     *"algbw_gbps busbw_gbps wrong status note".split(),
     *"comm_us compute_us overlapped_us overlap compute_flops".split(),  # --overlap only
     *"hosts node_ranks torch_version backend_version commbench_version command".split(),
+    *"fingerprint env_file".split(),  # the run's fingerprint and its hosts' <stem>.env.json (docs/history.md)
 )
 KEY_COLUMNS = ("op", "variant", "phase", "dtype", "mode", "size_bytes")
 RAW_COLUMNS = ("run_id", *KEY_COLUMNS, "round", "iteration", "rank", "time_us")
@@ -133,6 +134,11 @@ class CsvAppender:
 
     def close(self) -> None:
         self._file.close()
+
+
+def cells(row: dict[str, Any], columns: Iterable[str] = COLUMNS) -> dict[str, Any]:
+    """A row as the CSV writes it: one cell per column, '' where empty, floats to 6 significant digits."""
+    return {c: _cell(row.get(c)) for c in columns}
 
 
 def _cell(value: Any) -> Any:

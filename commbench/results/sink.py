@@ -7,7 +7,7 @@ import datetime
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import commbench
 from commbench.results import table
@@ -16,6 +16,9 @@ from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAp
 from commbench.results.stats import Stats, bandwidth_gbps, noisy, percentile
 from commbench.run.overlap import overlap_fraction
 from commbench.run.timers import PERF_COUNTER
+
+if TYPE_CHECKING:
+    from commbench.history.recorder import RunRecorder
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,17 @@ class Measured:
 class Sink:
     """Writes rows as they complete; run facts (run id, hosts, versions) are the same on every row."""
 
-    def __init__(self, path: Path, base: dict[str, Any], overwrite: bool, raw: bool, display: Display) -> None:
+    def __init__(
+        self,
+        path: Path,
+        base: dict[str, Any],
+        overwrite: bool,
+        raw: bool,
+        display: Display,
+        history: RunRecorder | None = None,
+    ) -> None:
         self.path = path
+        self.history = history  # files each row in the history too (commbench/history/recorder.py)
         self.base = {"schema_version": SCHEMA_VERSION, "commbench_version": commbench.__version__, **base}
         self.display = display
         self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
@@ -66,11 +78,15 @@ class Sink:
         row = {**self.base, "timestamp": _now(), "op": op, "variant": variant, "dtype": dtype}
         row.update(status="unavailable", note=reason)
         self.writer.write(row)
+        if self.history is not None:
+            self.history.add(row)
         self.display.write(self.table.line(row))
 
     def measured(self, m: Measured) -> None:
         row = self.row(m)
         self.writer.write(row)
+        if self.history is not None:
+            self.history.add(row)
         if self.raw is not None:
             key = {k: row[k] for k in ("run_id", "op", "variant", "phase", "dtype", "mode", "size_bytes")}
             round_of = [r for r, block in enumerate(m.rounds_us) for _ in block]
@@ -115,8 +131,13 @@ class Sink:
         for f in (self.writer, self.raw):
             if f is not None:
                 f.close()
+        if self.history is not None:
+            self.history.end()  # incomplete until finish() says the run completed
 
     def finish(self, wrong_total: int) -> None:
+        if self.history is not None:
+            self.history.end(completed=True)
+            self.history.close()
         if wrong_total:
             self.display.write(
                 f"# FAILED: {wrong_total} wrong elements in total; see the 'wrong' column of {self.path}"

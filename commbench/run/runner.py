@@ -17,6 +17,7 @@ import commbench
 from commbench.backends import load_backend
 from commbench.backends.base import Backend
 from commbench.errors import ExitCode, UserError
+from commbench.history.store import History, open_run_history
 from commbench.launchers import Launch
 from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
@@ -29,7 +30,9 @@ from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters, unavailable
 from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, cpu_note, side_for, wall_seconds
+from commbench.provenance import layout
 from commbench.run.progress import ProgressBoard, connect_store
+from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_case, memory_error
 from commbench.run.watchdog import Watchdog, bounded
 
@@ -69,19 +72,26 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     watchdog.diagnose = lambda: _timed_out(board, watchdog)
     board.start()
     watchdog.arm("agreeing on the configuration across ranks")
-    path = None
-    # Every rank checks its own host or device; rank 0 alone owns the output file.
+    path = history = None
+    # Every rank checks its own host or device; rank 0 alone owns the output file and the history.
     error = memory_error(ops, cfg, backend, launch.local_world_size)
     if lead and error is None:
         try:
             path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
+            history = open_run_history(cfg.history, path)
         except UserError as exc:
             error = exc.format_message()
     facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
     watchdog.arm(f"creating the --group {cfg.group} process groups")
     grouping = form_groups(backend, cfg.group, facts.rank_hosts)
+    watchdog.arm("gathering every host's environment")
+    host_envs = gather_host_envs(backend, cfg.backend, facts.run_id, facts.rank_hosts, launch.master_addr, store)
     watchdog.disarm()
-    sink = _open_sink(cfg, backend, facts, path, launch, grouping) if lead and path is not None else None
+    sink = (
+        _open_sink(cfg, backend, facts, path, launch, grouping, host_envs or [], history)
+        if lead and path is not None
+        else None
+    )
     progress = SweepProgress(_case_count(cfg, grouping, ops), cfg.time_per_size if cfg.auto else None)
     try:
         wrong_total = 0
@@ -109,7 +119,20 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, path)
 
 
-def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch: Launch, grouping: Grouping) -> Sink:
+def _open_sink(
+    cfg: SweepConfig,
+    backend: Backend,
+    facts: RunFacts,
+    path,
+    launch: Launch,
+    grouping: Grouping,
+    host_envs: list[dict],
+    history: History | None,
+) -> Sink:
+    run_layout = layout(
+        cfg.backend, backend.world_size, facts.rank_hosts, grouping.kind, cfg.mode, cfg.window, backend.device.type
+    )
+    record_columns, recorder = begin_record(path, facts.run_id, run_layout, host_envs, cfg.command, history)
     base = {
         "run_id": facts.run_id,
         "mode": cfg.mode,
@@ -123,6 +146,7 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch
         "torch_version": torch.__version__,
         "backend_version": backend.version(),
         "command": cfg.command,
+        **record_columns,
     }
     # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
     display = Display(choose_mode(sys.stdout, relay=launch.spawned))
@@ -131,7 +155,7 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch
         f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, "
         f"{cfg.iterations_text}, {cfg.warmup} warm-up{_alone(backend.world_size)}; results -> {path}"
     )
-    return Sink(path, base, cfg.overwrite, cfg.raw, display)
+    return Sink(path, base, cfg.overwrite, cfg.raw, display, history=recorder)
 
 
 @dataclass
