@@ -155,7 +155,9 @@ def backend_interface(
     NCCL_SOCKET_IFNAME for nccl, HOROVOD_GLOO_IFACE for horovod); else the route to the master;
     else, as Gloo itself decides, the interface holding this host name's address.
     """
-    variable = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME", "horovod": "HOROVOD_GLOO_IFACE"}.get(backend)
+    variable = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME", "horovod": "HOROVOD_GLOO_IFACE"}.get(
+        backend
+    )
     names = set(interface_addresses())
     if variable and (value := environ.get(variable, "").strip()):
         first = value.split(",")[0]

@@ -38,7 +38,9 @@ def one_series(frame: pd.DataFrame, wanted: str) -> pd.DataFrame:
     keys = rows[list(SERIES)].drop_duplicates()
     if len(keys) > 1:
         differ = [f"{c} {', '.join(sorted(map(str, keys[c].unique())))}" for c in SERIES if keys[c].nunique() > 1]
-        raise UserError(f"{wanted} matches {len(keys)} series ({'; '.join(differ)}): narrow it with the options for them")
+        raise UserError(
+            f"{wanted} matches {len(keys)} series ({'; '.join(differ)}): narrow it with the options for them"
+        )
     return rows
 
 
@@ -50,7 +52,9 @@ def points(rows: pd.DataFrame, size: int | None) -> tuple[list[Point], str]:
         if rows.empty:
             raise UserError(f"no run measured size {size} B of this series; `commbench history show RUN` lists sizes")
         found = [
-            Point(r.run_id, r.history_started_at, r.history_fingerprint, r.time_us_p50, r.time_us_p50_lo, r.time_us_p50_hi)
+            Point(
+                r.run_id, r.history_started_at, r.history_fingerprint, r.time_us_p50, r.time_us_p50_lo, r.time_us_p50_hi
+            )
             for r in rows.itertuples()
         ]
         return found, "p50 (us), with its 95% interval"
@@ -95,7 +99,9 @@ def trend_chart(rows: pd.DataFrame, size: int | None, name: str = "trend") -> Ch
         xs = [i for i, _ in mine]
         ys = [p.value for _, p in mine]
         err = [[p.value - p.low for _, p in mine], [p.high - p.value for _, p in mine]]
-        ax.errorbar(xs, ys, yerr=err, fmt="o", color=colours[fp], capsize=3, label=f"fingerprint {fp or '?'} ({len(mine)} runs)")
+        ax.errorbar(
+            xs, ys, yerr=err, fmt="o", color=colours[fp], capsize=3, label=f"fingerprint {fp or '?'} ({len(mine)} runs)"
+        )
     changes = [i for i in range(1, len(found)) if found[i].fingerprint != found[i - 1].fingerprint]
     for i in changes:
         ax.axvline(i - 0.5, color="0.35", linestyle="--", linewidth=1)
@@ -110,7 +116,9 @@ def trend_chart(rows: pd.DataFrame, size: int | None, name: str = "trend") -> Ch
             color="0.3",
         )
     ax.set_xticks(range(len(found)))
-    ax.set_xticklabels([f"{p.started_at[5:16].replace('T', ' ')}\n{p.run_id[:6]}" for p in found], rotation=60, fontsize=7)
+    ax.set_xticklabels(
+        [f"{p.started_at[5:16].replace('T', ' ')}\n{p.run_id[:6]}" for p in found], rotation=60, fontsize=7
+    )
     ax.set_xlim(-0.6, len(found) - 0.4)
     ax.set_ylabel(ylabel)
     ax.set_xlabel("run (start time UTC, run id), oldest first")

@@ -50,7 +50,8 @@ def history() -> None:
 @last_option
 def list_runs(location: str, op, fingerprint, host, since, until, last) -> None:
     """List the runs, oldest first: id, start, duration, status, fingerprint, hosts, rows, command."""
-    from commbench.history.query import list_runs as query, parse_when
+    from commbench.history.query import list_runs as query
+    from commbench.history.query import parse_when
     from commbench.history.store import open_history
 
     since = parse_when(since, "--since") if since else None
@@ -121,7 +122,9 @@ def show(run: str, location: str) -> None:
         size = "" if r.size_bytes != r.size_bytes else format_size(int(r.size_bytes))
         p50 = "" if r.time_us_p50 != r.time_us_p50 else f"{r.time_us_p50:.4g}"
         interval = "" if r.time_us_p50_lo != r.time_us_p50_lo else f"[{r.time_us_p50_lo:.4g}, {r.time_us_p50_hi:.4g}]"
-        click.echo(f"  {f'{r.op}/{r.variant}/{r.phase}':<40} {r.dtype:<8} {size:>7} {p50:>10} {interval:>21}  {r.status}")
+        click.echo(
+            f"  {f'{r.op}/{r.variant}/{r.phase}':<40} {r.dtype:<8} {size:>7} {p50:>10} {interval:>21}  {r.status}"
+        )
 
 
 @history.command("trend")
@@ -142,7 +145,8 @@ def trend(op, variant, phase, dtype, mode, world_size, size, fingerprint, last, 
     coloured by fingerprint, with each fingerprint change marked."""
     from commbench.analysis.plotting import write_charts
     from commbench.analysis.trend import one_series, trend_chart
-    from commbench.history.query import list_runs as query, run_rows
+    from commbench.history.query import list_runs as query
+    from commbench.history.query import run_rows
     from commbench.history.store import is_url, open_history
     from commbench.results.schema import output_path
     from commbench.units import parse_size

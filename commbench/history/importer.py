@@ -11,7 +11,6 @@ from typing import Any
 
 import pandas as pd
 
-from commbench.errors import UserError
 from commbench.history.recorder import COMPLETE, INCOMPLETE, RunInfo, insert_rows, insert_run
 from commbench.history.store import History
 from commbench.provenance import env_path, fingerprint, read_env
@@ -61,7 +60,7 @@ def _import_run(history: History, path: Path, rows: pd.DataFrame) -> bool:
 def _run_info(path: Path, rows: pd.DataFrame) -> RunInfo:
     first = rows.iloc[0]
     column = lambda name: str(first[name]) if name in rows.columns else ""  # noqa: E731
-    document = _environment(path, rows)
+    document = environment(path, rows)
     stamps = sorted(t for t in rows.get("timestamp", pd.Series(dtype=str)) if t)
     command = column("command")
     words = command.split()
@@ -83,7 +82,7 @@ def _run_info(path: Path, rows: pd.DataFrame) -> RunInfo:
     )
 
 
-def _environment(path: Path, rows: pd.DataFrame) -> dict[str, Any]:
+def environment(path: Path, rows: pd.DataFrame) -> dict[str, Any]:
     """The run's <stem>.env.json where it lies beside the CSV; else what the CSV itself says (its
     versions and layout, no host details), with a fingerprint of that, marked `from_csv`."""
     named = str(rows["env_file"].iloc[0]) if "env_file" in rows.columns else ""
@@ -134,4 +133,3 @@ def summary(done: list[Imported], label: str) -> str:
     if kept:
         text += f"; {len(kept)} run{'s were' if len(kept) != 1 else ' was'} there already ({', '.join(d.run_id for d in kept[:4])}{' ...' if len(kept) > 4 else ''})"
     return text
-

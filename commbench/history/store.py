@@ -220,7 +220,12 @@ def _backfill_v2(conn: Any) -> None:
         cells = json.loads(data)
         conn.execute(
             text(f"UPDATE {ROWS} SET time_us_p50_lo = :lo, time_us_p50_hi = :hi WHERE run_id = :r AND seq = :s"),
-            {"lo": number(cells.get("time_us_p50_lo")), "hi": number(cells.get("time_us_p50_hi")), "r": run_id, "s": seq},
+            {
+                "lo": number(cells.get("time_us_p50_lo")),
+                "hi": number(cells.get("time_us_p50_hi")),
+                "r": run_id,
+                "s": seq,
+            },
         )
     for run_id, hosts in conn.execute(text(f"SELECT run_id, hosts FROM {RUNS}")).all():
         for host in sorted({h for h in (hosts or "").split(";") if h}):

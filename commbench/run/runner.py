@@ -21,6 +21,7 @@ from commbench.history.store import History, open_run_history
 from commbench.launchers import Launch
 from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
+from commbench.provenance import layout
 from commbench.results.display import Display, choose_mode
 from commbench.results.schema import resolve_output
 from commbench.results.sink import Measured, Sink
@@ -30,7 +31,6 @@ from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters, unavailable
 from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, cpu_note, side_for, wall_seconds
-from commbench.provenance import layout
 from commbench.run.progress import ProgressBoard, connect_store
 from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_case, memory_error
