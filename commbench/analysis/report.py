@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 import commbench
+from commbench.analysis.hosts_report import host_sections
 from commbench.analysis.plotting import FORMATS, Chart, build_charts, ensure_folder, render
 from commbench.errors import UserError
 from commbench.results.reader import read_results
@@ -42,6 +43,7 @@ PROVENANCE_COLUMNS = (
     "backend_version",
     "commbench_version",
     "command",
+    "fingerprint",
 )
 # The per-(op, phase) result tables.
 # Shown where a run measured them (--overlap).
@@ -82,6 +84,7 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
         "latency bands span min..p95 of the iterations.</p>",
         "<h2>Provenance</h2>",
         _table(_provenance(frame)),
+        *host_sections(frame),
         "<h2>Charts</h2>",
     ]
     parts.extend(_figure(chart, fmt) for chart in build_charts(frame))
