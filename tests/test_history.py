@@ -341,3 +341,39 @@ def test_compare_against_history_catches_a_planted_slowdown_and_falls_back_when_
     planted = compare_history(slow, history, last=5)
     assert planted.failed and [s.verdict for s in planted.shifts] == ["regression"]
     history.close()
+
+
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("# starting")]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_a_sweep_files_itself_beside_its_csv_and_bad_histories_are_one_line(tmp_path):
+    from tests.distributed import commbench
+
+    sweep = ["sweep", "--op", "all_gather", "--variant", "flat", "--sizes", "8,1K", "-n", "3", "--no-plot"]
+    done = commbench(*sweep, "-o", str(tmp_path / "a.csv"))
+    assert done.returncode == 0, done.stderr
+    history = open_history(str(tmp_path / "history.sqlite"), create=False)
+    (run,) = list_runs(history)
+    csv = pd.read_csv(tmp_path / "a.csv")
+    assert (run["run_id"], run["status"], run["rows"], run["fingerprint"]) == (
+        csv.run_id[0],
+        "complete",
+        len(csv),
+        csv.fingerprint[0],
+    )
+    assert find_run(history, run["run_id"])["provenance"]["hosts"][0]["variables"]["GLOO_SOCKET_IFNAME"] == "lo"
+    history.close()
+    off = commbench(*sweep, "-o", str(tmp_path / "off" / "b.csv"), "--no-history")
+    assert off.returncode == 0 and not (tmp_path / "off" / "history.sqlite").exists()
+    missing = _one_line(
+        commbench(*sweep, "-o", str(tmp_path / "c.csv"), "--history", str(tmp_path / "no" / "h.sqlite"))
+    )
+    assert "folder" in missing and "does not exist" in missing
+    down = _one_line(
+        commbench(*sweep, "-o", str(tmp_path / "d.csv"), "--history", "postgresql://bob:pw1234@127.0.0.1:9/h")
+    )
+    assert "127.0.0.1:9" in down and "pw1234" not in down

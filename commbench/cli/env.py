@@ -53,7 +53,9 @@ def _show_run(csv: Path) -> None:
 
         raise UserError(f"{csv} has no environment file ({path.name}): it was written before commbench recorded hosts")
     document = read_env(path)
-    click.echo(f"run {document.get('run_id')}, fingerprint {document.get('fingerprint')}, {len(document['hosts'])} host(s) ({path})")
+    click.echo(
+        f"run {document.get('run_id')}, fingerprint {document.get('fingerprint')}, {len(document['hosts'])} host(s) ({path})"
+    )
     for record in document["hosts"]:
         click.echo(f"# host {record.get('host')}")
         for line in format_record(record):
