@@ -261,7 +261,7 @@ def test_a_history_from_a_newer_commbench_is_refused(target):
 
 
 def test_a_history_in_a_missing_folder_or_not_a_history_is_refused(tmp_path):
-    with pytest.raises(UserError, match="folder .* does not exist"):
+    with pytest.raises(UserError, match=r"folder .* does not exist"):
         open_history(str(tmp_path / "nowhere" / "h.sqlite"))
     junk = tmp_path / "junk.sqlite"
     junk.write_text("col\n1\n" * 100)
