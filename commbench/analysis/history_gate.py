@@ -11,14 +11,17 @@ the history shows for it:
   slowdown slows every round, the fastest included. On runs measured here the fastest round moved
   about half as much between runs as the pooled p50 did.
 - a row: the candidate's log fastest round against the history's, as a t prediction interval
-  (mean and standard deviation of the N values, sqrt(1 + 1/N) for the new run), p Holm-adjusted
-  over the rows;
+  around their median, p Holm-adjusted over the rows. The spread is robust (1.4826 x the median
+  absolute deviation: one disturbed run in the history must not hide a change), floored by the
+  robust spread pooled over the rows of the series (five values can come out tiny by chance, and
+  then the pooled degrees of freedom apply), and widened by the candidate's own round spread (a
+  row whose rounds disagree was disturbed while it ran). As in the pairwise test, a row must also
+  stand out of its series' changes across sizes;
 - a series (4 or more sizes): the mean over its sizes of each run's log deviation from the
-  history's per-size median, the candidate's against the history runs', the same way, Holm over
-  the series;
-- N values estimate a spread poorly; five can come out tiny by chance. Each row's (series') spread
-  is therefore floored by the pooled spread of the rows (series) around it, with its degrees of
-  freedom.
+  history's per-size median, the candidate's against the history runs', the same way (the floor
+  pooled over the series), Holm over the series;
+- the fastest rounds must have moved the way the metric did: a p50 that rose while the fastest
+  round fell is no evidence of a slowdown.
 
 With fewer than MIN_HISTORY_RUNS earlier runs of the fingerprint the comparison says so and falls
 back to the pairwise test against the latest of them.
@@ -34,6 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from commbench.analysis.compare import (
+    METRICS,
     SERIES_MIN_SIZES,
     Comparison,
     Delta,
@@ -172,9 +176,12 @@ def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids
     for members in by_series.values():
         floor = _pooled([logs[id(r)] for r in members])
         for r in members:
-            p = _prediction_p(math.log(fastest_round(r.candidate)), logs[id(r)], floor)
+            value = math.log(fastest_round(r.candidate))
+            p = _prediction_p(value, logs[id(r)], floor, _round_spread(r.candidate))
             baseline = statistics.median(float(h[result.metric]) for h in r.history)
             delta = Delta(r.key, baseline, float(r.candidate[result.metric]), p, "history", "unchanged")
+            if not _same_way(result.metric, delta.baseline, delta.candidate, value - statistics.median(logs[id(r)])):
+                delta.p_value = 1.0  # the rounds moved the other way: no evidence for the change the metric shows
             tested.append((delta, r))
     # As in the pairwise test, a row must also stand out of its series' changes across sizes in this run.
     scatter: dict[tuple, list[tuple[Delta, float]]] = {}
@@ -214,7 +221,14 @@ def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_i
         stats[key] = (candidate, history, math.exp(statistics.fmean(metric_logs)), len(complete))
     floor = _pooled([h for _, h, _, _ in stats.values()])
     shifts = [
-        Shift(key, sizes, ratio, _prediction_p(value, history, floor))
+        Shift(
+            key,
+            sizes,
+            ratio,
+            _prediction_p(value, history, floor)
+            if _same_way(result.metric, 1.0, ratio, value - statistics.median(history))
+            else 1.0,
+        )
         for key, (value, history, ratio, sizes) in sorted(stats.items())
     ]
     for shift, adjusted in zip(shifts, holm([s.p_value for s in shifts])):
@@ -223,23 +237,46 @@ def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_i
     return shifts
 
 
+def _robust_sd(values: list[float]) -> float:
+    """1.4826 x the median absolute deviation: a standard deviation that one disturbed run cannot inflate."""
+    centre = statistics.median(values)
+    return 1.4826 * statistics.median(abs(x - centre) for x in values)
+
+
 def _pooled(groups: list[list[float]]) -> tuple[float, int]:
-    """The pooled standard deviation of several groups around their own means, and its degrees of freedom."""
-    squares = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups if len(g) > 1)
+    """The robust spread of several groups pooled (1.4826 x the median absolute deviation of every
+    value from its group's median), and its degrees of freedom."""
+    deviations = [abs(x - statistics.median(g)) for g in groups if len(g) > 1 for x in g]
     df = sum(len(g) - 1 for g in groups if len(g) > 1)
-    return (math.sqrt(squares / df) if df else 0.0), df
+    return (1.4826 * statistics.median(deviations) if deviations else 0.0), df
 
 
-def _prediction_p(value: float, history: list[float], floor: tuple[float, int]) -> float:
+def _prediction_p(value: float, history: list[float], floor: tuple[float, int], own: float = 0.0) -> float:
     """Two-sided p that `value` is one more draw of what gave `history`: a t prediction interval,
-    the history's standard deviation floored by the pooled one (with that one's degrees of freedom)."""
+    the history's standard deviation floored by the pooled one (with that one's degrees of freedom),
+    widened by the candidate's own spread `own` (a row whose rounds disagree was disturbed)."""
     from scipy.stats import t
 
     n = len(history)
-    sd, df = statistics.stdev(history), n - 1
+    sd, df = _robust_sd(history), n - 1
     if floor[0] > sd:
         sd, df = floor
-    diff = value - statistics.fmean(history)
-    if sd == 0:
+    diff = value - statistics.median(history)
+    scale = math.sqrt(sd**2 * (1 + 1 / n) + own**2)
+    if scale == 0:
         return 0.0 if diff else 1.0
-    return float(2 * t.sf(abs(diff) / (sd * math.sqrt(1 + 1 / n)), df))
+    return float(2 * t.sf(abs(diff) / scale, df))
+
+
+def _round_spread(row: pd.Series) -> float:
+    """The standard deviation of a row's log per-round p50s (0 with fewer than two rounds)."""
+    cell = row["time_us_p50_rounds"]
+    rounds = [math.log(float(x)) for x in str(cell).split(";") if x] if isinstance(cell, str) and cell else []
+    return statistics.stdev(rounds) if len(rounds) > 1 else 0.0
+
+
+def _same_way(metric: str, baseline: float, candidate: float, time_change: float) -> bool:
+    """True when the fastest rounds moved (time_change, in log time) the way the metric did: slower
+    time where the metric got worse, faster where it got better."""
+    worse = (candidate > baseline) != METRICS[metric]
+    return (time_change > 0) == worse
