@@ -11,7 +11,9 @@ from commbench.errors import ExitCode
 
 
 @click.command()
-@click.argument("csvs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument(
+    "csvs", nargs=-1, required=True, metavar="[BASELINE.csv] CANDIDATE.csv", type=click.Path(path_type=Path)
+)
 @click.option(
     "--threshold",
     default="5%",
