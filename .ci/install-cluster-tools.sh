@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the launcher tests run for real, when missing: Open MPI's mpirun (openmpi-bin),
-# SLURM's daemons and clients (slurm-wlm) and MUNGE (munge), plus iproute2 and util-linux for the
-# two-host test (ip netns, tc, unshare). Debian/Ubuntu, as root (or through sudo).
+# SLURM's daemons and clients (slurm-wlm) and MUNGE (munge), iproute2 and util-linux for the
+# two-host test (ip netns, tc, unshare), and PostgreSQL's server (postgresql: initdb and pg_ctl, under
+# /usr/lib/postgresql/<version>/bin) for the history tests' throwaway server. Debian/Ubuntu, as root (or through sudo).
 # The packages' own services are not started: tests/slurm_cluster.py runs private daemons.
 set -euo pipefail
 
@@ -15,8 +16,12 @@ for tool in "${!wanted[@]}"; do
     missing+=("${wanted[$tool]}")
   fi
 done
+# initdb is rarely on PATH: Debian keeps it beside the server's version.
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  missing+=(postgresql)
+fi
 if [ "${#missing[@]}" -eq 0 ]; then
-  say "mpirun, slurmctld, slurmd, srun, munged, ip, tc and unshare are all installed; nothing to do"
+  say "mpirun, slurmctld, slurmd, srun, munged, ip, tc, unshare and initdb are all installed; nothing to do"
   exit 0
 fi
 packages=($(printf '%s\n' "${missing[@]}" | sort -u))
@@ -31,7 +36,7 @@ command -v apt-get >/dev/null || { say "no apt-get here: install ${packages[*]} 
 say "installing ${packages[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -q
-# policy-rc.d 101: the packages' post-install scripts must not start system munged/slurmd services.
+# policy-rc.d 101: the packages' post-install scripts must not start system munged/slurmd/postgresql services.
 policy=/usr/sbin/policy-rc.d
 created_policy=0
 if [ ! -e "$policy" ]; then

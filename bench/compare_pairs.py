@@ -26,7 +26,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from commbench.analysis.compare import compare_runs  # noqa: E402
+from commbench.analysis.compare import Comparison, compare_runs  # noqa: E402
 from commbench.results.schema import raw_path  # noqa: E402
 
 SWEEP = ["--op", "all_gather", "-b", "8", "-e", "1M", "-f", "4", "--raw", "--backend", "gloo", "--nproc", "2"]
@@ -53,19 +53,24 @@ def slowed(path: Path, out: Path, factor: float) -> Path:
         for cell in frame["time_us_p50_rounds"]
     ]
     frame.to_csv(out, index=False)
-    raw = pd.read_csv(raw_path(path))
-    raw["time_us"] = raw["time_us"] * factor
-    raw.to_csv(raw_path(out), index=False)
+    if raw_path(path).exists():
+        raw = pd.read_csv(raw_path(path))
+        raw["time_us"] = raw["time_us"] * factor
+        raw.to_csv(raw_path(out), index=False)
     return out
 
 
 def verdicts(baseline: Path, candidate: Path) -> dict[str, int | float | bool]:
-    result = compare_runs(baseline, candidate)
+    return tally(compare_runs(baseline, candidate))
+
+
+def tally(result: Comparison) -> dict[str, int | float | bool]:
+    """How many rows got each verdict, the largest row change, the series verdicts and whether compare failed."""
     counts: dict[str, int | float | bool] = {}
     for delta in result.deltas:
         counts[delta.verdict] = counts.get(delta.verdict, 0) + 1
     counts["rows"] = len(result.deltas)
-    counts["max change %"] = round(max(abs(d.change) for d in result.deltas) * 100, 1)
+    counts["max change %"] = round(max(abs(d.change) for d in result.deltas if d.change == d.change) * 100, 1)
     counts["series"] = len(result.shifts)
     for verdict in ("regression", "improvement"):
         counts[f"series {verdict}"] = result.shift_count(verdict)

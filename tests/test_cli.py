@@ -74,7 +74,8 @@ def test_help_and_list_do_not_import_torch():
         "import sys; from click.testing import CliRunner; from commbench.cli import main; "
         "r = CliRunner().invoke(main, ['list']); assert r.exit_code == 0, r.output; "
         "CliRunner().invoke(main, ['--help']); CliRunner().invoke(main, ['sweep', '--help']); "
-        "assert 'torch' not in sys.modules, 'torch imported'; print(r.output)"
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "assert 'sqlalchemy' not in sys.modules, 'sqlalchemy imported'; print(r.output)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -49,6 +49,8 @@ TESTS = {
     "U": "Mann-Whitney U on per-iteration samples (both runs kept --raw; one round each)",
     "interval": "each run's p50 95% interval (one round and no raw samples: sweep with --rounds 3 or more)",
     "spread": "the runs' own spread (p50 and std over iters; schema version 1 files)",
+    "history": "the candidate's fastest round against the spread of the history runs' fastest rounds (a t "
+    "prediction interval on logs, the spread floored by the pooled spread of the run's series)",
 }
 
 
@@ -135,6 +137,8 @@ class Comparison:
     only_baseline: list[tuple] = field(default_factory=list)
     only_candidate: list[tuple] = field(default_factory=list)
     not_compared: list[str] = field(default_factory=list)  # unavailable, or without the metric, with the reason
+    notes: list[str] = field(default_factory=list)  # how the candidate was judged, where that is not pairwise
+    series_rule: str = "a t-test on the per-size log ratios gives"  # what a series' change must pass
 
     def count(self, verdict: str) -> int:
         return sum(1 for d in self.deltas if d.verdict == verdict)
@@ -153,7 +157,7 @@ class Comparison:
         return sorted({d.method for d in self.deltas if d.method})
 
 
-def _keyed(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+def _keyed(frame: pd.DataFrame, path: Path | str) -> pd.DataFrame:
     """Measured rows indexed by the match key; a key seen twice means the file holds two runs."""
     measured = frame[frame["status"] != "unavailable"].copy()
     measured["size_bytes"] = measured["size_bytes"].astype("int64")
@@ -179,7 +183,9 @@ def describe(key: tuple) -> str:
     )
 
 
-def _nothing_in_common(base: pd.DataFrame, cand: pd.DataFrame, baseline: Path, candidate: Path) -> UserError:
+def _nothing_in_common(
+    base: pd.DataFrame, cand: pd.DataFrame, baseline: Path | str, candidate: Path | str
+) -> UserError:
     """Say which key columns keep the runs apart, so the user sees what to align."""
     apart = []
     for column in MATCH_COLUMNS:
@@ -202,24 +208,57 @@ def compare_runs(
     series_threshold: Threshold | None = None,
 ) -> Comparison:
     """Match the two runs' rows and classify every change; rows in one run only are kept in lists."""
+    checked_options(metric, alpha, threshold, series_threshold)  # before any file is read
+    frames = (read_one(baseline), read_one(candidate))
+    samples = (read_samples(baseline, frames[0]), read_samples(candidate, frames[1]))
+    return compare_frames(
+        *frames,
+        str(baseline),
+        str(candidate),
+        samples,
+        metric,
+        threshold,
+        alpha,
+        series_threshold,
+    )
+
+
+def checked_options(
+    metric: str, alpha: float, threshold: Threshold | None, series_threshold: Threshold | None
+) -> tuple[Threshold, Threshold]:
+    """The thresholds with their defaults; an unknown metric, an alpha outside (0, 1) or an absolute
+    series threshold refused in one line."""
     if metric not in METRICS:
         raise UserError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
     if not 0 < alpha < 1:
         raise UserError(f"--alpha must lie between 0 and 1 (got {alpha:g})")
-    threshold = threshold or Threshold(0.05, True)
     series_threshold = series_threshold or DEFAULT_SERIES_THRESHOLD
     if not series_threshold.relative:
         raise UserError(f"--series-threshold takes a percentage such as 20% (got {series_threshold})")
-    frames = {p: read_one(p) for p in (baseline, candidate)}
-    base, cand = _keyed(frames[baseline], baseline), _keyed(frames[candidate], candidate)
+    return threshold or Threshold(0.05, True), series_threshold
+
+
+def compare_frames(
+    base_frame: pd.DataFrame,
+    cand_frame: pd.DataFrame,
+    baseline: str,
+    candidate: str,
+    samples: tuple = (None, None),
+    metric: str = "time_us_p50",
+    threshold: Threshold | None = None,
+    alpha: float = 0.05,
+    series_threshold: Threshold | None = None,
+) -> Comparison:
+    """compare_runs on two runs already read (a baseline from the history has no file)."""
+    threshold, series_threshold = checked_options(metric, alpha, threshold, series_threshold)
+    base, cand = _keyed(base_frame, baseline), _keyed(cand_frame, candidate)
     common = base.index.intersection(cand.index)
     if common.empty:
         raise _nothing_in_common(base, cand, baseline, candidate)
-    samples = (read_samples(baseline, frames[baseline]), read_samples(candidate, frames[candidate]))
-    result = Comparison(metric, threshold, alpha, str(baseline), str(candidate), series_threshold)
+    result = Comparison(metric, threshold, alpha, baseline, candidate, series_threshold)
     result.only_baseline = sorted(base.index.difference(cand.index))
     result.only_candidate = sorted(cand.index.difference(base.index))
-    result.not_compared = _unavailable(frames[baseline], frames[candidate])
+    result.not_compared = _unavailable(base_frame, cand_frame)
     for key in sorted(common):
         b, c = base.loc[key], cand.loc[key]
         if math.isnan(float(b[metric])) and math.isnan(float(c[metric])):
@@ -350,6 +389,7 @@ def format_comparison(result: Comparison) -> str:
         f"# a row changes only when |change| > {result.threshold} and the noise test gives p < {result.alpha:g} "
         f"(p adjusted by Holm's method over the {tested} rows tested)",
         *(f"# noise test {m}: {TESTS[m]}" for m in result.methods),
+        *(f"# {note}" for note in result.notes),
         f"# {'op/variant/phase dtype mode size n':<58} {'baseline':>10} {'candidate':>10} {'change':>8} "
         f"{'p':>7} {'test':>6}  verdict",
     ]
@@ -362,7 +402,7 @@ def format_comparison(result: Comparison) -> str:
     if result.shifts:
         lines.append(
             f"# series as a whole (geometric mean over its sizes; counts when |change| > {result.series_threshold} "
-            f"and a t-test on the per-size log ratios gives p < {result.alpha:g}, Holm over the "
+            f"and {result.series_rule} p < {result.alpha:g}, Holm over the "
             f"{len(result.shifts)} series):"
         )
         lines.extend(

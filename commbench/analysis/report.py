@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 import commbench
+from commbench.analysis.hosts_report import host_sections
 from commbench.analysis.plotting import FORMATS, Chart, build_charts, ensure_folder, render
 from commbench.errors import UserError
 from commbench.results.noise import NOISY, Budget, summarise_noise
@@ -54,6 +55,7 @@ PROVENANCE_COLUMNS = (
     "backend_version",
     "commbench_version",
     "command",
+    "fingerprint",
 )
 # The per-(op, phase) result tables.
 # Shown where a run measured them (--overlap).
@@ -92,6 +94,7 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
         *_summary(frame, charts),
         toc.heading(2, "Provenance"),
         _table(_provenance(frame)),
+        *host_sections(frame),
         toc.heading(2, "Charts"),
     ]
     for chart in charts:

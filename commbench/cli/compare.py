@@ -11,8 +11,9 @@ from commbench.errors import ExitCode
 
 
 @click.command()
-@click.argument("baseline", type=click.Path(path_type=Path))
-@click.argument("candidate", type=click.Path(path_type=Path))
+@click.argument(
+    "csvs", nargs=-1, required=True, metavar="[BASELINE.csv] CANDIDATE.csv", type=click.Path(path_type=Path)
+)
 @click.option(
     "--threshold",
     default="5%",
@@ -34,12 +35,41 @@ from commbench.errors import ExitCode
 )
 @click.option(
     "--series-threshold",
-    default="20%",
-    show_default=True,
-    help="Smallest change of a series as a whole (the geometric mean over its sizes) that counts.",
+    default=None,
+    help="Smallest change of a series as a whole (the geometric mean over its sizes) that counts "
+    "[default: 20%, with --history the --threshold].",
 )
-def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha: float, series_threshold: str) -> None:
+@click.option(
+    "--history",
+    "against_history",
+    is_flag=True,
+    help="Judge the one CSV given against the spread of the last --last runs of its fingerprint in the history.",
+)
+@click.option(
+    "--last", type=int, default=5, show_default=True, help="With --history: how many earlier runs to judge against."
+)
+@click.option(
+    "--history-db",
+    default=None,
+    envvar="COMMBENCH_HISTORY",
+    help="With --history: the history, a SQLite file or a postgresql:// URL "
+    "(default: $COMMBENCH_HISTORY, else history.sqlite beside the CSV).",
+)
+def compare(
+    csvs: tuple[Path, ...],
+    threshold: str,
+    metric: str,
+    alpha: float,
+    series_threshold: str | None,
+    against_history: bool,
+    last: int,
+    history_db: str | None,
+) -> None:
     """Compare CANDIDATE.csv against BASELINE.csv row by row; exit 1 when anything regressed.
+
+    \b
+      commbench compare BASELINE.csv CANDIDATE.csv
+      commbench compare --history [--last 5] CANDIDATE.csv
 
     Rows match on (op, variant, phase, dtype, mode, size_bytes, world_size). A row is a regression or
     an improvement only when its change exceeds --threshold AND the noise test finds the runs differ
@@ -54,12 +84,44 @@ def compare(baseline: Path, candidate: Path, threshold: str, metric: str, alpha:
     log ratios gives p < alpha (Holm over the series). A series regression fails the comparison too.
 
     \b
+    With --history, the one CSV is judged against the last --last complete runs of its fingerprint
+    (docs/history.md): a row or a series changes only when its change exceeds the threshold and the
+    candidate's fastest round lies outside the spread of the history's; with fewer than 3 such runs
+    it says so and compares pairwise against the latest.
+
+    \b
     Exit codes: 0 no regression, 1 regression or wrong results, 2 unusable input.
     """
     from commbench.analysis.compare import Threshold, compare_runs, format_comparison
+    from commbench.errors import UserError
 
-    result = compare_runs(
-        baseline, candidate, metric, Threshold.parse(threshold), alpha, Threshold.parse(series_threshold)
-    )
+    rows_threshold = Threshold.parse(threshold)
+    series = Threshold.parse(series_threshold) if series_threshold is not None else None
+    if against_history:
+        if len(csvs) != 1:
+            raise UserError(f"compare --history takes one CSV, the candidate (got {len(csvs)})")
+        result = _against_history(csvs[0], history_db, last, metric, rows_threshold, alpha, series)
+    else:
+        if len(csvs) != 2:
+            raise UserError(
+                f"compare takes BASELINE.csv CANDIDATE.csv (got {len(csvs)} file{'s' if len(csvs) != 1 else ''}), "
+                "or --history CANDIDATE.csv"
+            )
+        result = compare_runs(csvs[0], csvs[1], metric, rows_threshold, alpha, series)
     click.echo(format_comparison(result))
     sys.exit(ExitCode.FAILED if result.failed else ExitCode.OK)
+
+
+def _against_history(candidate: Path, location: str | None, last: int, metric, threshold, alpha, series):
+    from commbench.analysis.history_gate import compare_history
+    from commbench.history.store import DEFAULT_NAME, open_history
+
+    if not candidate.is_file():
+        from commbench.errors import UserError
+
+        raise UserError(f"results file {candidate} does not exist")
+    history = open_history(location or str(candidate.parent / DEFAULT_NAME), create=False)
+    try:
+        return compare_history(candidate, history, last, metric, threshold, alpha, series)
+    finally:
+        history.close()

@@ -211,6 +211,18 @@ measure_options = _compose(
     ),
 )
 
+# Where a run files itself (sweep, syncbn); docs/history.md.
+history_options = _compose(
+    click.option(
+        "--history",
+        default=None,
+        envvar="COMMBENCH_HISTORY",
+        help="History to file the run in: a SQLite file, or a postgresql:// URL a team shares "
+        "(default: $COMMBENCH_HISTORY, else history.sqlite beside the CSV).",
+    ),
+    click.option("--no-history", is_flag=True, help="Do not file this run in a history."),
+)
+
 # Reading results back (plot, report) and charting after a run (sweep, syncbn).
 results_arguments = click.argument("csvs", nargs=-1, required=True, type=click.Path(path_type=Path))
 chart_format_option = click.option(
@@ -237,6 +249,10 @@ def build_config(
         raise UserError(f"--device cuda needs a usable GPU: {reason}; use --device cpu")
     ops = ops or tuple(registry())
     build_ops(ops, kwargs.get("op_options", {}), kwargs.get("variants", ()))  # bad op options fail here
+    if kwargs.pop("no_history", False):
+        from commbench.history.store import NO_HISTORY
+
+        kwargs["history"] = NO_HISTORY
     return SweepConfig(
         backend=backend,
         ops=ops,

@@ -7,7 +7,15 @@ import sys
 import click
 
 from commbench.cli.op_options import op_option_flags, pop_op_options, pop_variants
-from commbench.cli.options import build_config, chart_after, launch_options, measure_options, plot_option, run
+from commbench.cli.options import (
+    build_config,
+    chart_after,
+    history_options,
+    launch_options,
+    measure_options,
+    plot_option,
+    run,
+)
 from commbench.errors import UserError, closest
 from commbench.units import parse_size, parse_size_list, size_range
 
@@ -45,6 +53,7 @@ def refuse_extra_arguments(extra: list[str]) -> None:
 @click.option("--sizes", default=None, help="Explicit comma-separated sizes instead of -b/-e/-f, e.g. 1K,64K,4M.")
 @launch_options
 @measure_options
+@history_options
 @op_option_flags
 @plot_option
 def sweep(

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.options import build_config, chart_after, launch_options, measure_options, plot_option, run
+from commbench.cli.options import (
+    build_config,
+    chart_after,
+    history_options,
+    launch_options,
+    measure_options,
+    plot_option,
+    run,
+)
 from commbench.errors import UserError
 from commbench.ops.sync_bn import BATCH, CHANNELS, SPATIAL
 from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
@@ -30,6 +38,7 @@ from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 )
 @launch_options
 @measure_options
+@history_options
 @plot_option
 def syncbn(
     channels: str,

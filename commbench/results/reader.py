@@ -65,6 +65,8 @@ TEXT_COLUMNS = (
     "command",
     "timestamp",
     "time_us_p50_rounds",
+    "fingerprint",
+    "env_file",
 )
 # The key compare matches rows on: the CSV key plus the world size and group, so n=2 never meets
 # n=8 and an intra-host run never meets a world one.
@@ -147,6 +149,13 @@ def read_one(path: Path) -> pd.DataFrame:
         raise UserError(f"{path} lacks required column(s) {', '.join(missing)}{hint}")
     if frame.empty:
         raise UserError(f"{path} holds a header but no rows: the run measured nothing")
+    return typed(frame, str(path))
+
+
+def typed(frame: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Cells read as text (a CSV's, or the history's) typed as the readers use them: every column of
+    COLUMNS present (missing ones empty), numbers as floats, text as str; `source` says where from."""
+    columns = set(frame.columns)
     for column in COLUMNS:
         if column not in columns:
             frame[column] = pd.NA
@@ -158,7 +167,7 @@ def read_one(path: Path) -> pd.DataFrame:
         elif column in COLUMNS:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
     frame["group_size"] = frame["group_size"].fillna(frame["world_size"])
-    frame["source"] = str(path)
+    frame["source"] = source
     return frame
 
 

@@ -23,6 +23,21 @@ SCHEMA_VERSION = 2
 # Versions the readers accept: version 1 lacks the interval and round columns, read as empty.
 READABLE_VERSIONS = (1, 2)
 
+
+def rank_hosts(node_ranks: str) -> list[str]:
+    """The host of each rank listed in a node_ranks value (`0-7@gpu1/0;8@gpu2/1`: a range of
+    consecutive ranks on one node, or one rank), in the order listed."""
+    hosts: list[str] = []
+    for entry in str(node_ranks or "").split(";"):
+        ranks, at, place = entry.partition("@")
+        if not at:
+            continue
+        first, _, last = ranks.partition("-")
+        count = int(last) - int(first) + 1 if last else 1
+        hosts += [place.split("/", 1)[0]] * count
+    return hosts
+
+
 # The tidy schema: one row per (op, variant, phase, dtype, mode, size). docs/csv-schema.md explains each column.
 COLUMNS = (
     *"schema_version run_id timestamp".split(),
@@ -33,6 +48,7 @@ COLUMNS = (
     *"algbw_gbps busbw_gbps wrong status note".split(),
     *"comm_us compute_us overlapped_us overlap compute_flops".split(),  # --overlap only
     *"hosts node_ranks torch_version backend_version commbench_version command".split(),
+    *"fingerprint env_file".split(),  # the run's fingerprint and its hosts' <stem>.env.json (docs/history.md)
 )
 KEY_COLUMNS = ("op", "variant", "phase", "dtype", "mode", "size_bytes")
 RAW_COLUMNS = ("run_id", *KEY_COLUMNS, "round", "iteration", "rank", "time_us")
@@ -163,6 +179,11 @@ class CsvAppender:
 
     def close(self) -> None:
         self._file.close()
+
+
+def cells(row: dict[str, Any], columns: Iterable[str] = COLUMNS) -> dict[str, Any]:
+    """A row as the CSV writes it: one cell per column, '' where empty, floats to 6 significant digits."""
+    return {c: _cell(row.get(c)) for c in columns}
 
 
 def _cell(value: Any) -> Any:

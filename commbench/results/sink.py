@@ -8,16 +8,19 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import commbench
 from commbench.results import table
 from commbench.results.display import Display, Status
 from commbench.results.noise import Budget, HostLoad, summarise_noise
-from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, raw_path
+from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, rank_hosts, raw_path
 from commbench.results.stats import Stats, bandwidth_gbps, noisy, percentile
 from commbench.run.overlap import overlap_fraction
 from commbench.run.timers import PERF_COUNTER
+
+if TYPE_CHECKING:
+    from commbench.history.recorder import RunRecorder
 
 
 @dataclass(frozen=True)
@@ -56,11 +59,13 @@ class Sink:
         raw: bool,
         display: Display,
         budget: Budget | None = None,
+        history: RunRecorder | None = None,
     ) -> None:
         self.path = path
         self.budget = budget or Budget()
         self.started = time.monotonic()
         self.rows: list[dict[str, Any]] = []  # what the noise summary needs of each measured row
+        self.history = history  # files each row in the history too (commbench/history/recorder.py)
         self.base = {"schema_version": SCHEMA_VERSION, "commbench_version": commbench.__version__, **base}
         self.display = display
         self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
@@ -79,12 +84,16 @@ class Sink:
         row = {**self.base, "timestamp": _now(), "op": op, "variant": variant, "dtype": dtype}
         row.update(status="unavailable", note=reason)
         self.writer.write(row)
+        if self.history is not None:
+            self.history.add(row)
         self.display.write(self.table.line(row))
 
     def measured(self, m: Measured) -> None:
         row = self.row(m)
         self.writer.write(row)
         self.rows.append({k: row[k] for k in _NOISE_COLUMNS})
+        if self.history is not None:
+            self.history.add(row)
         if self.raw is not None:
             key = {k: row[k] for k in ("run_id", "op", "variant", "phase", "dtype", "mode", "size_bytes")}
             round_of = [r for r, block in enumerate(m.rounds_us) for _ in block]
@@ -129,8 +138,13 @@ class Sink:
         for f in (self.writer, self.raw):
             if f is not None:
                 f.close()
+        if self.history is not None:
+            self.history.end()  # incomplete until finish() says the run completed
 
     def finish(self, wrong_total: int) -> None:
+        if self.history is not None:
+            self.history.end(completed=True)
+            self.history.close()
         summary = summarise_noise(
             self.rows, self.budget, time.monotonic() - self.started, HostLoad.here(_ranks_here(self.base))
         )
@@ -158,12 +172,9 @@ _NOISE_COLUMNS = (
 
 
 def _ranks_here(base: dict[str, Any]) -> int:
-    """How many of the run's ranks share rank 0's host (node_ranks: 'rank@host/node_rank;...')."""
-    entries = [e for e in str(base.get("node_ranks") or "").split(";") if "@" in e]
-    if not entries:
-        return 1
-    host = entries[0].split("@", 1)[1].split("/", 1)[0]
-    return sum(e.split("@", 1)[1].split("/", 1)[0] == host for e in entries)
+    """How many of the run's ranks share rank 0's host."""
+    hosts = rank_hosts(str(base.get("node_ranks") or ""))
+    return hosts.count(hosts[0]) if hosts else 1
 
 
 def _overlap_columns(m: Measured, comm_us: float) -> dict[str, float]:

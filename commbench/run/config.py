@@ -83,6 +83,7 @@ class SweepConfig:
     overlap: bool = False  # --overlap: also the compute kernel alone and both together (run/overlap.py)
     compute: str = "auto"  # --compute: the kernel's FLOP count, or auto (about the op's own time)
     command: str = ""
+    history: str | None = None  # --history PATH|URL; "off" under --no-history; None: beside the CSV
 
     def __post_init__(self) -> None:
         for name in ("ops", "dtypes", "variants"):
@@ -153,12 +154,13 @@ class SweepConfig:
     def fingerprint(self) -> dict[str, str]:
         """Per-option digests, compared across ranks to catch inconsistent launches.
 
-        `output` and `command` legitimately differ per rank (only rank 0 writes), so they are left out.
+        `output`, `command` and `history` legitimately differ per rank (only rank 0 writes), so they
+        are left out.
         """
         return {
             key: hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
             for key, value in asdict(self).items()
-            if key not in ("output", "command")
+            if key not in ("output", "command", "history")
         }
 
 

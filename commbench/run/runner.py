@@ -16,9 +16,11 @@ import commbench
 from commbench.backends import load_backend
 from commbench.backends.base import Backend
 from commbench.errors import ExitCode, UserError
+from commbench.history.store import History, open_run_history
 from commbench.launchers import Launch
 from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
+from commbench.provenance import layout
 from commbench.results.display import Display, choose_mode
 from commbench.results.noise import Budget
 from commbench.results.schema import resolve_output
@@ -30,6 +32,7 @@ from commbench.run.groups import Grouping, form_groups
 from commbench.run.harness import Case, CollArgs, blocks, planned_iters, unavailable
 from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, cpu_note, seconds_of_kernel, side_for
 from commbench.run.progress import ProgressBoard, connect_store
+from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_case, memory_error
 from commbench.run.watchdog import Watchdog, bounded
 
@@ -70,21 +73,24 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     watchdog.diagnosis_s = board.diagnosis_s
     board.start()
     watchdog.arm("agreeing on the configuration across ranks")
-    path = None
-    # Every rank checks its own host or device; rank 0 alone owns the output file.
+    path = history = None
+    # Every rank checks its own host or device; rank 0 alone owns the output file and the history.
     error = memory_error(ops, cfg, backend, launch.local_world_size)
     if lead and error is None:
         try:
             path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
+            history = open_run_history(cfg.history, path)
         except UserError as exc:
             error = exc.format_message()
     facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
     watchdog.arm(f"creating the --group {cfg.group} process groups")
     grouping = form_groups(backend, cfg.group, facts.rank_hosts)
+    watchdog.arm("gathering every host's environment")
+    host_envs = gather_host_envs(backend, cfg.backend, facts.run_id, facts.rank_hosts, launch.master_addr, store)
     sink, error = None, None
     if lead and path is not None:
         try:
-            sink = _open_sink(cfg, backend, facts, path, launch, grouping)
+            sink = _open_sink(cfg, backend, facts, path, launch, grouping, host_envs or [], history)
         except UserError as exc:  # the name was free when checked; another run has taken it since
             error = exc.format_message()
     watchdog.arm("learning whether rank 0 could create its output")
@@ -117,7 +123,20 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, path)
 
 
-def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch: Launch, grouping: Grouping) -> Sink:
+def _open_sink(
+    cfg: SweepConfig,
+    backend: Backend,
+    facts: RunFacts,
+    path,
+    launch: Launch,
+    grouping: Grouping,
+    host_envs: list[dict],
+    history: History | None,
+) -> Sink:
+    run_layout = layout(
+        cfg.backend, backend.world_size, facts.rank_hosts, grouping.kind, cfg.mode, cfg.window, backend.device.type
+    )
+    record_columns, recorder = begin_record(path, facts.run_id, run_layout, host_envs, cfg.command, history)
     base = {
         "run_id": facts.run_id,
         "mode": cfg.mode,
@@ -131,11 +150,13 @@ def _open_sink(cfg: SweepConfig, backend: Backend, facts: RunFacts, path, launch
         "torch_version": torch.__version__,
         "backend_version": backend.version(),
         "command": cfg.command,
+        **record_columns,
     }
     # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
     display = Display(choose_mode(sys.stdout, relay=launch.spawned))
     budget = Budget(cfg.time_per_size, cfg.min_iters, cfg.max_iters, cfg.iters)
-    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget)  # creates the file, or refuses before the header
+    # Creates the file, or refuses before the header.
+    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget, history=recorder)
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
         f"{backend.world_size} ranks on {facts.hosts}{_in_groups(grouping)}, mode {cfg.mode}, "

@@ -1,0 +1,132 @@
+"""The trend chart: one row's p50 (or a whole series') across the runs of a history, coloured by
+fingerprint, with every fingerprint change marked, so "it got slower after the driver upgrade" is
+one picture."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from commbench.analysis.plotting import Chart
+from commbench.errors import UserError
+from commbench.results.reader import MATCH_COLUMNS, ok_rows
+from commbench.units import format_size
+
+SERIES = tuple(c for c in MATCH_COLUMNS if c != "size_bytes")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run on the chart."""
+
+    run_id: str
+    started_at: str
+    fingerprint: str
+    value: float
+    low: float
+    high: float
+
+
+def one_series(frame: pd.DataFrame, wanted: str) -> pd.DataFrame:
+    """The rows of the single series the filters leave; refused, naming what differs, when several."""
+    rows = ok_rows(frame)
+    if rows.empty:
+        raise UserError(f"no measured row in the history matches {wanted}; `commbench history list` shows the runs")
+    keys = rows[list(SERIES)].drop_duplicates()
+    if len(keys) > 1:
+        differ = [f"{c} {', '.join(sorted(map(str, keys[c].unique())))}" for c in SERIES if keys[c].nunique() > 1]
+        raise UserError(
+            f"{wanted} matches {len(keys)} series ({'; '.join(differ)}): narrow it with the options for them"
+        )
+    return rows
+
+
+def points(rows: pd.DataFrame, size: int | None) -> tuple[list[Point], str]:
+    """Per run: the size's p50 and interval; without a size, the series' index (each size's p50
+    over its median across the runs, geometric mean over sizes) with the interval scaled alike."""
+    if size is not None:
+        rows = rows[rows["size_bytes"] == size]
+        if rows.empty:
+            raise UserError(f"no run measured size {size} B of this series; `commbench history show RUN` lists sizes")
+        found = [
+            Point(
+                r.run_id, r.history_started_at, r.history_fingerprint, r.time_us_p50, r.time_us_p50_lo, r.time_us_p50_hi
+            )
+            for r in rows.itertuples()
+        ]
+        return found, "p50 (us), with its 95% interval"
+    median = rows.groupby("size_bytes")["time_us_p50"].median()
+    found = []
+    for run_id, run in rows.groupby("run_id", sort=False):
+        scale = run["size_bytes"].map(median)
+        logs = {c: (run[c] / scale).map(_log) for c in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi")}
+        geo = {c: math.exp(v.mean()) if v.notna().any() else math.nan for c, v in logs.items()}
+        first = run.iloc[0]
+        found.append(
+            Point(
+                str(run_id),
+                first["history_started_at"],
+                first["history_fingerprint"],
+                geo["time_us_p50"],
+                geo["time_us_p50_lo"],
+                geo["time_us_p50_hi"],
+            )
+        )
+    sizes = rows["size_bytes"].nunique()
+    return found, f"p50 / median run (geo. mean, {sizes} sizes)"
+
+
+def _log(x: float) -> float:
+    return math.log(x) if x and x > 0 else math.nan
+
+
+def trend_chart(rows: pd.DataFrame, size: int | None, name: str = "trend") -> Chart:
+    """The chart of one series (or one size of it) across runs, oldest left."""
+    found, ylabel = points(rows, size)
+    found.sort(key=lambda p: p.started_at)
+    first = rows.iloc[0]
+    what = f"{first['op']}/{first['variant']}/{first['phase']} {first['dtype']} {first['mode']} n={int(first['world_size'])}"
+    what += f" at {format_size(size)}" if size is not None else " (whole series)"
+    prints = list(dict.fromkeys(p.fingerprint for p in found))
+    colours = {fp: f"C{i % 10}" for i, fp in enumerate(prints)}
+    fig = Figure(figsize=(max(6.0, 0.35 * len(found) + 3), 4.2))
+    ax = fig.add_subplot()
+    for fp in prints:
+        mine = [(i, p) for i, p in enumerate(found) if p.fingerprint == fp]
+        xs = [i for i, _ in mine]
+        ys = [p.value for _, p in mine]
+        err = [[p.value - p.low for _, p in mine], [p.high - p.value for _, p in mine]]
+        ax.errorbar(
+            xs, ys, yerr=err, fmt="o", color=colours[fp], capsize=3, label=f"fingerprint {fp or '?'} ({len(mine)} runs)"
+        )
+    changes = [i for i in range(1, len(found)) if found[i].fingerprint != found[i - 1].fingerprint]
+    for i in changes:
+        ax.axvline(i - 0.5, color="0.35", linestyle="--", linewidth=1)
+        ax.annotate(
+            "fingerprint changed",
+            (i - 0.5, 1.0),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=8,
+            color="0.3",
+        )
+    ax.set_xticks(range(len(found)))
+    ax.set_xticklabels(
+        [f"{p.started_at[5:16].replace('T', ' ')}\n{p.run_id[:6]}" for p in found], rotation=60, fontsize=7
+    )
+    ax.set_xlim(-0.6, len(found) - 0.4)
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel("run (start time UTC, run id), oldest first")
+    ax.set_title(what)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    caption = (
+        f"{what}: {len(found)} runs, {len(prints)} fingerprint{'s' if len(prints) > 1 else ''}"
+        f"{f', {len(changes)} change' + ('s' if len(changes) > 1 else '') + ' marked' if changes else ''}."
+    )
+    return Chart(name=name, kind="trend", figure=fig, caption=caption)

@@ -1,0 +1,295 @@
+"""The history database: where it is, its schema and migrations, and opening it safely.
+
+A history is a SQLite file (the default, `history.sqlite` beside the results CSV) or a PostgreSQL
+database a team shares (`postgresql://user@host:port/db`). Both go through SQLAlchemy Core, one
+code path and one set of SQL for both, so the tests that pass on one pass on the other. SQLite
+runs in WAL mode with `BEGIN IMMEDIATE` transactions: a writer takes the write lock when its
+transaction starts, so two runs writing at once wait for each other (up to a minute) instead of
+failing or losing rows; PostgreSQL's row inserts never conflict. Migrations run under the same
+write lock (PostgreSQL: an advisory lock), so two processes opening an old history at once
+migrate it once.
+
+SQLAlchemy and the PostgreSQL driver are imported here only, when a history is opened, so the
+CLI's start-up does not pay for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from commbench.errors import UserError
+
+# The history's own schema version (not the CSV's): MIGRATIONS below bring any older history up to it.
+HISTORY_SCHEMA = 2
+DEFAULT_NAME = "history.sqlite"
+NO_HISTORY = "off"  # SweepConfig.history under --no-history
+HISTORY_ENV = "COMMBENCH_HISTORY"  # the default --history where set (a team's database URL)
+SQLITE_BUSY_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 10
+# pg_advisory_xact_lock's key for migrations: any constant, the same in every commbench.
+_MIGRATION_LOCK = 0x636F6D6D  # "comm"
+
+META, RUNS, ROWS, HOSTS = "history_meta", "history_runs", "history_rows", "history_hosts"
+
+
+def run_target(requested: str | None, output: Path) -> str | None:
+    """The history a run records itself in: None under --no-history, the user's --history, else
+    history.sqlite in the output CSV's folder (the default history follows the results)."""
+    if requested == NO_HISTORY:
+        return None
+    return requested or str(Path(output).parent / DEFAULT_NAME)
+
+
+def open_run_history(requested: str | None, output: Path) -> History | None:
+    """The history a run files itself in (see run_target), opened and migrated; None under --no-history."""
+    target = run_target(requested, output)
+    return None if target is None else open_history(target)
+
+
+def is_url(target: str) -> bool:
+    return "://" in target
+
+
+@dataclass
+class History:
+    """An open history: the engine, a label safe to print (never a password), and its dialect."""
+
+    engine: Any
+    label: str
+    dialect: str
+
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[Any]:
+        """A write transaction (SQLite: BEGIN IMMEDIATE, the write lock taken at once)."""
+        with _errors(self.label), self.engine.begin() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Any]:
+        with _errors(self.label), self.engine.connect() as conn:
+            yield conn
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def open_history(target: str, create: bool = True) -> History:
+    """Open (and, when create, make or migrate) the history at a path or URL; every way it can be
+    unusable is a one-line UserError: a missing folder, a database that is down, a file that is not
+    a history, a history written by a newer commbench."""
+    if is_url(target):
+        engine, label = _url_engine(target)
+    else:
+        engine, label = _sqlite_engine(Path(target), create)
+    history = History(engine, label, engine.dialect.name)
+    try:
+        _migrate(history)
+    except BaseException:
+        engine.dispose()
+        raise
+    return history
+
+
+def _sqlite_engine(path: Path, create: bool) -> tuple[Any, str]:
+    if path.is_dir():
+        raise UserError(f"--history {path} is a folder; give a file such as {path / DEFAULT_NAME}")
+    if not path.parent.is_dir():
+        raise UserError(f"the history's folder {path.parent} does not exist; create it, or give --history another path")
+    if not create and not path.exists():
+        raise UserError(
+            f"no history at {path}: a sweep records itself there (or `commbench history import` fills it); "
+            f"give --history PATH|URL for another"
+        )
+    import sqlalchemy
+    from sqlalchemy import event
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{path.resolve()}", connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        # SQLAlchemy's documented recipe: the driver's own transaction handling off, BEGIN issued below.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")  # a reader never blocks the writer, nor it them
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine, str(path)
+
+
+def _url_engine(target: str) -> tuple[Any, str]:
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(target)
+    except ArgumentError:
+        raise UserError(
+            f"--history {_hide_password(target)} is not a database URL; give postgresql://USER@HOST:PORT/DB or a file path"
+        ) from None
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return _sqlite_engine(Path(url.database or ""), True)
+    if backend not in ("postgresql", "postgres"):
+        raise UserError(f"--history takes a postgresql:// URL or a SQLite file path (got a {backend}:// URL)")
+    url = url.set(drivername=f"postgresql+{_pg_driver(url.get_driver_name())}")
+    label = f"postgresql://{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
+    engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": CONNECT_TIMEOUT_S}, pool_pre_ping=True)
+    return engine, label
+
+
+def _pg_driver(named: str) -> str:
+    """The PostgreSQL driver: the one the URL names, else psycopg (3), else psycopg2."""
+    import importlib.util
+
+    if named and named not in ("postgresql", "postgres"):
+        return named
+    for module, driver in (("psycopg", "psycopg"), ("psycopg2", "psycopg2")):
+        if importlib.util.find_spec(module) is not None:
+            return driver
+    raise UserError("a postgresql:// history needs a PostgreSQL driver: pip install 'commbench[postgresql]'")
+
+
+def _hide_password(text: str) -> str:
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
+
+
+@contextlib.contextmanager
+def _errors(label: str) -> Iterator[None]:
+    """The database's errors as one line naming where (host and port, never a password)."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    try:
+        yield
+    except OperationalError as exc:
+        raise UserError(f"cannot use the history {label}: {_reason(exc)}; check it, or pass --no-history") from None
+    except DBAPIError as exc:
+        if "not a database" in str(exc.orig):
+            raise UserError(
+                f"{label} is not a commbench history (not a SQLite database); give --history another file"
+            ) from None
+        raise
+
+
+def _reason(exc: Any) -> str:
+    """The driver's first line, with any password taken out."""
+    lines = [line.strip() for line in str(getattr(exc, "orig", exc)).splitlines() if line.strip()]
+    return _hide_password(lines[0] if lines else type(exc).__name__)
+
+
+# -- schema and migrations -------------------------------------------------------------------------
+
+_V1 = (
+    f"CREATE TABLE {META} (key VARCHAR(64) PRIMARY KEY, value TEXT NOT NULL)",
+    f"CREATE TABLE {RUNS} (run_id VARCHAR(64) PRIMARY KEY, fingerprint VARCHAR(64), kind VARCHAR(32), "
+    "command TEXT, backend VARCHAR(32), world_size INTEGER, hosts TEXT, started_at VARCHAR(40) NOT NULL, "
+    "ended_at VARCHAR(40), status VARCHAR(16) NOT NULL, source TEXT, commbench_version VARCHAR(32), provenance TEXT)",
+    f"CREATE TABLE {ROWS} (run_id VARCHAR(64) NOT NULL REFERENCES {RUNS} (run_id), seq INTEGER NOT NULL, "
+    "op VARCHAR(64), variant VARCHAR(128), phase VARCHAR(64), dtype VARCHAR(16), mode VARCHAR(16), size_bytes BIGINT, "
+    "grp VARCHAR(16), world_size INTEGER, status VARCHAR(16), time_us_p50 DOUBLE PRECISION, data TEXT NOT NULL, "
+    "PRIMARY KEY (run_id, seq))",
+)
+# Version 2: the p50's interval as columns (the trend chart draws it), the hosts as a table (the
+# host filter), and indexes for the questions the history answers.
+_V2 = (
+    f"ALTER TABLE {ROWS} ADD COLUMN time_us_p50_lo DOUBLE PRECISION",
+    f"ALTER TABLE {ROWS} ADD COLUMN time_us_p50_hi DOUBLE PRECISION",
+    f"CREATE TABLE {HOSTS} (run_id VARCHAR(64) NOT NULL REFERENCES {RUNS} (run_id), host VARCHAR(255) NOT NULL, "
+    "PRIMARY KEY (run_id, host))",
+    f"CREATE INDEX history_runs_by_fingerprint ON {RUNS} (fingerprint, started_at)",
+    f"CREATE INDEX history_rows_by_key ON {ROWS} (op, variant, phase, size_bytes)",
+)
+
+
+def _backfill_v2(conn: Any) -> None:
+    """Version 1's rows get their interval from their data; its runs, their hosts."""
+    from sqlalchemy import text
+
+    for run_id, seq, data in conn.execute(text(f"SELECT run_id, seq, data FROM {ROWS}")).all():
+        cells = json.loads(data)
+        conn.execute(
+            text(f"UPDATE {ROWS} SET time_us_p50_lo = :lo, time_us_p50_hi = :hi WHERE run_id = :r AND seq = :s"),
+            {
+                "lo": number(cells.get("time_us_p50_lo")),
+                "hi": number(cells.get("time_us_p50_hi")),
+                "r": run_id,
+                "s": seq,
+            },
+        )
+    for run_id, hosts in conn.execute(text(f"SELECT run_id, hosts FROM {RUNS}")).all():
+        for host in sorted({h for h in (hosts or "").split(";") if h}):
+            conn.execute(text(f"INSERT INTO {HOSTS} (run_id, host) VALUES (:r, :h)"), {"r": run_id, "h": host})
+
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...], Callable[[Any], None] | None], ...] = (
+    (1, _V1, None),
+    (2, _V2, _backfill_v2),
+)
+
+
+def number(cell: Any) -> float | None:
+    """A CSV cell as a float; None when empty or not a number."""
+    try:
+        value = float(cell)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value else None
+
+
+def _migrate(history: History, upto: int = HISTORY_SCHEMA) -> None:
+    """Bring the history to version `upto`, one migration at a time, in one write transaction."""
+    from sqlalchemy import inspect, text
+
+    with history.begin() as conn:
+        if history.dialect == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+        version = stored_version(conn, inspect(conn).get_table_names(), history)
+        if version > HISTORY_SCHEMA:
+            from commbench import __version__
+
+            raise UserError(
+                f"the history {history.label} was written by a newer commbench (history schema {version}; "
+                f"commbench {__version__} reads up to {HISTORY_SCHEMA}): upgrade commbench, or give --history another"
+            )
+        for target, statements, backfill in MIGRATIONS:
+            if version < target <= upto:
+                for statement in statements:
+                    conn.execute(text(statement))
+                if backfill is not None:
+                    backfill(conn)
+                set_version(conn, target, first=target == 1)
+                version = target
+
+
+def stored_version(conn: Any, tables: list[str], history: History) -> int:
+    """The history's schema version; 0 for a database without one. A SQLite file with tables but
+    not ours is someone else's database and is refused; a PostgreSQL database may hold other
+    tables beside ours."""
+    from sqlalchemy import text
+
+    if META not in tables:
+        if tables and history.dialect == "sqlite":
+            raise UserError(f"{history.label} is a SQLite database but not a commbench history; give --history another")
+        return 0
+    value = conn.execute(text(f"SELECT value FROM {META} WHERE key = 'schema_version'")).scalar()
+    return int(value)
+
+
+def set_version(conn: Any, version: int, first: bool = False) -> None:
+    from sqlalchemy import text
+
+    if first:
+        conn.execute(text(f"INSERT INTO {META} (key, value) VALUES ('schema_version', :v)"), {"v": str(version)})
+    else:
+        conn.execute(text(f"UPDATE {META} SET value = :v WHERE key = 'schema_version'"), {"v": str(version)})

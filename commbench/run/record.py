@@ -1,0 +1,114 @@
+"""A run's record at its start: every host's environment gathered to rank 0 once, written beside
+the CSV, its differences warned about, and the run filed in the history.
+
+The lowest rank of each host (its local rank 0 wherever the launcher numbers local ranks) collects
+the host's record (commbench/provenance.py). Rank 0 needs them all, the other ranks none: where
+the job has a rendezvous store, each reporting rank sets one key and rank 0 reads one key per
+host, so nothing grows with the world size on any rank but rank 0, and with the host count there.
+Without a store (a user's horovodrun), one all-gather of the records, once per run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+import commbench
+from commbench.errors import UserError
+from commbench.provenance import collect_host, env_document, env_path, write_env
+
+if TYPE_CHECKING:
+    from commbench.backends.base import Backend
+    from commbench.history.recorder import RunRecorder
+    from commbench.history.store import History
+
+
+def reporters(rank_hosts: tuple[str, ...]) -> dict[str, int]:
+    """Each host and the rank that reports for it (its lowest), in rank order."""
+    chosen: dict[str, int] = {}
+    for rank, host in enumerate(rank_hosts):
+        chosen.setdefault(host, rank)
+    return chosen
+
+
+def gather_host_envs(
+    backend: Backend, backend_name: str, run_id: str, rank_hosts: tuple[str, ...], master_addr: str | None, store: Any
+) -> list[dict[str, Any]] | None:
+    """On rank 0, every host's record in rank order; None on the other ranks."""
+    chosen = reporters(rank_hosts)
+    host = rank_hosts[backend.rank]
+    mine = None
+    if chosen[host] == backend.rank:
+        mine = collect_host(backend_name, backend.version(), rank_hosts.count(host), master_addr, host=host)
+    if len(chosen) == 1:  # one host: rank 0 reports for it
+        return [mine] if backend.rank == 0 else None
+    if store is None:
+        everyone = backend.all_gather_object(mine)
+        return [r for r in everyone if r is not None] if backend.rank == 0 else None
+    import torch.distributed as dist
+
+    scoped = dist.PrefixStore(f"host-env/{run_id}", store)
+    if mine is not None and backend.rank != 0:
+        scoped.set(host, json.dumps(mine))
+    if backend.rank != 0:
+        return None
+    records = []
+    for other in chosen:
+        if other == host:
+            records.append(mine)
+            continue
+        try:  # get() waits for the key, up to the store's timeout
+            records.append(json.loads(scoped.get(other)))
+        except RuntimeError as exc:  # torch's store errors; a host whose reporter died fails the run soon anyway
+            reason = (str(exc).strip().splitlines() or ["no answer"])[0]
+            click.echo(f"commbench: warning: no environment record from host {other}: {reason}", err=True)
+    return records
+
+
+def begin_record(
+    path: Path,
+    run_id: str,
+    run_layout: Mapping[str, Any],
+    host_envs: list[dict[str, Any]],
+    command: str,
+    history: History | None,
+) -> tuple[dict[str, str], RunRecorder | None]:
+    """Write <stem>.env.json, warn once when the hosts differ, and file the run in the history.
+
+    Returns the columns every row carries (the fingerprint and the env file's name) and the
+    history's recorder (None without a history, or when the database failed since it was opened:
+    that costs the history a run, never the run itself).
+    """
+    from commbench.history.recorder import RunInfo, RunRecorder, now
+
+    document = env_document(run_id, run_layout, host_envs)
+    write_env(path, document)
+    if document["differences"]:
+        click.echo(f"commbench: warning: the hosts differ: {'; '.join(document['differences'])}", err=True)
+    columns = {"fingerprint": document["fingerprint"], "env_file": env_path(path).name}
+    if history is None:
+        return columns, None
+    words = command.split()
+    run = RunInfo(
+        run_id=run_id,
+        fingerprint=document["fingerprint"],
+        kind=words[1] if len(words) > 1 and words[1] in ("sweep", "syncbn") else "sweep",
+        command=command,
+        backend=str(run_layout["backend"]),
+        world_size=int(run_layout["world_size"]),
+        hosts=tuple(str(r["host"]) for r in host_envs),
+        source=str(Path(path).resolve()),
+        commbench_version=commbench.__version__,
+        provenance=document,
+        started_at=now(),
+    )
+    try:
+        return columns, RunRecorder(history, run)
+    except UserError as exc:
+        click.echo(f"commbench: warning: this run is not in the history: {exc.format_message()}", err=True)
+        history.close()
+        return columns, None
