@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -189,8 +190,8 @@ class RunFacts:
     run_id: str
     hosts: str
     node_ranks: str
-    # Every rank's host, by rank; on rank 0 only (the others hold empty facts) under --group world,
-    # where nothing else needs them.
+    # Every rank's host, by rank; on rank 0 only (the others hold the run id alone) under --group
+    # world, where nothing else needs them.
     rank_hosts: tuple[str, ...]
 
 
@@ -238,6 +239,7 @@ def _alike(backend: Backend, cfg: SweepConfig, error: str | None) -> bool:
 def _facts(backend: Backend, cfg: SweepConfig, ranks_error: Callable[[int], str | None] | None) -> RunFacts:
     """Run facts once the ranks agree: every rank's node gathered where it is needed, the checks that
     depend on the hosts, and rank 0's run id."""
+    run_id = _shared_run_id(backend)
     node = backend.node_info()
     if cfg.group == "world":  # the groups need no hosts: rank 0 alone writes them into its rows
         nodes = backend.gather_object(node)
@@ -251,8 +253,14 @@ def _facts(backend: Backend, cfg: SweepConfig, ranks_error: Callable[[int], str 
             raise UserError(message)
         raise PeerError(message)
     if nodes is None:  # not rank 0, under --group world
-        return RunFacts(run_id="", hosts="", node_ranks="", rank_hosts=())
-    return _run_facts(uuid.uuid4().hex[:12], nodes)
+        return RunFacts(run_id=run_id, hosts="", node_ranks="", rank_hosts=())
+    return _run_facts(run_id, nodes)
+
+
+def _shared_run_id(backend: Backend) -> str:
+    """Rank 0's random run id (48 bits, as 12 hex digits) on every rank, through one all_reduce."""
+    (drawn,) = backend.reduce_floats([float(secrets.randbits(48)) if backend.rank == 0 else 0.0], "max")
+    return f"{int(drawn):012x}"
 
 
 def _group_error(cfg: SweepConfig, hosts: list[str], ranks_error: Callable[[int], str | None] | None) -> str | None:

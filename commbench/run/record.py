@@ -27,46 +27,50 @@ if TYPE_CHECKING:
     from commbench.history.store import History
 
 
-def reporters(rank_hosts: tuple[str, ...]) -> dict[str, int]:
-    """Each host and the rank that reports for it (its lowest), in rank order."""
-    chosen: dict[str, int] = {}
-    for rank, host in enumerate(rank_hosts):
-        chosen.setdefault(host, rank)
-    return chosen
-
-
 def gather_host_envs(
     backend: Backend, backend_name: str, run_id: str, rank_hosts: tuple[str, ...], master_addr: str | None, store: Any
 ) -> list[dict[str, Any]] | None:
-    """On rank 0, every host's record in rank order; None on the other ranks."""
-    chosen = reporters(rank_hosts)
-    host = rank_hosts[backend.rank]
-    mine = None
-    if chosen[host] == backend.rank:
-        mine = collect_host(backend_name, backend.version(), rank_hosts.count(host), master_addr, host=host)
-    if len(chosen) == 1:  # one host: rank 0 reports for it
-        return [mine] if backend.rank == 0 else None
-    if store is None:
+    """On rank 0, every host's record in the order its hosts first appear; None on the other ranks.
+
+    Only rank 0 holds every rank's host (under --group world the others hold none), so each rank
+    claims its own host in the store (one add: the first claim wins) and the winner reports.
+    """
+    host = backend.node_info()["host"]
+    lead = backend.rank == 0
+    if store is None:  # no store (a user's horovodrun): the hosts, then the reporters' records, once
+        hosts = backend.all_gather_object(host)
+        mine = _collect(backend, backend_name, master_addr, host) if hosts.index(host) == backend.rank else None
         everyone = backend.all_gather_object(mine)
-        return [r for r in everyone if r is not None] if backend.rank == 0 else None
+        return [_counted(r, hosts) for r in everyone if r is not None] if lead else None
     import torch.distributed as dist
 
     scoped = dist.PrefixStore(f"host-env/{run_id}", store)
-    if mine is not None and backend.rank != 0:
-        scoped.set(host, json.dumps(mine))
-    if backend.rank != 0:
+    claimed = scoped.add(f"claim/{host}", 1) == 1
+    mine = _collect(backend, backend_name, master_addr, host) if claimed else None
+    if not lead:
+        if mine is not None:
+            scoped.set(host, json.dumps(mine))
         return None
     records = []
-    for other in chosen:
-        if other == host:
-            records.append(mine)
+    for other in dict.fromkeys(rank_hosts):
+        if other == host and mine is not None:
+            records.append(_counted(mine, list(rank_hosts)))
             continue
         try:  # get() waits for the key, up to the store's timeout
-            records.append(json.loads(scoped.get(other)))
+            records.append(_counted(json.loads(scoped.get(other)), list(rank_hosts)))
         except RuntimeError as exc:  # torch's store errors; a host whose reporter died fails the run soon anyway
             reason = (str(exc).strip().splitlines() or ["no answer"])[0]
             click.echo(f"commbench: warning: no environment record from host {other}: {reason}", err=True)
     return records
+
+
+def _collect(backend: Backend, backend_name: str, master_addr: str | None, host: str) -> dict[str, Any]:
+    return collect_host(backend_name, backend.version(), 1, master_addr, host=host)
+
+
+def _counted(record: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
+    """The record with its host's rank count, which only a rank that knows every rank's host can say."""
+    return {**record, "ranks": hosts.count(record["host"])}
 
 
 def begin_record(
