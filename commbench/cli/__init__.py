@@ -11,6 +11,7 @@ import click
 from commbench import __version__
 from commbench.cli.compare import compare
 from commbench.cli.env import env
+from commbench.cli.isolate import isolate
 from commbench.cli.list import list_
 from commbench.cli.model import model
 from commbench.cli.plot import plot
@@ -67,3 +68,4 @@ main.add_command(report)
 main.add_command(compare)
 main.add_command(syncbn)
 main.add_command(model)
+main.add_command(isolate)

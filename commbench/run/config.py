@@ -81,6 +81,7 @@ class SweepConfig:
     overlap: bool = False  # --overlap: also the compute kernel alone and both together (run/overlap.py)
     compute: str = "auto"  # --compute: the kernel's FLOP count, or auto (about the op's own time)
     command: str = ""
+    isolate: dict[str, Any] | None = None  # `commbench isolate`'s options: the ranks run a node sweep
 
     def __post_init__(self) -> None:
         for name in ("ops", "dtypes", "variants"):
