@@ -13,6 +13,7 @@ samples, so every rank computes the same per-pair statistics and the same verdic
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -135,21 +136,24 @@ def _exchange(case: Case, ranks: Sequence[int]) -> Exchange:
 
 @dataclass(frozen=True)
 class ComputeProbe:
-    """Every rank's matmul rate (GFLOP/s, from its p50 time) and the kernel's size."""
+    """Every rank's matmul rate (GFLOP/s, from its fastest sample), its samples' statistics and the kernel's size."""
 
     flops: float
     rates: list[float]  # by rank
     stats: list[Stats]  # by rank
 
 
-PROBE_TARGET_S = 0.02  # one matmul's time on the median rank: long enough for a cgroup quota to bite
-PROBE_SAMPLES = 9
+PROBE_TARGET_S = 0.01  # one matmul's time on the median rank
+# Matmuls per timed sample: a sample of ~30 ms or more spans a good part of a CPU quota's period (100 ms by
+# default), so a rank limited to a share of a CPU is caught in every sample, not only now and then.
+PROBE_REPS = 3
+PROBE_SAMPLES = 7
 
 
 def compute_probe(backend: Backend, watchdog: Watchdog, only: int | None = None) -> ComputeProbe:
-    """The calibrated matmul of --overlap, timed PROBE_SAMPLES times on every rank at once (only
-    None), or on rank `only` alone while the others wait (a suspect's re-measurement, free of the
-    contention of ranks sharing a host's cores)."""
+    """The calibrated matmul of --overlap, timed on every rank at once (only None), or on rank `only`
+    alone while the others wait (a suspect's re-measurement, free of the contention of ranks that
+    share a host's cores). Each sample is PROBE_REPS matmuls back to back; rates in GFLOP/s."""
     watchdog.arm("calibrating the compute probe")
     kernel = calibrate(
         PROBE_TARGET_S,
@@ -162,9 +166,18 @@ def compute_probe(backend: Backend, watchdog: Watchdog, only: int | None = None)
     backend.barrier()
     mine = []
     if only is None or only == backend.rank:
-        mine = [wall_seconds(kernel, backend.synchronize) * 1e6 for _ in range(PROBE_SAMPLES)]
+        for _ in range(PROBE_SAMPLES):
+            backend.synchronize()
+            start = time.perf_counter()
+            for _ in range(PROBE_REPS):
+                kernel.run()
+            backend.synchronize()
+            mine.append((time.perf_counter() - start) / PROBE_REPS * 1e6)
     everyone = backend.all_gather_object(mine)
     watchdog.disarm()
     stats = [Stats.from_samples(s) if s else None for s in everyone]
-    rates = [kernel.flops / (s.time_us_p50 * 1e3) if s is not None else float("nan") for s in stats]
+    # From each rank's fastest sample: sharing a core (with other ranks, other jobs) only ever slows a
+    # sample down, so the fastest is the rank's own capacity, while a slow device or a CPU quota
+    # slows every sample.
+    rates = [kernel.flops / (s.time_us_min * 1e3) if s is not None else float("nan") for s in stats]
     return ComputeProbe(kernel.flops, rates, stats)
