@@ -179,7 +179,7 @@ def test_isolate_measures_host_pairs_and_local_pairs_with_2_ranks_per_host(clust
 
 def test_isolate_on_an_odd_number_of_hosts(cluster, tmp_path):
     shape(cluster, slow=cluster[2])
-    code, verdict, text = isolate(cluster, tmp_path / "five.csv")
+    code, verdict, text = isolate(cluster, tmp_path / "five.csv", "--bisect")
     print(verdict_lines(text))
     rows = pd.read_csv(tmp_path / "five.csv")
     pairs = rows[(rows.kind == "host_pair") & (rows.size_bytes > 8)]
@@ -187,6 +187,9 @@ def test_isolate_on_an_odd_number_of_hosts(cluster, tmp_path):
     assert len(pairs) == 10 and len({tuple(sorted(p)) for p in zip(pairs.host_a, pairs.host_b)}) == 10
     assert Counter(pairs["round"]) == {r: 2 for r in range(1, 6)}
     assert verdict["flagged_hosts"] == [cluster[2]] and code == 1
+    # --bisect: all_reduce over hosts 1-2 and 3-4 at once; the half with the slow host is the slower.
+    first = verdict["bisect"][0]
+    assert first["halves"] == [cluster[:2], cluster[2:4]] and first["result"] == "half 2 is slower"
 
 
 def test_isolate_names_a_slow_link_between_two_healthy_hosts(cluster, tmp_path):

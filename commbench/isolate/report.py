@@ -120,7 +120,8 @@ def _compute(v: dict[str, Any]) -> list[str]:
     compute = v["compute"]
     bar = compute["bar"]
     lines = [
-        f"# compute probe ({compute['flops']:.3g} FLOP matmul): median {bar['median']:.3g} GFLOP/s, cut {bar['cut']:.3g}"
+        f"# compute probe ({compute['flops']:.3g} FLOP matmul, every rank at once): median {bar['median']:.3g} GFLOP/s, "
+        f"suspect below {bar['cut']:.3g}; suspects re-timed alone"
     ]
     ref = compute["reference"]
     alone = compute["alone_gflops"]
