@@ -129,7 +129,11 @@ def test_isolate_on_one_host_exits_2_with_one_line(tmp_path):
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--threshold", "120%"], "--threshold"), (["--size", "4"], "--size"), (["--json", "/nonexistent/x.json"], "--json")],
+    [
+        (["--threshold", "120%"], "--threshold"),
+        (["--size", "4"], "--size"),
+        (["--json", "/nonexistent/x.json"], "--json"),
+    ],
 )
 def test_bad_isolate_options_are_one_line_errors(args, message):
     result = commbench("isolate", *args, timeout=60)
@@ -139,7 +143,9 @@ def test_bad_isolate_options_are_one_line_errors(args, message):
 
 def _verdict() -> dict:
     hosts = ["n1", "n2", "n3", "n4"]
-    pairs = [[a, b, 0.25 if "n4" in (a, b) else (0.4 if {a, b} == {"n1", "n2"} else 1.0)] for a, b in combinations(hosts, 2)]
+    pairs = [
+        [a, b, 0.25 if "n4" in (a, b) else (0.4 if {a, b} == {"n1", "n2"} else 1.0)] for a, b in combinations(hosts, 2)
+    ]
     bar = {"median": 1.0, "mad": 0.0, "margin": 0.2, "cut": 0.8}
     return {
         "hosts": hosts,
@@ -153,10 +159,14 @@ def _verdict() -> dict:
             "scores": {"n1": 1.0, "n2": 1.0, "n3": 1.0, "n4": 0.25},
             "bar": bar,
             "suspects": ["n4"],
-            "confirmations": {"n4": {"pairs": [["n1", "n4", 0.25], ["n2", "n4", 0.26]], "references": [["n1", "n2", 0.98]]}},
+            "confirmations": {
+                "n4": {"pairs": [["n1", "n4", 0.25], ["n2", "n4", 0.26]], "references": [["n1", "n2", 0.98]]}
+            },
             "link_bar": {"median": 1.0, "mad": 0.0, "margin": 0.2, "cut": 0.8},
             "link_suspects": [["n1", "n2", 0.4]],
-            "link_confirmations": {"n1-n2": {"pairs": [["n1", "n2", 0.41]], "references": [["n1", "n3", 1.0], ["n2", "n3", 1.0]]}},
+            "link_confirmations": {
+                "n1-n2": {"pairs": [["n1", "n2", 0.41]], "references": [["n1", "n3", 1.0], ["n2", "n3", 1.0]]}
+            },
             "pairs": pairs,
             "flagged": ["n4"],
             "flagged_links": [["n1", "n2"]],

@@ -70,7 +70,9 @@ def shape(hosts: list[str], slow: str | None = None) -> None:
         hosts_sh("cpu", host, "off")
 
 
-def isolate(hosts: list[str], out: Path, *args: str, per_host: int = 1, torchrun: bool = False) -> tuple[int, dict, str]:
+def isolate(
+    hosts: list[str], out: Path, *args: str, per_host: int = 1, torchrun: bool = False
+) -> tuple[int, dict, str]:
     """`commbench isolate` with `per_host` ranks on each host, rank 0 on the first; (exit code,
     verdict, rank 0's output). Ranks get a launcher's variables (as srun or mpirun would set them),
     or are started by one torchrun node per host."""

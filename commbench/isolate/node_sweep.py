@@ -29,6 +29,9 @@ from commbench.run.watchdog import Watchdog
 
 Pair = tuple[int, int]
 CONFIRM_REPEATS = 2
+# The alone re-timings of compute suspects: three, as a rank alone still shares its cores with
+# whatever else the host runs, and only its best time says what it can do.
+COMPUTE_REPEATS = 3
 
 
 def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
@@ -276,14 +279,14 @@ class NodeSweep:
         by more than the threshold. Unlike the exchanges, the noise bound is not applied here: where
         ranks share cores (several ranks per CPU host, or namespace hosts on one machine) the spread
         of the concurrent rates is contention, and it would hide the culprit. Each suspect is then
-        re-timed alone against the median rank alone (alternately, CONFIRM_REPEATS times, best of
+        re-timed alone against the median rank alone (alternately, COMPUTE_REPEATS times, best of
         each: interference only slows), and flagged when it stays below the reference by more than
         the threshold."""
         rates = dict(enumerate(probe.rates))
         bar, low = low_outliers(rates, self.opts.threshold, 0.0)
         reference = min(rates, key=lambda r: (abs(rates[r] - bar.median), r))
         alone: dict[int, float] = {}
-        for _ in range(CONFIRM_REPEATS if low else 0):
+        for _ in range(COMPUTE_REPEATS if low else 0):
             for rank in [reference, *low]:
                 rate = compute_probe(self.backend, self.watchdog, only=rank).rates[rank]
                 alone[rank] = max(rate, alone.get(rank, 0.0))

@@ -150,9 +150,11 @@ def draw(v: dict[str, Any], out: Path) -> Path:
     matrix = np.full((n, n), np.nan)
     for a, b, bw in v["host"]["pairs"]:
         matrix[index[a], index[b]] = matrix[index[b], index[a]] = bw
-    fig, (left, right) = plt.subplots(1, 2, figsize=(6 + 0.25 * n, 3 + 0.2 * n), gridspec_kw={"width_ratios": [1.2, 1]})
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(7.5 + 0.25 * n, 3.5 + 0.2 * n), gridspec_kw={"width_ratios": [1.3, 1]}
+    )
     image = left.imshow(matrix, cmap="viridis", vmin=0)
-    fig.colorbar(image, ax=left, label="pair bandwidth (GB/s each way)")
+    fig.colorbar(image, ax=left, label="GB/s each way")
     ticks = range(n)
     left.set_xticks(ticks, hosts, rotation=90 if n > 8 else 0)
     left.set_yticks(ticks, hosts)
@@ -169,8 +171,9 @@ def draw(v: dict[str, Any], out: Path) -> Path:
         for i in range(n):
             for j in range(n):
                 if not np.isnan(matrix[i, j]):
-                    left.text(j, i, f"{matrix[i, j]:.2g}", ha="center", va="center", color="white", fontsize=7)
-    left.set_title("host pairs (red: slow host, orange: slow link)", fontsize=9)
+                    ink = "black" if matrix[i, j] > 0.6 * np.nanmax(matrix) else "white"  # readable on yellow
+                    left.text(j, i, f"{matrix[i, j]:.2g}", ha="center", va="center", color=ink, fontsize=7)
+    left.set_title("pair bandwidth\n(red: slow host, orange: slow link)", fontsize=9)
     scores = [v["host"]["scores"].get(h, np.nan) for h in hosts]
     colours = ["red" if h in v["flagged_hosts"] else "tab:blue" for h in hosts]
     right.barh(range(n), scores, color=colours)
@@ -181,7 +184,7 @@ def draw(v: dict[str, Any], out: Path) -> Path:
     right.axvline(bar["cut"], color="red", label=f"cut {bar['cut']:.3g}")
     right.set_xlabel("host score (GB/s)")
     right.legend(fontsize=7, loc="lower right")
-    right.set_title(f"scores; threshold {v['threshold']:.0%}", fontsize=9)
+    right.set_title(f"host scores\n(below the cut: a suspect; threshold {v['threshold']:.0%})", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
