@@ -21,8 +21,12 @@ K = TypeVar("K", bound=Hashable)
 Pair = tuple[int, int]
 
 DEFAULT_THRESHOLD = 0.20
-# 3 x 1.4826 x MAD: 3 standard deviations of normal noise, so a healthy cluster rarely reaches it.
-NOISE_K = 3.0
+# 2 x 1.4826 x MAD: two standard deviations of normal noise. Lower than a bar that had to keep
+# false alarms rare on its own (3 or 4) for two reasons: a suspect is only a suspect, re-measured
+# alongside healthy pairs before anything is flagged, and with few hosts the MAD itself is
+# uncertain (of 4 hosts, one noisy healthy host sets it), so at 3 a host at a quarter of the
+# others' speed went unflagged on a loaded machine.
+NOISE_K = 2.0
 MAD_TO_SIGMA = 1.4826
 
 
