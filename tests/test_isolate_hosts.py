@@ -26,8 +26,9 @@ PREFIX = "cbi-"  # its own hosts, beside a developer's cbh-* and the two-hosts t
 NET = "198.19.7"
 HOSTS = [f"{PREFIX}{i}" for i in range(1, 6)]
 HEALTHY, SLOW = "200mbit", "50mbit"  # the slow host at a quarter of the others' rate
-# Small and short: 128 KiB a pair takes ~10 ms at HEALTHY, ~40 ms at SLOW.
-FAST = ["--size", "128K", "--iters", "6", "--warmup", "1", "--rounds", "2", "--timeout", "60", "--no-plot"]
+# Small and short, yet large enough for the shaper (not this machine's busy cores) to set a pair's
+# time: 512 KiB each way takes ~25 ms at HEALTHY, ~90 ms at SLOW.
+FAST = ["--size", "512K", "--iters", "6", "--warmup", "1", "--rounds", "2", "--timeout", "60", "--no-plot"]
 RUNS = 5
 # A tenth of one core: well below what a rank gets here even with every other rank and job on
 # the machine's cores competing, so the throttled rank is the slowest by far.

@@ -41,7 +41,7 @@ class Exchange:
     size_bytes: int
     stats: Stats
     iters: int
-    wrong: int
+    wrong: int  # wrong elements in the check, over every rank of the round (-1: not checked)
 
     @property
     def busbw_gbps(self) -> float:

@@ -29,8 +29,8 @@ from commbench.run.watchdog import Watchdog
 
 Pair = tuple[int, int]
 CONFIRM_REPEATS = 2
-# The alone re-timings of compute suspects: three, as a rank alone still shares its cores with
-# whatever else the host runs, and only its best time says what it can do.
+# The alone re-timings of a compute suspect, each against the reference's: a rank alone still shares
+# its cores with whatever else the host runs, so one slow re-timing is not enough to flag it.
 COMPUTE_REPEATS = 3
 
 
@@ -72,7 +72,7 @@ def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
         print(format_verdict(verdict), flush=True)
         print(f"# done: results in {path}, verdict in {verdict_path(path)}", flush=True)
     flagged = verdict["flagged_hosts"] or verdict["flagged_links"] or verdict["flagged_ranks"]
-    return Outcome(ExitCode.FAILED if flagged else ExitCode.OK, path)
+    return Outcome(ExitCode.FAILED if flagged or verdict["wrong"] else ExitCode.OK, path)
 
 
 @dataclass
@@ -104,6 +104,7 @@ class NodeSweep:
         self.watchdog, self.writer, self.base = watchdog, writer, base
         self.rounds = Rounds(backend, cfg, watchdog)
         self.lead = backend.rank == 0
+        self.wrong = 0  # wrong elements received, over every checked exchange
 
     def say(self, text: str) -> None:
         if self.lead:
@@ -156,6 +157,7 @@ class NodeSweep:
         verdict["flagged_links"] = verdict["host"]["flagged_links"] + (local["flagged_links"] if local else [])
         slow_local = {int(r) for r in local["flagged_ranks"]} if local else set()
         verdict["flagged_ranks"] = sorted(slow_local | set(verdict["compute"]["flagged"]))
+        verdict["wrong"] = self.wrong
         return verdict
 
     def backend_max(self, value: float) -> float:
@@ -169,6 +171,8 @@ class NodeSweep:
         units = [level.pair_ranks(a, b) for a, b in pairs]
         groups = [unit[i : i + 2] for unit in units for i in range(0, len(unit), 2)]  # [a_i, b_i]
         found = self.rounds.run(units, sizes, f"isolate {level.kind} {label}", groups=groups)
+        # The check counts wrong elements over every rank of the round: once per round and size.
+        self.wrong += sum(max(ex.wrong, 0) for ex in found[0]) if found else 0
         measured = {}
         for (a, b), exchanges in zip(pairs, found):
             measured[(a, b)] = exchanges[0].busbw_gbps
@@ -279,18 +283,18 @@ class NodeSweep:
         by more than the threshold. Unlike the exchanges, the noise bound is not applied here: where
         ranks share cores (several ranks per CPU host, or namespace hosts on one machine) the spread
         of the concurrent rates is contention, and it would hide the culprit. Each suspect is then
-        re-timed alone against the median rank alone (alternately, COMPUTE_REPEATS times, best of
-        each: interference only slows), and flagged when it stays below the reference by more than
-        the threshold."""
+        re-timed alone right after the median rank alone, COMPUTE_REPEATS times, and flagged when it
+        is below that reference by more than the threshold every time: a rank that shared its core
+        with something else once is not a straggler, a slow one is slow every time."""
         rates = dict(enumerate(probe.rates))
         bar, low = low_outliers(rates, self.opts.threshold, 0.0)
         reference = min(rates, key=lambda r: (abs(rates[r] - bar.median), r))
-        alone: dict[int, float] = {}
+        alone: dict[int, list[float]] = {}
         for _ in range(COMPUTE_REPEATS if low else 0):
             for rank in [reference, *low]:
-                rate = compute_probe(self.backend, self.watchdog, only=rank).rates[rank]
-                alone[rank] = max(rate, alone.get(rank, 0.0))
-        flagged = [r for r in low if alone[r] < (1 - self.opts.threshold) * alone[reference]]
+                alone.setdefault(rank, []).append(compute_probe(self.backend, self.watchdog, only=rank).rates[rank])
+        keep = 1 - self.opts.threshold
+        flagged = [r for r in low if all(s < keep * ref for s, ref in zip(alone[r], alone[reference]))]
         return {
             "gflops": {self.cluster.rank_name(r): v for r, v in rates.items()},
             "flops": probe.flops,

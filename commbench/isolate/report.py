@@ -74,6 +74,10 @@ def format_verdict(v: dict[str, Any]) -> str:
             halves = " | ".join(",".join(h) for h in step["halves"])
             times = ", ".join(f"{t:.0f}" for t in step["time_us_p50"])
             lines.append(f"# bisection: {halves}: all_reduce p50 {times} us: {step['result']}")
+    if v.get("wrong"):
+        lines.append(
+            f"# WRONG RESULTS: {v['wrong']} element(s) arrived wrong in the exchanges (see the CSV's wrong column)"
+        )
     n_links = len(v["flagged_links"])
     lines.append(
         f"# isolate: {len(v['flagged_hosts'])} slow host(s){': ' + ', '.join(v['flagged_hosts']) if v['flagged_hosts'] else ''}; "
@@ -128,9 +132,11 @@ def _compute(v: dict[str, Any]) -> list[str]:
     for rank in compute["suspects"]:
         name = v["ranks"][str(rank)]
         state = "COMPUTE STRAGGLER" if rank in compute["flagged"] else "cleared"
+        mine = "/".join(f"{x:.3g}" for x in alone[str(rank)])
+        theirs = "/".join(f"{x:.3g}" for x in alone[str(ref)])
         lines.append(
-            f"  {name}: {compute['gflops'][name]:.3g} GFLOP/s; alone {alone[str(rank)]:.3g} against "
-            f"{v['ranks'][str(ref)]} alone {alone[str(ref)]:.3g}: {state}"
+            f"  {name}: {compute['gflops'][name]:.3g} GFLOP/s; alone {mine} against "
+            f"{v['ranks'][str(ref)]} alone {theirs}: {state}"
         )
     return lines
 
