@@ -8,6 +8,7 @@ import random
 import statistics
 from itertools import combinations
 
+import pandas as pd
 import pytest
 
 from commbench.isolate.cluster import Cluster
@@ -23,6 +24,7 @@ from commbench.isolate.verdict import (
     suspects,
 )
 from tests.distributed import commbench
+from tests.fake_hosts import run_on_fake_hosts
 
 
 @pytest.mark.parametrize("n", range(2, 66))
@@ -202,3 +204,28 @@ def test_the_verdict_names_each_culprit_with_its_evidence(tmp_path):
     png = draw(_verdict(), tmp_path / "m.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     json.dumps(_verdict())  # what --json writes
+
+
+@pytest.mark.slow
+def test_isolate_end_to_end_on_hosts_named_by_commbench_host(tmp_path):
+    """Two hosts of two ranks each over loopback, named through COMMBENCH_HOST (no root needed):
+    host pairs exchange local rank i with local rank i, local pairs are measured, every output is written."""
+    out = tmp_path / "iso.csv"
+    results = run_on_fake_hosts(
+        ["h0", "h0", "h1", "h1"],
+        *("isolate", "-o", str(out), "--json", str(tmp_path / "v.json"), "--size", "64K", "--iters", "5", "-w", "1"),
+        timeout=240,
+    )
+    codes = [r.returncode for r in results]
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    flagged = verdict["flagged_hosts"] or verdict["flagged_links"] or verdict["flagged_ranks"]
+    assert codes == [1 if flagged else 0] * 4, results[0].stderr[-2000:]
+    assert verdict["hosts"] == ["h0", "h1"] and set(verdict) >= {"flagged_hosts", "flagged_links", "flagged_ranks"}
+    rows = pd.read_csv(out)
+    host = rows[rows.kind == "host_pair"]
+    assert list(host.size_bytes) == [65536, 8] and set(host.ranks_a) == {"0;1"} and set(host.ranks_b) == {"2;3"}
+    local = rows[rows.kind == "local_pair"]
+    assert sorted(zip(local.host_a, local.host_b)) == [("h0:0", "h0:1")] * 2 + [("h1:0", "h1:1")] * 2
+    assert (rows.wrong == 0).all() and (rows.time_us_p50_lo <= rows.time_us_p50).all()
+    assert (tmp_path / "iso-isolate.png").exists() and (tmp_path / "iso.verdict.json").exists()
+    assert results[0].stdout.splitlines()[-2].startswith("# done: results in")

@@ -84,6 +84,7 @@ class Level:
     nodes: list[int]
     name: Callable[[int], str]
     pair_ranks: Callable[[int, int], list[int]]
+    peers: Callable[[int], Sequence[int]]  # the nodes a node can be paired with (a local rank: its host's)
     bw: dict[Pair, float] = field(default_factory=dict)
 
 
@@ -112,7 +113,8 @@ class NodeSweep:
 
     def run(self) -> dict[str, Any]:
         c, opts = self.cluster, self.opts
-        hosts = Level("host", list(range(len(c.hosts))), lambda h: c.hosts[h], c.pair_ranks)
+        everyone = list(range(len(c.hosts)))
+        hosts = Level("host", everyone, lambda h: c.hosts[h], c.pair_ranks, lambda h: everyone)
         schedule = circle_rounds(len(c.hosts))
         self.say(
             f"# commbench {commbench.__version__} isolate: {len(c.hosts)} hosts x {c.local_size} rank(s), "
@@ -144,6 +146,7 @@ class NodeSweep:
                 [r for h in c.ranks for r in h],
                 c.rank_name,
                 lambda a, b: [a, b],
+                lambda r: next(h for h in c.ranks if r in h),
             )
             local_schedule = circle_rounds(c.local_size)
             for r, local_pairs in enumerate(local_schedule):
@@ -240,8 +243,12 @@ class NodeSweep:
         t = self.opts.threshold
         first = suspects(level.nodes, level.bw, t, self.opts.k)
         slow = set(first.nodes)
-        node_plans = {s: plan_node(s, first.scores, slow, 2 * i) for i, s in enumerate(first.nodes)}
-        link_plans = {p: plan_link(*p, first.scores, slow, i) for i, p in enumerate(first.links)}
+
+        def among(node: int) -> dict[int, float]:  # the scores of the nodes it can be paired with
+            return {m: first.scores[m] for m in level.peers(node) if m in first.scores}
+
+        node_plans = {s: plan_node(s, among(s), slow, 2 * i) for i, s in enumerate(first.nodes)}
+        link_plans = {p: plan_link(*p, among(p[0]), slow, i) for i, p in enumerate(first.links)}
         wanted = list(dict.fromkeys(p for plan in [*node_plans.values(), *link_plans.values()] for p in plan.pairs))
         best: dict[Pair, float] = {}
         for repeat in range(CONFIRM_REPEATS if wanted else 0):
@@ -288,7 +295,8 @@ class NodeSweep:
         with something else once is not a straggler, a slow one is slow every time."""
         rates = dict(enumerate(probe.rates))
         bar, low = low_outliers(rates, self.opts.threshold, 0.0)
-        reference = min(rates, key=lambda r: (abs(rates[r] - bar.median), r))
+        # The reference: the rank nearest the median among those that are not suspects themselves.
+        reference = min((r for r in rates if r not in low), key=lambda r: (abs(rates[r] - bar.median), r))
         alone: dict[int, list[float]] = {}
         for _ in range(COMPUTE_REPEATS if low else 0):
             for rank in [reference, *low]:
