@@ -183,7 +183,7 @@ def _verdict() -> dict:
             "bar": {"median": 10.0, "mad": 0.0, "margin": 2.0, "cut": 8.0},
             "suspects": [2],
             "reference": 0,
-            "alone_gflops": {"0": [20.0, 19.0], "2": [5.0, 6.0]},
+            "beside_gflops": {"2": [[5.0, 20.0], [6.0, 19.0]]},
             "flagged": [2],
         },
         "bisect": None,
@@ -199,7 +199,7 @@ def test_the_verdict_names_each_culprit_with_its_evidence(tmp_path):
     assert "n4 0.25 GB/s -75% SLOW HOST (re-measured n1-n4 0.25, n2-n4 0.26 GB/s against n1-n2 0.98)" in lines
     assert "n3 1 GB/s +0% ok" in lines
     assert "link n1-n2: 0.40 of what both reach elsewhere" in text and "SLOW LINK" in text
-    assert "n3:0: 2 GFLOP/s; alone 5/6 against n1:0 alone 20/19: COMPUTE STRAGGLER" in text
+    assert "n3:0: 2 GFLOP/s; re-timed beside n1:0: 5 vs 20, 6 vs 19: COMPUTE STRAGGLER" in text
     assert text.splitlines()[-1] == "# isolate: 1 slow host(s): n4; 1 slow link(s): n1-n2; 1 slow rank(s): n3:0"
     png = draw(_verdict(), tmp_path / "m.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

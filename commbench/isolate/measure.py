@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -150,10 +150,11 @@ PROBE_REPS = 3
 PROBE_SAMPLES = 7
 
 
-def compute_probe(backend: Backend, watchdog: Watchdog, only: int | None = None) -> ComputeProbe:
-    """The calibrated matmul of --overlap, timed on every rank at once (only None), or on rank `only`
-    alone while the others wait (a suspect's re-measurement, free of the contention of ranks that
-    share a host's cores). Each sample is PROBE_REPS matmuls back to back; rates in GFLOP/s."""
+def compute_probe(backend: Backend, watchdog: Watchdog, only: Collection[int] | None = None) -> ComputeProbe:
+    """The calibrated matmul of --overlap, timed on every rank at once (only None), or on the ranks
+    `only` while the others wait (a suspect beside its reference: free of the contention of every
+    other rank, and under the same conditions as the reference at the same moment). Each sample is
+    PROBE_REPS matmuls back to back; rates in GFLOP/s."""
     watchdog.arm("calibrating the compute probe")
     kernel = calibrate(
         PROBE_TARGET_S,
@@ -162,10 +163,10 @@ def compute_probe(backend: Backend, watchdog: Watchdog, only: int | None = None)
         lambda value: statistics.median(backend.all_gather_object(value)),
         lambda k: wall_seconds(k, backend.synchronize),
     )
-    watchdog.arm("the compute probe" + ("" if only is None else f" on rank {only} alone"))
+    watchdog.arm("the compute probe" + ("" if only is None else f" on ranks {sorted(only)}"))
     backend.barrier()
     mine = []
-    if only is None or only == backend.rank:
+    if only is None or backend.rank in only:
         for _ in range(PROBE_SAMPLES):
             backend.synchronize()
             start = time.perf_counter()

@@ -29,8 +29,8 @@ from commbench.run.watchdog import Watchdog
 
 Pair = tuple[int, int]
 CONFIRM_REPEATS = 2
-# The alone re-timings of a compute suspect, each against the reference's: a rank alone still shares
-# its cores with whatever else the host runs, so one slow re-timing is not enough to flag it.
+# The re-timings of a compute suspect beside its reference: a rank still shares its cores with
+# whatever else the host runs, so one slow re-timing is not enough to flag it.
 COMPUTE_REPEATS = 3
 
 
@@ -290,26 +290,27 @@ class NodeSweep:
         by more than the threshold. Unlike the exchanges, the noise bound is not applied here: where
         ranks share cores (several ranks per CPU host, or namespace hosts on one machine) the spread
         of the concurrent rates is contention, and it would hide the culprit. Each suspect is then
-        re-timed alone right after the median rank alone, COMPUTE_REPEATS times, and flagged when it
-        is below that reference by more than the threshold every time: a rank that shared its core
-        with something else once is not a straggler, a slow one is slow every time."""
+        re-timed beside the median rank, the two alone and at the same moment (so whatever else
+        the machine runs weighs on both), COMPUTE_REPEATS times, and flagged when it is below that
+        reference by more than the threshold every time: a slow rank is slow every time."""
         rates = dict(enumerate(probe.rates))
         bar, low = low_outliers(rates, self.opts.threshold, 0.0)
         # The reference: the rank nearest the median among those that are not suspects themselves.
         reference = min((r for r in rates if r not in low), key=lambda r: (abs(rates[r] - bar.median), r))
-        alone: dict[int, list[float]] = {}
+        beside: dict[int, list[tuple[float, float]]] = {r: [] for r in low}  # (suspect, reference) rates
         for _ in range(COMPUTE_REPEATS if low else 0):
-            for rank in [reference, *low]:
-                alone.setdefault(rank, []).append(compute_probe(self.backend, self.watchdog, only=rank).rates[rank])
+            for rank in low:
+                rates_now = compute_probe(self.backend, self.watchdog, only={rank, reference}).rates
+                beside[rank].append((rates_now[rank], rates_now[reference]))
         keep = 1 - self.opts.threshold
-        flagged = [r for r in low if all(s < keep * ref for s, ref in zip(alone[r], alone[reference]))]
+        flagged = [r for r in low if all(s < keep * ref for s, ref in beside[r])]
         return {
             "gflops": {self.cluster.rank_name(r): v for r, v in rates.items()},
             "flops": probe.flops,
             "bar": _bar(bar),
             "suspects": low,
             "reference": reference,
-            "alone_gflops": {str(r): v for r, v in alone.items()},
+            "beside_gflops": {str(r): v for r, v in beside.items()},
             "flagged": flagged,
         }
 

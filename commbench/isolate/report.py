@@ -127,17 +127,12 @@ def _compute(v: dict[str, Any]) -> list[str]:
         f"# compute probe ({compute['flops']:.3g} FLOP matmul, every rank at once): median {bar['median']:.3g} GFLOP/s, "
         f"suspect below {bar['cut']:.3g}; suspects re-timed alone"
     ]
-    ref = compute["reference"]
-    alone = compute["alone_gflops"]
+    ref = v["ranks"][str(compute["reference"])]
     for rank in compute["suspects"]:
         name = v["ranks"][str(rank)]
         state = "COMPUTE STRAGGLER" if rank in compute["flagged"] else "cleared"
-        mine = "/".join(f"{x:.3g}" for x in alone[str(rank)])
-        theirs = "/".join(f"{x:.3g}" for x in alone[str(ref)])
-        lines.append(
-            f"  {name}: {compute['gflops'][name]:.3g} GFLOP/s; alone {mine} against "
-            f"{v['ranks'][str(ref)]} alone {theirs}: {state}"
-        )
+        beside = ", ".join(f"{mine:.3g} vs {theirs:.3g}" for mine, theirs in compute["beside_gflops"][str(rank)])
+        lines.append(f"  {name}: {compute['gflops'][name]:.3g} GFLOP/s; re-timed beside {ref}: {beside}: {state}")
     return lines
 
 
