@@ -125,7 +125,7 @@ def _compute(v: dict[str, Any]) -> list[str]:
     bar = compute["bar"]
     lines = [
         f"# compute probe ({compute['flops']:.3g} FLOP matmul, every rank at once): median {bar['median']:.3g} GFLOP/s, "
-        f"suspect below {bar['cut']:.3g}; suspects re-timed alone"
+        f"suspect below {bar['cut']:.3g}; suspects re-timed beside the median rank"
     ]
     ref = v["ranks"][str(compute["reference"])]
     for rank in compute["suspects"]:
