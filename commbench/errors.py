@@ -18,7 +18,7 @@ class ExitCode(IntEnum):
     """Every exit code commbench uses; docs/failure-modes.md explains each."""
 
     OK = 0
-    FAILED = 1  # wrong results in a sweep, or a regression (or wrong results) in `compare`
+    FAILED = 1  # wrong results in a sweep, a regression (or wrong results) in `compare`, a flag in `isolate`
     USAGE = 2  # a mistake the user can fix: bad input, an impossible combination, a refusal
     COLLECTIVE_FAILURE = 3  # a collective failed or timed out, or a rank was lost
     INTERNAL = 4  # a bug in commbench: the traceback is printed, to be reported

@@ -12,6 +12,7 @@ from commbench import __version__
 from commbench.cli.compare import compare
 from commbench.cli.env import env
 from commbench.cli.history import history
+from commbench.cli.isolate import isolate
 from commbench.cli.list import list_
 from commbench.cli.model import model
 from commbench.cli.plot import plot
@@ -73,3 +74,4 @@ main.add_command(compare)
 main.add_command(syncbn)
 main.add_command(model)
 main.add_command(history)
+main.add_command(isolate)

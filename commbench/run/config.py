@@ -85,6 +85,7 @@ class SweepConfig:
     compute: str = "auto"  # --compute: the kernel's FLOP count, or auto (about the op's own time)
     command: str = ""
     history: str | None = None  # --history PATH|URL; "off" under --no-history; None: beside the CSV
+    isolate: dict[str, Any] | None = None  # `commbench isolate`'s options: the ranks run a node sweep
 
     def __post_init__(self) -> None:
         for name in ("ops", "dtypes", "variants"):
@@ -215,7 +216,8 @@ def agree(
     option the ops cannot use on the n ranks of each group, such as --root) rank 0 reports.
 
     When every rank agrees and none has an error (one all_reduce says so), where every rank runs is
-    gathered to rank 0 alone, or to every rank where --group intra or inter forms groups from it.
+    gathered to rank 0 alone, or to every rank where --group intra or inter, or a node sweep, forms
+    groups from it.
     """
     if _alike(backend, cfg, error):
         return _facts(backend, cfg, ranks_error)
@@ -241,7 +243,9 @@ def _facts(backend: Backend, cfg: SweepConfig, ranks_error: Callable[[int], str 
     depend on the hosts, and rank 0's run id."""
     run_id = _shared_run_id(backend)
     node = backend.node_info()
-    if cfg.group == "world":  # the groups need no hosts: rank 0 alone writes them into its rows
+    # Under --group world the groups need no hosts: rank 0 alone writes them into its rows. A node
+    # sweep (isolate) pairs hosts on every rank.
+    if cfg.group == "world" and cfg.isolate is None:
         nodes = backend.gather_object(node)
         message = ranks_error(backend.world_size) if ranks_error is not None else None
     else:

@@ -89,9 +89,15 @@ def form_groups(backend: Backend, kind: str, hosts: Sequence[str]) -> Grouping:
 
     # Every rank must create every group, in the same order; torch hands back this rank's own.
     mine, _ = dist.new_subgroups_by_enumeration(groups)
-    ranks = next(g for g in groups if backend.rank in g)
+    return Grouping(kind, size, group_view(backend, mine, next(g for g in groups if backend.rank in g)))
+
+
+def group_view(backend: Backend, group: object, ranks: Sequence[int]) -> Backend:
+    """The backend as the ops of one subgroup see it: rank and world size within `ranks` (this
+    rank's group); the barrier, result gathering and call counts stay on the world."""
     view = copy.copy(backend)
-    view.group, view.rank, view.world_size = mine, ranks.index(backend.rank), len(ranks)
+    # torch numbers a group's ranks in ascending order of their global ranks, whatever order they were given in.
+    view.group, view.rank, view.world_size = group, sorted(ranks).index(backend.rank), len(ranks)
     # Bound to the world backend: the call counts stay in one place (the heartbeat publishes them,
     # measure() reads them), and the barrier and result gathering span every group.
     view.record = backend.record  # type: ignore[method-assign]
@@ -100,4 +106,4 @@ def form_groups(backend: Backend, kind: str, hosts: Sequence[str]) -> Grouping:
     view.reduce_floats = backend.reduce_floats  # type: ignore[method-assign]
     view.gather_floats = backend.gather_floats  # type: ignore[method-assign]
     view.gather_object = backend.gather_object  # type: ignore[method-assign]
-    return Grouping(kind, size, view)
+    return view

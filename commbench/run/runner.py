@@ -57,6 +57,10 @@ def run_rank(cfg: SweepConfig, launch: Launch) -> Outcome:
             f"rank {launch.rank}: could not join the process group: {_first_sentence(exc)}"
         ) from exc
     try:
+        if cfg.isolate is not None:  # `commbench isolate`: the same launch, a node sweep on the ranks
+            from commbench.isolate.node_sweep import isolate_rank
+
+            return isolate_rank(cfg, launch, backend)
         return _sweep(cfg, launch, backend, ops)
     finally:
         backend.close()

@@ -1,0 +1,124 @@
+"""`commbench isolate`: a node sweep that names the slow host, GPU/CPU or link."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from commbench.cli.options import _fraction, _iters, build_config, launch_options, plot_option, run
+from commbench.errors import UserError
+from commbench.run.config import DEFAULT_MAX_ITERS, DEFAULT_MIN_ITERS, DEFAULT_ROUNDS, DEFAULT_TIME_PER_SIZE
+from commbench.units import parse_size
+
+
+@click.command()
+@click.option(
+    "--size", default=None, help="Bytes each rank of a pair sends (default: chosen by a short probe), e.g. 4M."
+)
+@click.option(
+    "--threshold",
+    default="20%",
+    show_default=True,
+    callback=_fraction,
+    help="Flag a score this far below the cluster's median (and beyond its noise bound), e.g. 20%.",
+)
+@click.option("--bisect", is_flag=True, help="Also bisect the hosts with all_reduce over halves run at once.")
+@click.option(
+    "--json",
+    "json_path",
+    default=None,
+    help="Also write the verdict (hosts, flagged_hosts, flagged_links, flagged_ranks, evidence) here.",
+)
+@click.option(
+    "--iters",
+    "-n",
+    default="auto",
+    show_default=True,
+    callback=_iters,
+    help="Timed exchanges per pair and size, or auto to fill --time-per-size.",
+)
+@click.option(
+    "--time-per-size",
+    type=float,
+    default=DEFAULT_TIME_PER_SIZE,
+    show_default=True,
+    help="With --iters auto: seconds of timed exchanges per pair and size.",
+)
+@click.option(
+    "--min-iters", type=int, default=DEFAULT_MIN_ITERS, show_default=True, help="With --iters auto: at least this many."
+)
+@click.option(
+    "--max-iters", type=int, default=DEFAULT_MAX_ITERS, show_default=True, help="With --iters auto: at most this many."
+)
+@click.option(
+    "--rounds",
+    type=int,
+    default=DEFAULT_ROUNDS,
+    show_default=True,
+    help="Blocks each pair's samples are timed in, interleaved with the other size's.",
+)
+@click.option("--warmup", "-w", type=int, default=5, show_default=True, help="Untimed exchanges per pair and size.")
+@launch_options
+@plot_option
+def isolate(
+    size: str | None,
+    threshold: float,
+    bisect: bool,
+    json_path: str | None,
+    nproc: int | None,
+    master_addr: str | None,
+    master_port: int | None,
+    oversubscribe: bool,
+    plot: bool,
+    **options: object,
+) -> None:
+    """Find the slow host, GPU/CPU or link: every pair of hosts exchanges, in N-1 rounds of N/2 pairs at once.
+
+    Each pair of hosts exchanges both ways (local rank i with local rank i) at a bandwidth-bound
+    size and at 8 bytes; so do the local ranks of each host, pair by pair. A host whose pairs are
+    slow, a link slow between two hosts that are fast elsewhere and a rank whose matmul is slow are
+    suspects when they fall below the cluster's median by more than --threshold and its noise; each
+    is re-measured against healthy partners and flagged only if it stays slow.
+
+    Writes one CSV row per measured pair, <stem>.verdict.json and (with --plot) <stem>-isolate.png
+    beside it, and prints the verdict. Exit code 1 when anything is flagged, 0 when healthy, 2
+    when the ranks are on one host or the hosts run different numbers of ranks. docs/isolate.md.
+
+    \b
+      torchrun --nnodes 8 --nproc-per-node 8 ... -m commbench isolate --json verdict.json
+      srun -N 8 --ntasks-per-node 8 commbench isolate --backend nccl
+    """
+    from commbench.isolate.options import PROBE_SIZES, IsolateOptions
+
+    chosen = parse_size(size) if size is not None else None
+    json_file = str(Path(json_path).resolve()) if json_path is not None else None
+    if json_file is not None and (Path(json_file).is_dir() or not Path(json_file).parent.is_dir()):
+        raise UserError(f"--json {json_path}: give a file in an existing folder")
+    opts = IsolateOptions(
+        size=chosen, threshold=threshold if threshold is not None else 0.2, bisect=bisect, json=json_file
+    )
+    cfg = build_config(
+        ops=("sendrecv",),
+        sizes=[chosen or max(PROBE_SIZES)],
+        dtypes=(),
+        isolate=opts.to_dict(),
+        **options,
+    )
+    outcome = run(cfg, nproc, master_addr, master_port, oversubscribe)
+    if plot and outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
+        _chart(outcome.output)
+    sys.exit(outcome.code)
+
+
+def _chart(csv_path: Path) -> None:
+    """The matrix and score chart beside the CSV; a failure to draw is a warning, never the verdict."""
+    from commbench.isolate.report import draw, read_verdict
+
+    try:
+        out = draw(read_verdict(csv_path), csv_path.with_name(csv_path.stem + "-isolate.png"))
+    except UserError as exc:
+        click.echo(f"commbench: warning: no chart: {exc.format_message()}", err=True)
+        return
+    click.echo(f"# chart: {out}")

@@ -1,0 +1,195 @@
+"""The measurements of a node sweep, run on every rank: concurrent pair exchanges in subgroups,
+and the per-rank compute probe.
+
+A round is a list of rank groups that exchange at the same time. Each group gets its own process
+group (every rank creates every group of the round, in the same order, as torch.distributed
+requires); a rank in no group of the round sits it out in a group of its own. In a group
+[a0, b0, a1, b1, ...] the sendrecv op's `pair` variant exchanges a_i with b_i in both directions,
+as a training job's inter-node traffic does. The harness times it (barrier across every rank
+before each sample, so the round's pairs start together), and every rank gathers every rank's
+samples, so every rank computes the same per-pair statistics and the same verdicts.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from commbench.backends.base import Backend
+from commbench.ops import build_ops
+from commbench.ops.base import Point
+from commbench.results.stats import Stats, bandwidth_gbps
+from commbench.run.config import SweepConfig
+from commbench.run.groups import group_view
+from commbench.run.harness import Case, CollArgs, blocks, planned_iters
+from commbench.run.overlap import calibrate, seconds_of_kernel
+from commbench.run.watchdog import Watchdog
+
+EXCHANGE_OP = "sendrecv"
+EXCHANGE_VARIANT = "pair"
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One group's exchange at one size: its p50 (the slowest rank's time per iteration) and interval."""
+
+    ranks: tuple[int, ...]
+    size_bytes: int
+    stats: Stats
+    iters: int
+    wrong: int  # wrong elements in the check, over every rank of the round (-1: not checked)
+
+    @property
+    def busbw_gbps(self) -> float:
+        """Bytes each rank sent per second (the exchange's busbw: sendrecv's bus factor is 1)."""
+        return bandwidth_gbps(self.size_bytes, self.stats.time_us_p50, 1.0)[1]
+
+
+class Rounds:
+    """Runs rounds of concurrent exchanges on this rank's backend."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        cfg: SweepConfig,
+        watchdog: Watchdog,
+        op: str = EXCHANGE_OP,
+        variant: str = EXCHANGE_VARIANT,
+    ) -> None:
+        self.backend, self.cfg, self.watchdog = backend, cfg, watchdog
+        self.op = build_ops((op,), {}, (variant,))[0]
+        self.variant = variant
+        self.created = 0
+
+    def _my_group(self, groups: Sequence[Sequence[int]]) -> tuple[object, list[int]]:
+        import torch.distributed as dist
+
+        busy = {r for g in groups for r in g}
+        everyone = [sorted(g) for g in groups] + [[r] for r in range(self.backend.world_size) if r not in busy]
+        self.watchdog.arm(f"creating the process groups of round {self.created + 1}")
+        mine, _ = dist.new_subgroups_by_enumeration(everyone)
+        self.watchdog.disarm()
+        self.created += 1
+        return mine, next(g for g in everyone if self.backend.rank in g)
+
+    def run(
+        self,
+        units: Sequence[Sequence[int]],
+        sizes: Sequence[int],
+        label: str,
+        iters: int | None = None,
+        groups: Sequence[Sequence[int]] | None = None,
+    ) -> list[list[Exchange]]:
+        """Every unit's exchange at every size, all units at once; per unit, one Exchange per size.
+
+        A unit is the ranks whose slowest time per iteration is one result (a pair of hosts: the
+        ranks of both); groups are the process groups the op runs in (default: one per unit). A
+        pair of hosts runs one group per local rank index, [a_i, b_i], each of which the pair op
+        exchanges both ways.
+
+        iters None: the configuration's (--iters, or auto from --time-per-size); the cases are
+        visited in --rounds interleaved blocks, as a sweep visits its cases.
+        """
+        group, ranks = self._my_group(units if groups is None else groups)
+        view = group_view(self.backend, group, ranks)
+        cases = []
+        for size in sizes:
+            args = CollArgs(backend=view, dtype=torch.float32, variant=self.variant)
+            self.op.setup(args, Point.of_size(size))
+            cases.append(
+                Case(
+                    self.op,
+                    args,
+                    "comm",
+                    window=1,
+                    watchdog=self.watchdog,
+                    label=f"{label} at {size} bytes",
+                    keep_per_rank=True,
+                )
+            )
+        plans = []
+        cfg = self.cfg
+        for case in cases:
+            budget = cfg.time_per_size if cfg.auto and iters is None else None
+            sample_s = case.warm_up(cfg.warmup if iters is None else 1, budget)
+            count = iters or cfg.iters or planned_iters(sample_s, cfg.time_per_size, cfg.min_iters, cfg.max_iters)
+            plans.append(blocks(count, cfg.rounds if iters is None else 1))
+        for round_index in range(max(len(p) for p in plans)):
+            for case, plan in zip(cases, plans):
+                if round_index < len(plan):
+                    last = round_index == len(plan) - 1
+                    case.block(plan[round_index], round_index, check=cfg.check and last)
+        self._leave(group)
+        # Rank 0 alone holds every rank's samples (gathered block by block); every rank needs the
+        # results, since what is measured next depends on them.
+        found = [[_exchange(case, unit) for case in cases] for unit in units] if self.backend.rank == 0 else None
+        return self.backend.all_gather_object(found)[0]
+
+    def _leave(self, group: object) -> None:
+        """Free this round's group (its connections) once every rank is done with it."""
+        import torch.distributed as dist
+
+        self.backend.barrier()
+        if group is not None:
+            dist.destroy_process_group(group)
+
+
+def _exchange(case: Case, ranks: Sequence[int]) -> Exchange:
+    per_iter = [max(column) for column in zip(*(case.per_rank_us[r] for r in ranks))]
+    # The bytes one rank sends, as the op rounded the request to whole elements.
+    sent = case.op.size_bytes(case.args, "comm")
+    return Exchange(tuple(ranks), sent, Stats.from_samples(per_iter), len(per_iter), case.wrong)
+
+
+@dataclass(frozen=True)
+class ComputeProbe:
+    """Every rank's matmul rate (GFLOP/s, from its fastest sample), its samples' statistics and the kernel's size."""
+
+    flops: float
+    rates: list[float]  # by rank
+    stats: list[Stats]  # by rank
+
+
+PROBE_TARGET_S = 0.01  # one matmul's time on the median rank
+# Matmuls per timed sample: a sample of ~30 ms or more spans a good part of a CPU quota's period (100 ms by
+# default), so a rank limited to a share of a CPU is caught in every sample, not only now and then.
+PROBE_REPS = 3
+PROBE_SAMPLES = 7
+
+
+def compute_probe(backend: Backend, watchdog: Watchdog, only: Collection[int] | None = None) -> ComputeProbe:
+    """The calibrated matmul of --overlap, timed on every rank at once (only None), or on the ranks
+    `only` while the others wait (a suspect beside its reference: free of the contention of every
+    other rank, and under the same conditions as the reference at the same moment). Each sample is
+    PROBE_REPS matmuls back to back; rates in GFLOP/s."""
+    watchdog.arm("calibrating the compute probe")
+    kernel = calibrate(
+        PROBE_TARGET_S,
+        backend.device,
+        torch.float32,
+        lambda value: statistics.median(backend.all_gather_object(value)),
+        seconds_of_kernel(backend.device, backend.synchronize),
+    )
+    watchdog.arm("the compute probe" + ("" if only is None else f" on ranks {sorted(only)}"))
+    backend.barrier()
+    mine = []
+    if only is None or backend.rank in only:
+        for _ in range(PROBE_SAMPLES):
+            backend.synchronize()
+            start = time.perf_counter()
+            for _ in range(PROBE_REPS):
+                kernel.run()
+            backend.synchronize()
+            mine.append((time.perf_counter() - start) / PROBE_REPS * 1e6)
+    everyone = backend.all_gather_object(mine)
+    watchdog.disarm()
+    stats = [Stats.from_samples(s) if s else None for s in everyone]
+    # From each rank's fastest sample: sharing a core (with other ranks, other jobs) only ever slows a
+    # sample down, so the fastest is the rank's own capacity, while a slow device or a CPU quota
+    # slows every sample.
+    rates = [kernel.flops / (s.time_us_min * 1e3) if s is not None else float("nan") for s in stats]
+    return ComputeProbe(kernel.flops, rates, stats)

@@ -1,0 +1,192 @@
+"""What a node sweep leaves behind: its CSV columns, the verdict file beside the CSV, the console
+verdict and the chart (host x host bandwidth matrix and per-host scores against the bar)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from commbench.errors import UserError
+
+COLUMNS = (
+    "run_id",
+    "kind",  # host_pair, local_pair, confirm_host, confirm_local
+    "round",
+    "host_a",
+    "host_b",
+    "ranks_a",
+    "ranks_b",
+    "size_bytes",
+    "iters",
+    "time_us_p50",
+    "time_us_p50_lo",
+    "time_us_p50_hi",
+    "busbw_gbps",
+    "wrong",
+    "backend",
+    "world_size",
+)
+
+
+def verdict_path(csv_path: Path) -> Path:
+    """The verdict file beside the CSV: <stem>.verdict.json."""
+    return csv_path.with_name(csv_path.stem + ".verdict.json")
+
+
+def read_verdict(csv_path: Path) -> dict[str, Any]:
+    path = verdict_path(csv_path)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read the verdict {path}: {exc}") from None
+
+
+def _pct(value: float, median: float) -> str:
+    return f"{(value / median - 1) * 100:+.0f}%" if median > 0 else "-"
+
+
+def format_verdict(v: dict[str, Any]) -> str:
+    """The console verdict: every host's score against the bar, then what was flagged and why."""
+    host = v["host"]
+    bar = host["bar"]
+    lines = [
+        f"# verdict: threshold {v['threshold']:.0%}, noise bound {v['k']:g} x 1.4826 x MAD; "
+        f"pairs exchanged {v['size_bytes']} bytes each way",
+        f"# host scores (GB/s, upper quartile of each host's pairs): median {bar['median']:.3g}, "
+        f"MAD {bar['mad']:.3g}, cut {bar['cut']:.3g}",
+    ]
+    width = max(len(h) for h in v["hosts"])
+    flagged = set(v["flagged_hosts"])
+    suspects = set(host["suspects"])
+    for name in v["hosts"]:
+        score = host["scores"].get(name, float("nan"))
+        state = "SLOW HOST" if name in flagged else ("suspect, cleared" if name in suspects else "ok")
+        evidence = ""
+        if name in suspects:
+            evidence = f"  ({_confirmation(host['confirmations'][name])})"
+        lines.append(f"  {name:<{width}}  {score:8.3g} GB/s  {_pct(score, bar['median']):>6}  {state}{evidence}")
+    lines += _links(v)
+    lines += _locals(v)
+    lines += _compute(v)
+    if v.get("bisect"):
+        for step in v["bisect"]:
+            halves = " | ".join(",".join(h) for h in step["halves"])
+            times = ", ".join(f"{t:.0f}" for t in step["time_us_p50"])
+            lines.append(f"# bisection: {halves}: all_reduce p50 {times} us: {step['result']}")
+    if v.get("wrong"):
+        lines.append(
+            f"# WRONG RESULTS: {v['wrong']} element(s) arrived wrong in the exchanges (see the CSV's wrong column)"
+        )
+    n_links = len(v["flagged_links"])
+    lines.append(
+        f"# isolate: {len(v['flagged_hosts'])} slow host(s){': ' + ', '.join(v['flagged_hosts']) if v['flagged_hosts'] else ''}; "
+        f"{n_links} slow link(s){': ' + ', '.join('-'.join(p) for p in v['flagged_links']) if n_links else ''}; "
+        f"{len(v['flagged_ranks'])} slow rank(s){': ' + ', '.join(v['ranks'][str(r)] for r in v['flagged_ranks']) if v['flagged_ranks'] else ''}"
+    )
+    return "\n".join(lines)
+
+
+def _confirmation(c: dict[str, Any]) -> str:
+    """A confirmation's evidence: the suspect's re-measured pairs and the reference pairs beside them."""
+    pairs = ", ".join(f"{a}-{b} {bw:.3g}" for a, b, bw in c["pairs"]) or "no healthy partner"
+    refs = ", ".join(f"{a}-{b} {bw:.3g}" for a, b, bw in c["references"])
+    return f"re-measured {pairs} GB/s" + (f" against {refs}" if refs else "")
+
+
+def _links(v: dict[str, Any]) -> list[str]:
+    host = v["host"]
+    if not host["link_suspects"]:
+        return ["# links: no pair slower than its two hosts reach elsewhere"]
+    cut = host["link_bar"]["cut"]
+    flagged = {tuple(p) for p in host["flagged_links"]}
+    return [
+        f"# link {a}-{b}: {ratio:.2f} of what both reach elsewhere (cut {cut:.2f}); "
+        f"{_confirmation(host['link_confirmations'][f'{a}-{b}'])}: {'SLOW LINK' if (a, b) in flagged else 'cleared'}"
+        for a, b, ratio in host["link_suspects"]
+    ]
+
+
+def _locals(v: dict[str, Any]) -> list[str]:
+    local = v.get("local")
+    if not local:
+        return []
+    bar = local["bar"]
+    lines = [
+        f"# local pairs (GB/s): median rank score {bar['median']:.3g}, cut {bar['cut']:.3g}; "
+        f"suspects: {', '.join(local['suspects']) or 'none'}; flagged: {', '.join(local['flagged']) or 'none'}"
+    ]
+    lines += [f"# local link {a}-{b}: SLOW LINK" for a, b in local["flagged_links"]]
+    return lines
+
+
+def _compute(v: dict[str, Any]) -> list[str]:
+    compute = v["compute"]
+    bar = compute["bar"]
+    lines = [
+        f"# compute probe ({compute['flops']:.3g} FLOP matmul, every rank at once): median {bar['median']:.3g} GFLOP/s, "
+        f"suspect below {bar['cut']:.3g}; suspects re-timed beside the median rank"
+    ]
+    ref = v["ranks"][str(compute["reference"])]
+    for rank in compute["suspects"]:
+        name = v["ranks"][str(rank)]
+        state = "COMPUTE STRAGGLER" if rank in compute["flagged"] else "cleared"
+        beside = ", ".join(f"{mine:.3g} vs {theirs:.3g}" for mine, theirs in compute["beside_gflops"][str(rank)])
+        lines.append(f"  {name}: {compute['gflops'][name]:.3g} GFLOP/s; re-timed beside {ref}: {beside}: {state}")
+    return lines
+
+
+def draw(v: dict[str, Any], out: Path) -> Path:
+    """The host x host bandwidth matrix (flagged hosts and links marked) beside the per-host scores
+    with the cut drawn; one PNG or SVG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    hosts = v["hosts"]
+    index = {h: i for i, h in enumerate(hosts)}
+    n = len(hosts)
+    matrix = np.full((n, n), np.nan)
+    for a, b, bw in v["host"]["pairs"]:
+        matrix[index[a], index[b]] = matrix[index[b], index[a]] = bw
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(7.5 + 0.25 * n, 3.5 + 0.2 * n), gridspec_kw={"width_ratios": [1.3, 1]}
+    )
+    image = left.imshow(matrix, cmap="viridis", vmin=0)
+    fig.colorbar(image, ax=left, label="GB/s each way")
+    ticks = range(n)
+    left.set_xticks(ticks, hosts, rotation=90 if n > 8 else 0)
+    left.set_yticks(ticks, hosts)
+    for name in v["flagged_hosts"]:
+        i = index[name]
+        for spine in (left.get_xticklabels()[i], left.get_yticklabels()[i]):
+            spine.set_color("red")
+            spine.set_fontweight("bold")
+        left.add_patch(plt.Rectangle((-0.5, i - 0.5), n, 1, fill=False, edgecolor="red", linewidth=2))
+    for a, b in v["host"]["flagged_links"]:
+        for i, j in ((index[a], index[b]), (index[b], index[a])):
+            left.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="orange", linewidth=2.5))
+    if n <= 12:
+        for i in range(n):
+            for j in range(n):
+                if not np.isnan(matrix[i, j]):
+                    ink = "black" if matrix[i, j] > 0.6 * np.nanmax(matrix) else "white"  # readable on yellow
+                    left.text(j, i, f"{matrix[i, j]:.2g}", ha="center", va="center", color=ink, fontsize=7)
+    left.set_title("pair bandwidth\n(red: slow host, orange: slow link)", fontsize=9)
+    scores = [v["host"]["scores"].get(h, np.nan) for h in hosts]
+    colours = ["red" if h in v["flagged_hosts"] else "tab:blue" for h in hosts]
+    right.barh(range(n), scores, color=colours)
+    right.set_yticks(range(n), hosts)
+    right.invert_yaxis()
+    bar = v["host"]["bar"]
+    right.axvline(bar["median"], color="grey", linestyle="--", label=f"median {bar['median']:.3g}")
+    right.axvline(bar["cut"], color="red", label=f"cut {bar['cut']:.3g}")
+    right.set_xlabel("host score (GB/s)")
+    right.legend(fontsize=7, loc="lower right")
+    right.set_title(f"host scores\n(below the cut: a suspect; threshold {v['threshold']:.0%})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

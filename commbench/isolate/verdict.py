@@ -1,0 +1,192 @@
+"""How a node sweep reaches its verdicts: robust thresholds over scores, then confirmation.
+
+Pure functions over measured numbers, so the rules can be tested on synthetic clusters.
+
+The bar is set by the median and the MAD (median absolute deviation) of the scores, never by
+their mean and standard deviation: one or several slow hosts must not drag the bar toward
+themselves. A score is low when it falls below the median by more than both the threshold (a
+share of the median, what the operator cares about) and k x 1.4826 x MAD (what the cluster's own
+noise allows; 1.4826 x MAD estimates a standard deviation for normal noise). The median's
+breakdown point is 50%, so fewer than half of the hosts may be slow and still be found.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+Pair = tuple[int, int]
+
+DEFAULT_THRESHOLD = 0.20
+# 2 x 1.4826 x MAD: two standard deviations of normal noise. Lower than a bar that had to keep
+# false alarms rare on its own (3 or 4) for two reasons: a suspect is only a suspect, re-measured
+# alongside healthy pairs before anything is flagged, and with few hosts the MAD itself is
+# uncertain (of 4 hosts, one noisy healthy host sets it), so at 3 a host at a quarter of the
+# others' speed went unflagged on a loaded machine.
+NOISE_K = 2.0
+MAD_TO_SIGMA = 1.4826
+
+
+@dataclass(frozen=True)
+class Bar:
+    """The robust bar over a set of scores: values below `cut` are low."""
+
+    median: float
+    mad: float
+    threshold: float
+    k: float
+
+    @property
+    def margin(self) -> float:
+        """How far below the median a score must fall to be low: the larger of the two bounds."""
+        return max(self.threshold * self.median, self.k * MAD_TO_SIGMA * self.mad)
+
+    @property
+    def cut(self) -> float:
+        return self.median - self.margin
+
+    def low(self, value: float) -> bool:
+        return self.median - value > self.margin
+
+
+def robust_bar(values: Sequence[float], threshold: float = DEFAULT_THRESHOLD, k: float = NOISE_K) -> Bar:
+    """The median and MAD of the values, and the rule that judges a value against them."""
+    if not values:
+        raise ValueError("a bar over no values")
+    median = statistics.median(values)
+    mad = statistics.median(abs(v - median) for v in values)
+    return Bar(median, mad, threshold, k)
+
+
+def low_outliers(
+    scores: Mapping[K, float], threshold: float = DEFAULT_THRESHOLD, k: float = NOISE_K
+) -> tuple[Bar, list[K]]:
+    """The bar over the scores and the keys whose scores are low, lowest first."""
+    bar = robust_bar(list(scores.values()), threshold, k)
+    return bar, sorted((key for key, s in scores.items() if bar.low(s)), key=lambda key: scores[key])
+
+
+def upper_quartile(values: Sequence[float]) -> float:
+    """The 75th percentile (linear interpolation): a node's score from its pairs' bandwidths.
+
+    Not the median: a healthy node paired with several slow ones would score as slow. The upper
+    quartile stays at the node's own speed while fewer than three quarters of its partners are
+    slow, and one lucky pair does not lift it (as the maximum would).
+    """
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * 0.75
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def node_scores(nodes: Sequence[int], pair_bw: Mapping[Pair, float]) -> dict[int, float]:
+    """Each node's score from the bandwidths of the pairs it was in (nodes in no pair are left out)."""
+    mine: dict[int, list[float]] = {n: [] for n in nodes}
+    for (a, b), bw in pair_bw.items():
+        mine[a].append(bw)
+        mine[b].append(bw)
+    return {n: upper_quartile(bws) for n, bws in mine.items() if bws}
+
+
+def link_ratios(pair_bw: Mapping[Pair, float], scores: Mapping[int, float], slow: set[int]) -> dict[Pair, float]:
+    """Each pair's bandwidth over what its two nodes reach elsewhere (the lower of their scores),
+    for the pairs between nodes that are not slow themselves: a slow link is a low ratio."""
+    return {
+        (a, b): bw / min(scores[a], scores[b])
+        for (a, b), bw in pair_bw.items()
+        if a not in slow and b not in slow and min(scores[a], scores[b]) > 0
+    }
+
+
+@dataclass(frozen=True)
+class Suspects:
+    """The first pass over a set of pairs: node scores, link ratios, their bars and the suspects."""
+
+    scores: dict[int, float]
+    node_bar: Bar
+    nodes: list[int]
+    ratios: dict[Pair, float]
+    link_bar: Bar | None
+    links: list[Pair]
+
+
+def suspects(
+    nodes: Sequence[int], pair_bw: Mapping[Pair, float], threshold: float = DEFAULT_THRESHOLD, k: float = NOISE_K
+) -> Suspects:
+    """Slow nodes (every pair slow), then slow links (one pair slow between two nodes that are fine)."""
+    scores = node_scores(nodes, pair_bw)
+    node_bar, slow = low_outliers(scores, threshold, k)
+    ratios = link_ratios(pair_bw, scores, set(slow))
+    if len(ratios) >= 3:  # a bar needs a few pairs to say what normal is
+        link_bar, links = low_outliers(ratios, threshold, k)
+    else:
+        link_bar, links = None, []
+    return Suspects(scores, node_bar, slow, ratios, link_bar, links)
+
+
+def healthy_partners(
+    scores: Mapping[int, float], slow: set[int], exclude: Sequence[int], count: int, start: int = 0
+) -> list[int]:
+    """Up to `count` nodes judged healthy, not in `exclude`, best-scoring first from the start-th on
+    (rotating the start spreads the confirmations over the healthy nodes)."""
+    healthy = sorted((n for n in scores if n not in slow and n not in exclude), key=lambda n: (-scores[n], n))
+    if not healthy:
+        return []
+    return list(dict.fromkeys(healthy[(start + j) % len(healthy)] for j in range(min(count, len(healthy)))))
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What a suspect is re-measured with: the suspect pairs and the healthy reference pairs, all
+    measured in the same confirmation phase, so that the machine's drift since the sweep cannot
+    make or unmake a verdict."""
+
+    suspect_pairs: list[Pair]
+    reference_pairs: list[Pair]
+
+    @property
+    def pairs(self) -> list[Pair]:
+        return self.suspect_pairs + self.reference_pairs
+
+
+def plan_node(suspect: int, scores: Mapping[int, float], slow: set[int], start: int = 0) -> Confirmation:
+    """A suspect node against two healthy partners p and q, and p against q as the reference."""
+    partners = healthy_partners(scores, slow, [suspect], 2, start)
+    reference = [_pair(partners[0], partners[1])] if len(partners) == 2 else []
+    return Confirmation([_pair(suspect, p) for p in partners], reference)
+
+
+def plan_link(a: int, b: int, scores: Mapping[int, float], slow: set[int], start: int = 0) -> Confirmation:
+    """A suspect link a-b, with a and b each against a healthy third node as the references."""
+    others = healthy_partners(scores, slow, [a, b], 2, start)
+    if not others:
+        return Confirmation([_pair(a, b)], [])
+    c, d = others[0], others[-1]
+    return Confirmation([_pair(a, b)], [_pair(a, c), _pair(b, d)])
+
+
+def _pair(a: int, b: int) -> Pair:
+    return (a, b) if a < b else (b, a)
+
+
+def confirmed_node(plan: Confirmation, bw: Mapping[Pair, float], threshold: float, bar: Bar) -> bool:
+    """A suspect stays slow when even its best re-measured pair is below the fresh reference pair
+    by more than the threshold (below the sweep's cut where there is no reference pair)."""
+    if not plan.suspect_pairs:
+        return False
+    best = max(bw[p] for p in plan.suspect_pairs)
+    if not plan.reference_pairs:
+        return bar.low(best)
+    return best < (1 - threshold) * min(bw[p] for p in plan.reference_pairs)
+
+
+def confirmed_link(plan: Confirmation, bw: Mapping[Pair, float], threshold: float) -> bool:
+    """A suspect link stays slow when it is below what both its ends reach with a healthy third
+    node, measured alongside it, by more than the threshold."""
+    if not plan.reference_pairs:
+        return False
+    return bw[plan.suspect_pairs[0]] < (1 - threshold) * min(bw[p] for p in plan.reference_pairs)
