@@ -3,13 +3,17 @@ harness's timed loop wired to whichever the backend's device calls for."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections import Counter
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+from commbench.backends.base import Binding
 from commbench.results.reader import read_one
 from commbench.results.schema import COLUMNS
 from commbench.run.harness import CollArgs, measure
@@ -31,10 +35,10 @@ class FakeEvent:
     """torch.cuda.Event's timing surface: record() stamps the stream position; elapsed_time() in ms."""
 
     def __init__(self, gpu: Gpu, enable_timing: bool) -> None:
-        self.gpu, self.enable_timing, self.at_ms = gpu, enable_timing, None
+        self.gpu, self.enable_timing, self.at_ms, self.stream = gpu, enable_timing, None, None
 
-    def record(self) -> None:
-        self.at_ms = self.gpu.now_ms
+    def record(self, stream: Any = None) -> None:
+        self.at_ms, self.stream = self.gpu.now_ms, stream
 
     def synchronize(self) -> None:
         self.gpu.synchronized += 1
@@ -104,7 +108,12 @@ class FakeCudaBackend:
         self.gpu = gpu
         self.device = torch.device("cuda", 0)
         self.calls: Counter[str] = Counter()
+        self.issued = 0
         self.barriers = 0
+
+    @contextlib.contextmanager
+    def binding(self) -> Iterator[Binding]:
+        yield Binding()
 
     def synchronize(self) -> None:
         self.gpu.synchronized += 1
@@ -141,6 +150,9 @@ class FakeOp:
     def before(self, args: CollArgs, phase: str) -> None:
         self.gpu.now_ms += 5.0  # untimed preparation on the stream
 
+    def prepare(self, args: CollArgs, phase: str) -> Callable[[], None]:
+        return functools.partial(self.issue, args, phase)
+
     def issue(self, args: CollArgs, phase: str) -> None:
         args.backend.calls["fake"] += 1
         args.issue(StreamWork(self.gpu, 0.01 * (self.issued // args.state + 1)))
@@ -156,6 +168,7 @@ def test_measure_on_cuda_times_with_events_and_synchronizes_outside_the_samples(
 ) -> None:
     gpu = Gpu()
     monkeypatch.setattr(torch.cuda, "Event", gpu.event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: "the current stream")
     backend = FakeCudaBackend(gpu)
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat", state=window)  # type: ignore[arg-type]
     watchdog = SimpleNamespace(arm=lambda label: None, disarm=lambda: None)

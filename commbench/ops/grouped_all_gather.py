@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpSpec, Point
+from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpSpec, Point
 from commbench.ops.gradients import TENSORS, tensors_option
 from commbench.ops.values import Values, chunk_temporaries
 
@@ -105,15 +105,20 @@ class GroupedAllGather(Op):
         for out in [args.state] if args.variant == "concat" else args.output:
             out.zero_()
 
-    def issue(self, args: CollArgs, phase: str) -> None:
+    def calls(self, args: CollArgs, phase: str) -> list[Call] | None:
         backend = args.backend
         if args.variant == "separate":
-            for out, t in zip(args.output, args.input):
-                args.issue(backend.all_gather_flat(out.view(-1), t))
-        elif args.variant == "concat":
-            args.issue(backend.all_gather_flat(args.state.view(-1), torch.cat(args.input)))
-        else:  # coalesced or grouped: the backend's one grouped operation
-            args.issue(backend.all_gather_group([out.view(-1) for out in args.output], args.input))
+            return [Call(backend.all_gather_flat, (out.view(-1), t)) for out, t in zip(args.output, args.input)]
+        if args.variant == "concat":
+            return None  # the concatenation is part of the variant's time: issue() makes it every iteration
+        # coalesced or grouped: the backend's one grouped operation
+        return [Call(backend.all_gather_group, ([out.view(-1) for out in args.output], args.input))]
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        if args.variant == "concat":
+            args.issue(args.backend.all_gather_flat(args.state.view(-1), torch.cat(args.input)))
+        else:
+            super().issue(args, phase)
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         # Row r of gathered tensor k is rank r's tensor k.
