@@ -89,6 +89,8 @@ def cases(backend: Any) -> list[tuple[type[Op], str, str, int]]:
                 continue
             for phase in op.phases:
                 windows = sorted({op.window_for(variant, w) for w in WINDOWS})
+                if backend.name == "horovod" and cls.spec.name == "barrier":
+                    windows = [1]  # Horovod refuses a second barrier while one is in flight (any harness)
                 found += [(cls, variant, phase, w) for w in windows]
     return found
 
