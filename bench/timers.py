@@ -30,7 +30,10 @@ def rank_main(rank: int, world: int, port: int, queue, rounds: int, iters: int) 
 
     backend = join_group(rank, world, port, "nccl")
     watchdog = Watchdog(300, rank)
-    timers = {"event": lambda b: CudaEventTimer(torch.cuda.Event), "clock": lambda b: PerfCounterTimer(b.clock)}
+    timers = {
+        "event": lambda b: CudaEventTimer(torch.cuda.Event, stream=torch.cuda.current_stream),
+        "clock": lambda b: PerfCounterTimer(b.clock),
+    }
     op = AllReduce()
     results = []
     for size in SIZES:

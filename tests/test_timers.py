@@ -78,6 +78,26 @@ def test_a_long_block_is_read_in_batches_between_samples() -> None:
     assert gpu.synchronized == 3 and timer.read_us() == []
 
 
+def test_cuda_marks_are_event_records_on_the_given_stream_and_events_are_reused_once_read() -> None:
+    gpu, made = Gpu(), []
+
+    def event(enable_timing: bool = False) -> FakeEvent:
+        made.append(FakeEvent(gpu, enable_timing))
+        return made[-1]
+
+    timer = CudaEventTimer(event, stream=lambda: "stream 7")
+    for _ in range(2):
+        for work_ms in (0.002, 0.003):
+            start, stop = timer.marks()  # events taken (and made) here, before the sample
+            gpu.now_ms += 1.0
+            began = start()
+            gpu.now_ms += work_ms
+            timer.add(began, stop())
+        assert timer.read_us() == pytest.approx([2.0, 3.0])
+    assert len(made) == 4  # two samples' pairs, made for the first block and reused for the second
+    assert {e.stream for e in made} == {"stream 7"}
+
+
 def test_a_stop_without_a_start_is_a_bug_not_a_sample() -> None:
     timer = CudaEventTimer(Gpu().event)
     with pytest.raises(RuntimeError, match="without a start"):
