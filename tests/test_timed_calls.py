@@ -82,3 +82,21 @@ def test_a_bound_call_is_counted_once_when_bound_and_runs_without_recording() ->
     assert backend.calls == Counter({"all_gather_flat": 1}) and backend.issued == 1
     with pytest.raises(RuntimeError, match="only valid inside"):
         backend.bind(backend.all_gather_flat, args.output, args.input)
+
+
+def test_an_op_that_overrides_issue_is_timed_through_it_even_with_inherited_calls() -> None:
+    class Louder(AllGather):
+        said = 0
+
+        def issue(self, args: CollArgs, phase: str) -> None:
+            Louder.said += 1  # what the subclass adds is part of its iteration
+            super().issue(args, phase)
+
+    backend = Counting()
+    op, args = Louder(), CollArgs(backend=backend, dtype=torch.float32, variant="flat")
+    op.setup(args, Point.of_size(8))
+    with backend.binding() as binding:
+        iteration = op.prepare(args, "comm")
+    iteration()
+    assert Louder.said == 1 and backend.ran == 1
+    assert binding.calls == Counter() and backend.calls == Counter({"all_gather_flat": 1})  # counted as made

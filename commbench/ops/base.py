@@ -108,6 +108,11 @@ class Call:
     batch: bool = False
 
 
+def bind_calls(args: CollArgs, calls: Sequence[Call]) -> Callable[[], None]:
+    """An iteration's calls bound by the backend (Backend.bind), as one closure that issues them."""
+    return args.prepared([(args.backend.bind(c.method, *c.args), c.batch) for c in calls])
+
+
 def count_wrong(actual: Any, expected: Any, tolerance: tuple[float, float] | None = None) -> int:
     """Number of elements of actual that differ from expected (nccl-tests' #wrong).
 
@@ -246,13 +251,14 @@ class Op(ABC):
     def prepare(self, args: CollArgs, phase: str) -> Callable[[], None]:
         """One iteration for the timed loop, bound once (inside `with args.backend.binding()`).
 
-        The calls() bound by the backend (Backend.bind): the transport's functions with their
-        arguments in place, counted when bound. Without calls(), issue() itself, which records its
+        The calls() bound by the backend (bind_calls): the transport's functions with their
+        arguments in place, counted when bound. Without calls(), or where a subclass overrides
+        issue() (what it adds there is part of its iteration), issue() itself, which records its
         calls as it makes them."""
-        calls = self.calls(args, phase)
+        calls = self.calls(args, phase) if type(self).issue is Op.issue else None
         if calls is None:
             return partial(self.issue, args, phase)
-        return args.prepared([(args.backend.bind(c.method, *c.args), c.batch) for c in calls])
+        return bind_calls(args, calls)
 
     @abstractmethod
     def wrong(self, args: CollArgs, phase: str) -> int:
