@@ -35,8 +35,8 @@ def rank_main(rank: int, world: int, port: int, queue, rounds: int, iters: int) 
     backend = join_group(rank, world, port, "nccl")
     watchdog = Watchdog(300, rank)
     timers = {
-        "lead": lambda b: CudaEventTimer(torch.cuda.Event, lead=cuda_lead()),
-        "event": lambda b: CudaEventTimer(torch.cuda.Event),
+        "lead": lambda b: CudaEventTimer(torch.cuda.Event, stream=torch.cuda.current_stream, lead=cuda_lead()),
+        "event": lambda b: CudaEventTimer(torch.cuda.Event, stream=torch.cuda.current_stream),
         "clock": lambda b: PerfCounterTimer(b.clock),
     }
     op = AllReduce()

@@ -24,6 +24,7 @@ from commbench.backends.horovod import REQUIRED_APIS, _Names, import_horovod
 from commbench.cli import main
 from commbench.errors import UserError
 from commbench.ops import registry
+from tests.call_counts import RESULT_TAG as CALL_COUNTS_TAG
 from tests.distributed import REPO, commbench
 from tests.horovod_cases import RESULT_TAG
 from tests.test_cli import _one_line_error
@@ -236,3 +237,16 @@ def test_names_match_across_ranks_repeat_across_iterations_and_never_collide_in_
     again, _ = names.take("allgather")
     assert again == first  # the next iteration reuses the name: Horovod's response cache can hit
     release_second()
+
+
+@pytest.mark.slow
+def test_bound_calls_count_what_recorded_calls_did_under_horovodrun():
+    # tests/call_counts.py on Horovod: calls, api and the issued-call counter of every op, variant
+    # and phase Horovod runs, blocking and window 3, as recording every call made them.
+    proc = horovodrun(2, sys.executable, "-m", "tests.call_counts")
+    assert proc.returncode == 0, _tail(proc)
+    line = next(x for x in proc.stdout.splitlines() if CALL_COUNTS_TAG in x)
+    found = json.loads(line.split(CALL_COUNTS_TAG, 1)[1])
+    assert found["differ"] == {}
+    assert found["compared"]["all_gather/flat/comm/window=3"][:2] == [1.0, "allgather"]
+    assert found["compared"]["grouped_all_gather/grouped/comm/window=1"][:2] == [1.0, "grouped_allgather"]

@@ -3,13 +3,17 @@ harness's timed loop wired to whichever the backend's device calls for."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections import Counter
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+from commbench.backends.base import Binding
 from commbench.results.reader import read_one
 from commbench.results.schema import COLUMNS
 from commbench.run.harness import CollArgs, measure
@@ -39,10 +43,10 @@ class FakeEvent:
     """torch.cuda.Event's timing surface: record() stamps the stream position; elapsed_time() in ms."""
 
     def __init__(self, gpu: Gpu, enable_timing: bool) -> None:
-        self.gpu, self.enable_timing, self.at_ms = gpu, enable_timing, None
+        self.gpu, self.enable_timing, self.at_ms, self.stream = gpu, enable_timing, None, None
 
-    def record(self) -> None:
-        self.at_ms = self.gpu.now_ms
+    def record(self, stream: Any = None) -> None:
+        self.at_ms, self.stream = self.gpu.now_ms, stream
 
     def synchronize(self) -> None:
         self.gpu.synchronized += 1
@@ -62,15 +66,17 @@ def test_the_lead_in_delay_is_queued_before_the_start_event() -> None:
         order.append("lead")
         gpu.now_ms += 0.05
 
-    def event(enable_timing: bool = False) -> FakeEvent:
-        order.append("event")
-        return FakeEvent(gpu, enable_timing)
+    class Recorded(FakeEvent):
+        def record(self, stream: Any = None) -> None:
+            order.append("record")
+            super().record(stream)
 
-    timer = CudaEventTimer(event, lead=lead)
+    timer = CudaEventTimer(lambda enable_timing=False: Recorded(gpu, enable_timing), lead=lead)
     timer.start()
     gpu.now_ms += 0.02
     timer.stop()
-    assert order == ["lead", "event", "event"]
+    # Two new events recorded once when made (outside the sample), then the delay, the start, the stop.
+    assert order == ["record", "record", "lead", "record", "record"]
     assert timer.read_us() == pytest.approx([20.0])
 
 
@@ -114,6 +120,26 @@ def test_a_long_block_is_read_in_batches_between_samples() -> None:
     assert gpu.synchronized == 3 and timer.read_us() == []
 
 
+def test_cuda_marks_are_event_records_on_the_given_stream_and_events_are_reused_once_read() -> None:
+    gpu, made = Gpu(), []
+
+    def event(enable_timing: bool = False) -> FakeEvent:
+        made.append(FakeEvent(gpu, enable_timing))
+        return made[-1]
+
+    timer = CudaEventTimer(event, stream=lambda: "stream 7")
+    for _ in range(2):
+        for work_ms in (0.002, 0.003):
+            start, stop = timer.marks()  # events taken (and made) here, before the sample
+            gpu.now_ms += 1.0
+            began = start()
+            gpu.now_ms += work_ms
+            timer.add(began, stop())
+        assert timer.read_us() == pytest.approx([2.0, 3.0])
+    assert len(made) == 4  # two samples' pairs, made for the first block and reused for the second
+    assert {e.stream for e in made} == {"stream 7"}
+
+
 def test_a_stop_without_a_start_is_a_bug_not_a_sample() -> None:
     timer = CudaEventTimer(Gpu().event)
     with pytest.raises(RuntimeError, match="without a start"):
@@ -144,7 +170,12 @@ class FakeCudaBackend:
         self.gpu = gpu
         self.device = torch.device("cuda", 0)
         self.calls: Counter[str] = Counter()
+        self.issued = 0
         self.barriers = 0
+
+    @contextlib.contextmanager
+    def binding(self) -> Iterator[Binding]:
+        yield Binding()
 
     def synchronize(self) -> None:
         self.gpu.synchronized += 1
@@ -184,6 +215,9 @@ class FakeOp:
     def before(self, args: CollArgs, phase: str) -> None:
         self.gpu.now_ms += 5.0  # untimed preparation on the stream
 
+    def prepare(self, args: CollArgs, phase: str) -> Callable[[], None]:
+        return functools.partial(self.issue, args, phase)
+
     def issue(self, args: CollArgs, phase: str) -> None:
         args.backend.calls["fake"] += 1
         args.issue(StreamWork(self.gpu, 0.01 * (self.issued // args.state + 1)))
@@ -206,6 +240,7 @@ def test_measure_on_cuda_times_with_events_and_synchronizes_outside_the_samples(
         gpu.now_ms += 0.05
 
     monkeypatch.setattr(torch.cuda, "_sleep", sleep)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: "the current stream")
     backend = FakeCudaBackend(gpu)
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat", state=window)  # type: ignore[arg-type]
     watchdog = SimpleNamespace(arm=lambda label: None, disarm=lambda: None)

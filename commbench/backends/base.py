@@ -4,6 +4,10 @@ A backend owns one transport: process-group set-up, the collective calls (each r
 object with ``.wait()``), barrier, device synchronisation, the clock and teardown. It counts the
 API names it calls, so every result row records which API was actually used and how many calls
 one op iteration made, without the harness knowing anything about the op.
+
+A call can also be bound once and issued many times (binding(), bind()): the harness's timed loop
+then calls the transport's own function with its arguments already in place, and the API names
+are counted once, when the call is bound, instead of at every issue.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
@@ -28,6 +34,24 @@ class Work(Protocol):
     """A wait object: the handle an async collective returns."""
 
     def wait(self) -> Any: ...
+
+
+class Binding:
+    """The calls bound in one `with backend.binding()`: the API name of each, counted once per bound
+    call (a bound call does not count again when issued), and what to undo when the scope ends."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.armed = False  # True while bind() runs a collective method, which then binds instead of calling
+        self.releases: list[Callable[[], None]] = []
+
+    def count(self, api: str) -> None:
+        self.calls[api] += 1
+
+    def close(self) -> None:
+        for release in self.releases:
+            release()
+        self.releases.clear()
 
 
 OPTIONAL_COLLECTIVES = (
@@ -61,6 +85,11 @@ class Backend(ABC):
     # Gloo's reduce uses them as scratch, so the reduce op cannot check them there.
     reduce_keeps_non_root: ClassVar[bool] = False
 
+    # True when every collective method goes through bound_or_called() (or an equivalent), so that
+    # bind() gets the transport's own call back without issuing it. Otherwise bind() binds the
+    # method itself, which then counts its API (record) each time it runs.
+    binds: ClassVar[bool] = False
+
     def __init__(self) -> None:
         self.rank = 0
         self.node_rank: int | None = 0  # None where the launcher does not say
@@ -71,6 +100,7 @@ class Backend(ABC):
         # Collective calls since init, never cleared: published by the heartbeat so a timeout can
         # name the rank that never issued the call its peers wait in (commbench/progress.py).
         self.issued = 0
+        self._binding: Binding | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
     @abstractmethod
@@ -230,6 +260,49 @@ class Backend(ABC):
     def record(self, api: str) -> None:
         self.calls[api] += 1
         self.issued += 1
+
+    # -- bound calls: issued many times, counted once -----------------------------------------
+    @contextmanager
+    def binding(self) -> Iterator[Binding]:
+        """A scope in which bind() prepares calls; yields the Binding that counts their API names.
+
+        What a bound call needs while it is being bound (Horovod's tensor names, taken so that the
+        calls bound in one scope never share one) is released when the scope ends: the calls of one
+        scope may then be in flight together, and with nothing else of theirs.
+        """
+        self._binding = binding = Binding()
+        try:
+            yield binding
+        finally:
+            self._binding = None
+            binding.close()
+
+    def bind(self, method: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+        """method(*args) (a collective method of this backend) bound once, to be issued many times.
+
+        On a backend that binds (binds = True) the result is the transport's own function with its
+        arguments in place, and its API name is counted in the scope's Binding now; calling it
+        neither records nor counts. Elsewhere it is the method itself, which records as it runs.
+        """
+        binding = self._binding
+        if binding is None:
+            raise RuntimeError("Backend.bind() is only valid inside `with backend.binding()`")
+        if not self.binds:
+            return partial(method, *args)
+        binding.armed = True
+        try:
+            return method(*args)
+        finally:
+            binding.armed = False
+
+    def bound_or_called(self, api: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """fn(*args, **kwargs) recorded as `api` and called; while bind() runs, fn bound instead."""
+        binding = self._binding
+        if binding is not None and binding.armed:
+            binding.count(api)
+            return partial(fn, *args, **kwargs)
+        self.record(api)
+        return fn(*args, **kwargs)
 
     def node_info(self) -> dict[str, Any]:
         """Where this rank runs, for provenance and diagnosis."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -115,30 +116,38 @@ class HorovodWork:
         self._finish(result)
 
 
+def _kept() -> None:
+    """A bound call's name stays its own: nothing to release when its wait completes."""
+
+
 def _copy_into(outputs: list[torch.Tensor]) -> Callable[[Any], None]:
-    """A finisher that copies Horovod's result tensor(s) into the caller's outputs, element for element."""
+    """A finisher that copies Horovod's result tensor(s) into the caller's outputs, element for element.
+
+    The outputs' flat views are made here, once per call (once per bound call), not at every finish."""
+    flats = [out.view(-1) for out in outputs]
 
     def finish(result: Any) -> None:
         results = list(result) if isinstance(result, (list, tuple)) else [result]
-        for out, res in zip(outputs, results, strict=True):
+        for out, res in zip(flats, results, strict=True):
             if res.numel() != out.numel():  # a semantic mismatch, never a silent partial copy
                 raise RuntimeError(f"horovod returned {res.numel()} elements where {out.numel()} were expected")
-            out.view(-1).copy_(res.reshape(-1))
+            out.copy_(res.reshape(-1))
 
     return finish
 
 
 def _split_into(outputs: list[torch.Tensor]) -> Callable[[Any], None]:
     """A finisher that splits one gathered tensor into per-rank outputs."""
+    flats = [out.view(-1) for out in outputs]
+    sizes = [o.numel() for o in outputs]
+    total = sum(sizes)
 
     def finish(result: Any) -> None:
         flat = result.reshape(-1)
-        if flat.numel() != sum(o.numel() for o in outputs):
-            raise RuntimeError(
-                f"horovod gathered {flat.numel()} elements where {sum(o.numel() for o in outputs)} were expected"
-            )
-        for out, part in zip(outputs, flat.split([o.numel() for o in outputs])):
-            out.view(-1).copy_(part)
+        if flat.numel() != total:
+            raise RuntimeError(f"horovod gathered {flat.numel()} elements where {total} were expected")
+        for out, part in zip(flats, flat.split(sizes)):
+            out.copy_(part)
 
     return finish
 
@@ -177,6 +186,7 @@ class HorovodBackend(Backend):
 
     name = "horovod"
     grouping = "grouped"
+    binds = True  # every collective goes through _issue()
     lacks: ClassVar[Mapping[str, str]] = {
         "reduce": "Horovod has no reduce to one root (only allreduce)",
         "gather": "Horovod has no gather to one root (only allgather)",
@@ -227,6 +237,15 @@ class HorovodBackend(Backend):
 
     # -- collectives ---------------------------------------------------------------------------
     def _issue(self, api: str, call: Callable[[str], Any], finish: Callable[[Any], None]) -> Work:
+        binding = self._binding
+        if binding is not None and binding.armed:
+            # Bound: the name is taken now, held until the binding scope ends (so the calls bound
+            # together take different ones), and kept by the bound call, which the harness issues
+            # only with the calls bound beside it in flight: nothing else can hold that name then.
+            binding.count(api)
+            name, release = self._names.take(api)
+            binding.releases.append(release)
+            return partial(self._named, call, name, finish)
         self.record(api)
         name, release = self._names.take(api)
         try:
@@ -235,6 +254,10 @@ class HorovodBackend(Backend):
             release()
             raise
         return HorovodWork(self.hvd, handle, release, finish)
+
+    def _named(self, call: Callable[[str], Any], name: str, finish: Callable[[Any], None]) -> Work:
+        """Issue a bound call under its own name."""
+        return HorovodWork(self.hvd, call(name), _kept, finish)
 
     def _rows(self, flat: torch.Tensor) -> torch.Tensor:
         """A flat input as (n, shard): reducescatter then hands rank r exactly row r."""
@@ -248,10 +271,10 @@ class HorovodBackend(Backend):
         return self._issue("allgather", lambda name: self.hvd.allgather_async(input, name=name), _split_into(outputs))
 
     def reduce_scatter_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
-        hvd = self.hvd
+        hvd, rows = self.hvd, self._rows(input)
         return self._issue(
             "reducescatter",
-            lambda name: hvd.reducescatter_async(self._rows(input), name=name, op=hvd.Sum),
+            lambda name: hvd.reducescatter_async(rows, name=name, op=hvd.Sum),
             _copy_into([output]),
         )
 
@@ -320,25 +343,26 @@ class HorovodBackend(Backend):
         return None
 
     def all_gather_group(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
+        inputs = list(inputs)
         return self._issue(
             "grouped_allgather",
-            lambda name: self.hvd.grouped_allgather_async(list(inputs), name=name),
+            lambda name: self.hvd.grouped_allgather_async(inputs, name=name),
             _copy_into(list(outputs)),
         )
 
     def all_reduce_group(self, tensors: list[torch.Tensor]) -> Work:
-        hvd = self.hvd
+        hvd, tensors = self.hvd, list(tensors)
         return self._issue(
             "grouped_allreduce_",
-            lambda name: hvd.grouped_allreduce_async_(list(tensors), name=name, op=hvd.Sum),
+            lambda name: hvd.grouped_allreduce_async_(tensors, name=name, op=hvd.Sum),
             _nothing,
         )
 
     def reduce_scatter_group(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
-        hvd = self.hvd
+        hvd, rows = self.hvd, [self._rows(i) for i in inputs]
         return self._issue(
             "grouped_reducescatter",
-            lambda name: hvd.grouped_reducescatter_async([self._rows(i) for i in inputs], name=name, op=hvd.Sum),
+            lambda name: hvd.grouped_reducescatter_async(rows, name=name, op=hvd.Sum),
             _copy_into(list(outputs)),
         )
 

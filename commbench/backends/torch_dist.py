@@ -40,6 +40,7 @@ class TorchDistBackend(Backend):
 
     grouping = "coalesced"
     torch_process_group = True
+    binds = True  # every collective goes through bound_or_called()
 
     def __init__(self) -> None:
         super().__init__()
@@ -78,24 +79,25 @@ class TorchDistBackend(Backend):
             dist.destroy_process_group()
 
     def all_gather_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
-        self.record(self.flat_all_gather)
-        return self._all_gather_fn(output, input, group=self.group, async_op=True)
+        return self.bound_or_called(
+            self.flat_all_gather, self._all_gather_fn, output, input, group=self.group, async_op=True
+        )
 
     def all_gather_list(self, outputs: list[torch.Tensor], input: torch.Tensor) -> Work:
-        self.record("all_gather")
-        return dist.all_gather(outputs, input, group=self.group, async_op=True)
+        return self.bound_or_called("all_gather", dist.all_gather, outputs, input, group=self.group, async_op=True)
 
     def reduce_scatter_flat(self, output: torch.Tensor, input: torch.Tensor) -> Work:
-        self.record(self.flat_reduce_scatter)
-        return self._reduce_scatter_fn(output, input, group=self.group, async_op=True)
+        return self.bound_or_called(
+            self.flat_reduce_scatter, self._reduce_scatter_fn, output, input, group=self.group, async_op=True
+        )
 
     def reduce_scatter_list(self, output: torch.Tensor, inputs: list[torch.Tensor]) -> Work:
-        self.record("reduce_scatter")
-        return dist.reduce_scatter(output, inputs, group=self.group, async_op=True)
+        return self.bound_or_called(
+            "reduce_scatter", dist.reduce_scatter, output, inputs, group=self.group, async_op=True
+        )
 
     def all_reduce(self, tensor: torch.Tensor) -> Work:
-        self.record("all_reduce")
-        return dist.all_reduce(tensor, group=self.group, async_op=True)
+        return self.bound_or_called("all_reduce", dist.all_reduce, tensor, group=self.group, async_op=True)
 
     def _global(self, rank: int) -> int:
         """A rank of this backend's group (roots and peers are given so) as the global rank torch takes."""
@@ -108,40 +110,48 @@ class TorchDistBackend(Backend):
         output_splits: list[int] | None = None,
         input_splits: list[int] | None = None,
     ) -> Work:
-        self.record("all_to_all_single")
-        return dist.all_to_all_single(output, input, output_splits, input_splits, group=self.group, async_op=True)
+        return self.bound_or_called(
+            "all_to_all_single",
+            dist.all_to_all_single,
+            output,
+            input,
+            output_splits,
+            input_splits,
+            group=self.group,
+            async_op=True,
+        )
 
     def all_to_all_list(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> Work:
-        self.record("all_to_all")
-        return dist.all_to_all(outputs, inputs, group=self.group, async_op=True)
+        return self.bound_or_called("all_to_all", dist.all_to_all, outputs, inputs, group=self.group, async_op=True)
 
     def broadcast(self, tensor: torch.Tensor, root: int) -> Work:
-        self.record("broadcast")
-        return dist.broadcast(tensor, self._global(root), group=self.group, async_op=True)
+        return self.bound_or_called(
+            "broadcast", dist.broadcast, tensor, self._global(root), group=self.group, async_op=True
+        )
 
     def reduce(self, tensor: torch.Tensor, root: int) -> Work:
-        self.record("reduce")
-        return dist.reduce(tensor, self._global(root), group=self.group, async_op=True)
+        return self.bound_or_called("reduce", dist.reduce, tensor, self._global(root), group=self.group, async_op=True)
 
     def gather(self, outputs: list[torch.Tensor] | None, input: torch.Tensor, root: int) -> Work:
-        self.record("gather")
-        return dist.gather(input, outputs, dst=self._global(root), group=self.group, async_op=True)
+        return self.bound_or_called(
+            "gather", dist.gather, input, outputs, dst=self._global(root), group=self.group, async_op=True
+        )
 
     def scatter(self, output: torch.Tensor, inputs: list[torch.Tensor] | None, root: int) -> Work:
-        self.record("scatter")
-        return dist.scatter(output, inputs, src=self._global(root), group=self.group, async_op=True)
+        return self.bound_or_called(
+            "scatter", dist.scatter, output, inputs, src=self._global(root), group=self.group, async_op=True
+        )
 
     def send_recv(self, sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> list[Work]:
         # One batch: NCCL runs it as one group (sends and receives cannot deadlock on each other);
-        # Gloo returns a wait object per transfer.
-        self.record("batch_isend_irecv")
+        # Gloo returns a wait object per transfer. The P2POp descriptors only name what to move, so a
+        # bound batch builds them once.
         p2p = [dist.P2POp(dist.isend, t, self._global(peer), group=self.group) for t, peer in sends]
         p2p += [dist.P2POp(dist.irecv, t, self._global(peer), group=self.group) for t, peer in recvs]
-        return dist.batch_isend_irecv(p2p)
+        return self.bound_or_called("batch_isend_irecv", dist.batch_isend_irecv, p2p)
 
     def barrier_async(self) -> Work:
-        self.record("barrier")
-        return dist.barrier(group=self.group, async_op=True)
+        return self.bound_or_called("barrier", dist.barrier, group=self.group, async_op=True)
 
     # Grouping goes through torch's private coalescing manager: the calls inside it are fused into
     # one operation (one wait object). Gloo needs device=None to coalesce; NCCL takes its device.
@@ -156,8 +166,10 @@ class TorchDistBackend(Backend):
     def _coalesced(self, fn: Any, pairs: list[tuple[Any, ...]], api: str) -> Work:
         if (reason := self.group_unavailable()) is not None:
             raise NotImplementedError(reason)
-        self.record(f"_coalescing_manager({api})")
-        with dist._coalescing_manager(self.group, self.coalescing_device(), async_ops=True) as cm:
+        return self.bound_or_called(f"_coalescing_manager({api})", self._coalesce, fn, pairs, self.coalescing_device())
+
+    def _coalesce(self, fn: Any, pairs: list[tuple[Any, ...]], device: torch.device | None) -> Work:
+        with dist._coalescing_manager(self.group, device, async_ops=True) as cm:
             for pair in pairs:
                 fn(*pair, group=self.group)
         return cm

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
 from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
@@ -65,11 +65,14 @@ class AllGather(Op):
             out.zero_()
         contribution(args.rank).write(args.input)
 
-    def issue(self, args: CollArgs, phase: str) -> None:
-        if args.variant == "list":
-            args.issue(args.backend.all_gather_list(args.output, args.input))
-        else:
-            args.issue(args.backend.all_gather_flat(args.output, args.input))
+    def calls(self, args: CollArgs, phase: str) -> list[Call]:
+        backend = args.backend
+        return [
+            Call(
+                backend.all_gather_list if args.variant == "list" else backend.all_gather_flat,
+                (args.output, args.input),
+            )
+        ]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         return gathered_wrong(self._outputs(args))

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution
-from commbench.ops.base import REDUCE_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.base import REDUCE_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
 from commbench.ops.values import chunk_temporaries, summed
 
 if TYPE_CHECKING:
@@ -41,8 +41,8 @@ class AllReduce(Op):
         # never reach inf and every sample moves the same numbers.
         self.fill(args)
 
-    def issue(self, args: CollArgs, phase: str) -> None:
-        args.issue(args.backend.all_reduce(args.input))
+    def calls(self, args: CollArgs, phase: str) -> list[Call]:
+        return [Call(args.backend.all_reduce, (args.input,))]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         return summed([contribution(r) for r in range(args.world_size)]).wrong(args.input)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpOption, OpSpec, Point, elements_for
+from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpOption, OpSpec, Point, elements_for
 from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
@@ -147,15 +147,14 @@ class AllToAll(Op):
         for out in self._chunks(args.output, route.receive):
             out.zero_()
 
-    def issue(self, args: CollArgs, phase: str) -> None:
+    def calls(self, args: CollArgs, phase: str) -> list[Call]:
         backend = args.backend
         if args.variant == "list":
-            args.issue(backend.all_to_all_list(args.output, args.input))
-        elif args.variant == "uneven":
+            return [Call(backend.all_to_all_list, (args.output, args.input))]
+        if args.variant == "uneven":
             route: Routing = args.state
-            args.issue(backend.all_to_all_single(args.output, args.input, route.receive, route.send))
-        else:
-            args.issue(backend.all_to_all_single(args.output, args.input))
+            return [Call(backend.all_to_all_single, (args.output, args.input, route.receive, route.send))]
+        return [Call(backend.all_to_all_single, (args.output, args.input))]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         route: Routing = args.state

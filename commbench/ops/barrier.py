@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from commbench.ops.base import MemoryCase, Op, OpSpec, Point
+from commbench.ops.base import Call, MemoryCase, Op, OpSpec, Point
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -49,8 +49,8 @@ class Barrier(Op):
     def fill(self, args: CollArgs) -> None:
         """Nothing to fill: a barrier carries no data."""
 
-    def issue(self, args: CollArgs, phase: str) -> None:
-        args.issue(args.backend.barrier_async())
+    def calls(self, args: CollArgs, phase: str) -> list[Call]:
+        return [Call(args.backend.barrier_async, ())]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         """1 on a rank that left the barrier before the last rank entered it, else 0.

@@ -8,7 +8,9 @@ scanning this package, so adding an op is adding one module. Op modules import t
 
 At run time an op builds inputs with rank-dependent values whose result is known, issues its
 collective calls through the backend (handing every wait object to the holder), and counts the
-wrong elements afterwards. It never times itself: the harness owns the loop.
+wrong elements afterwards. It never times itself: the harness owns the loop. An op whose
+iteration is a fixed list of backend calls says so (calls()): the harness then binds them once
+(prepare()) and its timed samples issue the transport's own functions and nothing else.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from commbench.backends.copies import Copies, no_copies
@@ -93,6 +96,21 @@ class Point:
     @classmethod
     def of_size(cls, size_bytes: int) -> Point:
         return cls(format_size(size_bytes), size_bytes)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective call of an op iteration: a backend collective method and its arguments, the
+    same every iteration. `batch`: the method returns a list of wait objects (send_recv)."""
+
+    method: Callable[..., Any]
+    args: tuple[Any, ...]
+    batch: bool = False
+
+
+def bind_calls(args: CollArgs, calls: Sequence[Call]) -> Callable[[], None]:
+    """An iteration's calls bound by the backend (Backend.bind), as one closure that issues them."""
+    return args.prepared([(args.backend.bind(c.method, *c.args), c.batch) for c in calls])
 
 
 def count_wrong(actual: Any, expected: Any, tolerance: tuple[float, float] | None = None) -> int:
@@ -219,9 +237,33 @@ class Op(ABC):
     def before(self, args: CollArgs, phase: str) -> None:
         """Untimed preparation before each timed sample (e.g. a forward pass before a timed backward)."""
 
-    @abstractmethod
+    def calls(self, args: CollArgs, phase: str) -> list[Call] | None:
+        """One iteration's collective calls, in order, when they are backend calls whose arguments are
+        the same every iteration (after setup()); None, the default, when issue() does more than make
+        them (packs buckets, concatenates, runs a layer), which is then what a timed sample runs."""
+        return None
+
     def issue(self, args: CollArgs, phase: str) -> None:
-        """Issue the collective calls of one iteration, passing each wait object to args.issue()."""
+        """Issue the collective calls of one iteration, passing each wait object to args.issue().
+
+        By default: the calls(). An op whose calls() is None overrides this."""
+        calls = self.calls(args, phase)
+        if calls is None:
+            raise NotImplementedError(f"{type(self).__name__} defines neither calls() nor issue()")
+        for call in calls:
+            args.issue(call.method(*call.args))
+
+    def prepare(self, args: CollArgs, phase: str) -> Callable[[], None]:
+        """One iteration for the timed loop, bound once (inside `with args.backend.binding()`).
+
+        The calls() bound by the backend (bind_calls): the transport's functions with their
+        arguments in place, counted when bound. Without calls(), or where a subclass overrides
+        issue() (what it adds there is part of its iteration), issue() itself, which records its
+        calls as it makes them."""
+        calls = self.calls(args, phase) if type(self).issue is Op.issue else None
+        if calls is None:
+            return partial(self.issue, args, phase)
+        return bind_calls(args, calls)
 
     @abstractmethod
     def wrong(self, args: CollArgs, phase: str) -> int:

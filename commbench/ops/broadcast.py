@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution
-from commbench.ops.base import UNIT_FACTOR, MemoryCase, OpSpec, Point, elements_for
+from commbench.ops.base import UNIT_FACTOR, Call, MemoryCase, OpSpec, Point, elements_for
 from commbench.ops.rooted import ROOT, RootedOp
 from commbench.ops.values import chunk_temporaries
 
@@ -41,8 +41,8 @@ class Broadcast(RootedOp):
         else:
             args.input.zero_()
 
-    def issue(self, args: CollArgs, phase: str) -> None:
-        args.issue(args.backend.broadcast(args.input, self.root))
+    def calls(self, args: CollArgs, phase: str) -> list[Call]:
+        return [Call(args.backend.broadcast, (args.input, self.root))]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         return contribution(self.root).wrong(args.input)  # the root's own tensor must be untouched too

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution, gathered_wrong
-from commbench.ops.base import GATHER_FACTOR, MemoryCase, OpSpec, Point, elements_for
+from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, OpSpec, Point, elements_for
 from commbench.ops.rooted import ROOT, RootedOp
 from commbench.ops.values import chunk_temporaries
 
@@ -45,8 +45,8 @@ class Gather(RootedOp):
         for out in args.output or []:
             out.zero_()
 
-    def issue(self, args: CollArgs, phase: str) -> None:
-        args.issue(args.backend.gather(args.output, args.input, self.root))
+    def calls(self, args: CollArgs, phase: str) -> list[Call]:
+        return [Call(args.backend.gather, (args.output, args.input, self.root))]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         # The root's result; and every rank's input, which the API only reads.

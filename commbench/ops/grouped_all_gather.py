@@ -7,11 +7,11 @@ result whose row r is rank r's tensor k.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpSpec, Point
+from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpSpec, Point, bind_calls
 from commbench.ops.gradients import TENSORS, tensors_option
 from commbench.ops.values import Values, chunk_temporaries
 
@@ -105,15 +105,25 @@ class GroupedAllGather(Op):
         for out in [args.state] if args.variant == "concat" else args.output:
             out.zero_()
 
-    def issue(self, args: CollArgs, phase: str) -> None:
+    def calls(self, args: CollArgs, phase: str) -> list[Call] | None:
         backend = args.backend
         if args.variant == "separate":
-            for out, t in zip(args.output, args.input):
-                args.issue(backend.all_gather_flat(out.view(-1), t))
-        elif args.variant == "concat":
-            args.issue(backend.all_gather_flat(args.state.view(-1), torch.cat(args.input)))
-        else:  # coalesced or grouped: the backend's one grouped operation
-            args.issue(backend.all_gather_group([out.view(-1) for out in args.output], args.input))
+            return [Call(backend.all_gather_flat, (out.view(-1), t)) for out, t in zip(args.output, args.input)]
+        if args.variant == "concat":
+            return None  # the concatenation is part of the variant's time: issue() makes it every iteration
+        # coalesced or grouped: the backend's one grouped operation
+        return [Call(backend.all_gather_group, ([out.view(-1) for out in args.output], args.input))]
+
+    def prepare(self, args: CollArgs, phase: str) -> Callable[[], None]:
+        # issue() is overridden for concat alone: every other variant's iteration is its calls().
+        calls = self.calls(args, phase)
+        return super().prepare(args, phase) if calls is None else bind_calls(args, calls)
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        if args.variant == "concat":
+            args.issue(args.backend.all_gather_flat(args.state.view(-1), torch.cat(args.input)))
+        else:
+            super().issue(args, phase)
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         # Row r of gathered tensor k is rank r's tensor k.

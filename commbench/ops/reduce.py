@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution
-from commbench.ops.base import UNIT_FACTOR, MemoryCase, OpSpec, Point, elements_for
+from commbench.ops.base import UNIT_FACTOR, Call, MemoryCase, OpSpec, Point, elements_for
 from commbench.ops.rooted import ROOT, RootedOp
 from commbench.ops.values import chunk_temporaries, summed
 
@@ -42,8 +42,8 @@ class Reduce(RootedOp):
         # In place, the root's values grow about n-fold per iteration: refill (untimed), as all_reduce does.
         self.fill(args)
 
-    def issue(self, args: CollArgs, phase: str) -> None:
-        args.issue(args.backend.reduce(args.input, self.root))
+    def calls(self, args: CollArgs, phase: str) -> list[Call]:
+        return [Call(args.backend.reduce, (args.input, self.root))]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         if args.rank != self.root and not args.backend.reduce_keeps_non_root:

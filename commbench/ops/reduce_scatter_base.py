@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
 from commbench.ops.values import Values, chunk_temporaries, summed
 
 if TYPE_CHECKING:
@@ -67,11 +67,10 @@ class ReduceScatterBase(Op):
         if args.variant == "inplace":
             self.fill(args)
 
-    def issue(self, args: CollArgs, phase: str) -> None:
-        if args.variant == "list":
-            args.issue(args.backend.reduce_scatter_list(args.output, args.input))
-        else:
-            args.issue(args.backend.reduce_scatter_flat(args.output, args.input))
+    def calls(self, args: CollArgs, phase: str) -> list[Call]:
+        backend = args.backend
+        method = backend.reduce_scatter_list if args.variant == "list" else backend.reduce_scatter_flat
+        return [Call(method, (args.output, args.input))]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         shard = args.output.numel()

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution, gathered_wrong
-from commbench.ops.base import GATHER_FACTOR, MemoryCase, OpSpec, Point, elements_for
+from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, OpSpec, Point, elements_for
 from commbench.ops.rooted import ROOT, RootedOp
 from commbench.ops.values import chunk_temporaries
 
@@ -45,8 +45,8 @@ class Scatter(RootedOp):
             contribution(r).write(dst)
         args.output.zero_()
 
-    def issue(self, args: CollArgs, phase: str) -> None:
-        args.issue(args.backend.scatter(args.output, args.input, self.root))
+    def calls(self, args: CollArgs, phase: str) -> list[Call]:
+        return [Call(args.backend.scatter, (args.output, args.input, self.root))]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         # Every rank's chunk; and the root's buffer, which the API only reads.

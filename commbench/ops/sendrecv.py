@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
 from commbench.ops.all_gather import contribution
-from commbench.ops.base import UNIT_FACTOR, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.base import UNIT_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
 from commbench.ops.values import chunk_temporaries
 
 if TYPE_CHECKING:
@@ -63,12 +63,11 @@ class SendRecv(Op):
         else:
             args.output.zero_()
 
-    def issue(self, args: CollArgs, phase: str) -> None:
-        if args.state is None:
-            return
+    def calls(self, args: CollArgs, phase: str) -> list[Call]:
+        if args.state is None:  # sitting out
+            return []
         to, source = args.state
-        for work in args.backend.send_recv([(args.input, to)], [(args.output, source)]):
-            args.issue(work)
+        return [Call(args.backend.send_recv, ([(args.input, to)], [(args.output, source)]), batch=True)]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         source = args.rank if args.state is None else args.state[1]

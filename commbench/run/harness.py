@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,12 +57,38 @@ class CollArgs:
     def element_size(self) -> int:
         return torch.empty((), dtype=self.dtype).element_size()
 
-    def issue(self, work: Work) -> None:
-        """Keep an async op's wait object for complete(); wait at once otherwise."""
-        if self.async_op:
-            self.wait_objs.append(work)
-        else:
-            work.wait()
+    def issue(self, work: Work | list[Work]) -> None:
+        """Keep an async op's wait object (or a batch's list of them) for complete(); wait at once otherwise."""
+        for each in work if isinstance(work, list) else [work]:
+            if self.async_op:
+                self.wait_objs.append(each)
+            else:
+                each.wait()
+
+    def prepared(self, bound: Sequence[tuple[Callable[[], Any], bool]]) -> Callable[[], None]:
+        """One op iteration of bound calls (Backend.bind) as one closure that issues them in order and
+        hands their wait objects over as issue() does, and does nothing else. Each call is paired
+        with True when it returns a list of wait objects (a batch of transfers)."""
+        one, many = (self.wait_objs.append, self.wait_objs.extend) if self.async_op else (_wait, _wait_each)
+        steps = [(call, many if batch else one) for call, batch in bound]
+        if len(steps) == 1:
+            call, keep = steps[0]
+            return lambda: keep(call())
+
+        def iteration() -> None:
+            for call, keep in steps:
+                keep(call())
+
+        return iteration
+
+
+def _wait(work: Work) -> None:
+    work.wait()
+
+
+def _wait_each(works: list[Work]) -> None:
+    for work in works:
+        work.wait()
 
 
 def unavailable(op: Op, variant: str, backend: Backend, dtype: torch.dtype) -> str | None:
@@ -157,6 +183,11 @@ class Case:
         self.rounds_us: list[list[float]] = []  # agreed: max over ranks
         self.per_rank_us: list[list[float]] = []  # rank 0 with keep_per_rank: one list per rank
         self.timed_calls: Counter[str] = Counter()
+        # The window's op iterations bound once (_prepare), and the API names their bound calls make
+        # per sample, counted when bound (a bound call does not record as it runs).
+        self._calls: list[Callable[[], None]] | None = None
+        self._bound: Counter[str] = Counter()
+        self._bound_per_sample = 0
         self.wrong = -1
         self.timer = timer_for(self.backend)
         # --overlap (commbench/run/overlap.py): the runner sets compute_for, which makes the matmul
@@ -170,26 +201,63 @@ class Case:
     def backend(self) -> Backend:
         return self.args.backend
 
-    def _timed(self, with_op: bool = True, with_compute: bool = False) -> None:
-        """One timed sample: untimed preparation and barrier, then start, `window` ops and their
-        completion, stop. The timer holds the sample until it is read. --overlap also times the
-        compute kernel alone (with_op False) and run between issuing the ops and completing them."""
-        if with_op:
-            self.op.before(self.args, self.phase)
-        self.backend.synchronize()  # untimed: the barrier then lines up ranks whose devices are idle
-        self.backend.barrier()
-        self.backend.calls.clear()
-        self.timer.start()
-        for _ in range(self.window if with_op else 0):
-            self.op.issue(self.args, self.phase)
-        if with_compute:
-            self.compute.run()
-        wait_all(self.args)
-        self.timer.stop()
+    def _prepare(self) -> list[Callable[[], None]]:
+        """The window's op iterations, bound once per case (Op.prepare): each is the transport's own
+        calls with their arguments in place, so a sample issues them and does nothing else."""
+        if self._calls is None:
+            with self.backend.binding() as binding:
+                self._calls = [self.op.prepare(self.args, self.phase) for _ in range(self.window)]
+            self._bound = binding.calls
+            self._bound_per_sample = sum(binding.calls.values())
+        return self._calls
 
-    def _sample(self) -> float:
+    def _timed(
+        self,
+        samples: int,
+        label: str,
+        counted: Counter[str] | None = None,
+        with_op: bool = True,
+        with_compute: bool = False,
+    ) -> None:
+        """`samples` timed samples, each: untimed preparation and barrier, then start, the window's
+        bound op iterations and their completion, stop. The timer holds the samples until read.
+        --overlap also times the compute kernel alone (with_op False) and run between issuing the
+        ops and completing them.
+
+        Inside a sample: the timer's marks, the bound calls, their waits. The bound calls' count is
+        fixed once bound, so the issued-call counter the heartbeat publishes advances once, for all
+        of the samples, before them. An op that issues unbound (Op.calls() is None) records as it
+        goes; what it records in a sample is added to `counted` after the stop.
+        """
+        calls = self._prepare() if with_op else []
+        if with_op:
+            self.backend.issued += self._bound_per_sample * samples
+        op, args, phase, backend, timer = self.op, self.args, self.phase, self.backend, self.timer
+        arm, waits, recorded = self.watchdog.arm, args.wait_objs, backend.calls
+        compute = self.compute.run if with_compute and self.compute is not None else None
+        for _ in range(samples):
+            arm(label)
+            if with_op:
+                op.before(args, phase)
+            backend.synchronize()  # untimed: the barrier then lines up ranks whose devices are idle
+            recorded.clear()
+            start, stop = timer.marks()
+            backend.barrier()
+            began = start()
+            for call in calls:
+                call()
+            if compute is not None:
+                compute()
+            for work in waits:
+                work.wait()
+            waits.clear()
+            timer.add(began, stop())
+            if counted is not None and recorded:
+                counted.update(recorded)
+
+    def _sample(self, label: str) -> float:
         """One sample in seconds, read at once: a warm-up sample's length decides the iteration count."""
-        self._timed()
+        self._timed(1, label)
         return self.timer.read_us()[-1] * 1e-6
 
     def warm_up(self, warmup: int, time_per_size: float | None = None) -> float:
@@ -209,8 +277,7 @@ class Case:
         local: list[float] = []
         first = math.nan
         while len(local) < planned:
-            self.watchdog.arm(f"{self.label} (warm-up)")
-            local.append(self._sample())
+            local.append(self._sample(f"{self.label} (warm-up)"))
             if auto and len(local) == 1:
                 first = self._agree_max(local[0])
                 planned = min(planned, 1 + math.floor(WARMUP_SHARE * time_per_size / max(first, 1e-9)))
@@ -228,10 +295,7 @@ class Case:
         """Time `iters` samples as part of round `round_index`, check the result when asked (the row's
         last block), then share the samples (and the check's wrong count), so that every rank holds
         the same per-iteration maxima over ranks."""
-        for _ in range(iters):
-            self.watchdog.arm(self.label)
-            self._timed()
-            self.timed_calls.update(self.backend.calls)
+        self._timed_block(iters)
         # Read once the block is done: on CUDA one synchronise on the block's last event.
         local_us = [us / self.window for us in self.timer.read_us()]
         if self.compute_for is not None and self.compute is None and local_us:
@@ -266,14 +330,19 @@ class Case:
                 for mine, samples in zip(self.per_rank_us, gathered):
                     mine.extend(samples)
 
+    def _timed_block(self, iters: int) -> None:
+        """The block's samples, and the calls they made counted for the row: the bound calls' per
+        sample times the samples, once, and whatever unbound calls recorded."""
+        self._timed(iters, self.label, self.timed_calls)
+        if iters:
+            self.timed_calls.update({api: n * iters for api, n in self._bound.items()})
+
     def _overlap_block(self, iters: int) -> tuple[list[float], list[float]]:
         """As many samples of the compute kernel alone, and of the op with the kernel between its
         issue and its completion, as the block had of the op alone (per op, as the op's are)."""
         found = []
         for with_op in (False, True):
-            for _ in range(iters):
-                self.watchdog.arm(f"{self.label} (overlap)")
-                self._timed(with_op=with_op, with_compute=True)
+            self._timed(iters, f"{self.label} (overlap)", with_op=with_op, with_compute=True)
             found.append([us / self.window for us in self.timer.read_us()])
         return found[0], found[1]
 

@@ -2,10 +2,12 @@
 
 A timer marks the start and the stop of each sample of a block of samples, then reads them all
 at once. The harness marks the start after its untimed barrier and the stop once every wait
-object of the sample has been waited on.
+object of the sample has been waited on; the marks are direct calls (marks()), and what they
+return is kept after the stop (add()), so nothing but the mark itself sits inside a sample.
 
-- perf_counter (CPU backends): the device is synchronised and time.perf_counter() read at each
-  mark (Backend.clock), so a sample never spans unfinished work.
+- perf_counter (CPU backends): time.perf_counter() read at each mark (after the backend's device
+  synchronise, Backend.clock, on a transport whose synchronise does something), so a sample never
+  spans unfinished work.
 - cuda_event (CUDA backends): each mark records a CUDA event on the current stream, where the
   collectives' wait objects make the stream wait for the communication. The device is not
   synchronised at either mark: the stop event completes on the GPU when the collective does, so
@@ -22,7 +24,9 @@ Which timer made a row is its `timer` column (TIMERS).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -40,31 +44,44 @@ class Timer(Protocol):
 
     name: str  # one of TIMERS, for the row's `timer` column
 
+    def marks(self) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        """The start and the stop mark of the next sample: each a direct call (a clock read, an event's
+        record) that the harness makes at the sample's edges; what each returns goes to add()."""
+
+    def add(self, start: Any, stop: Any) -> None:
+        """Keep the sample the last marks() marked (start and stop: what its marks returned)."""
+
     def start(self) -> None:
-        """Mark the start of a sample."""
+        """Mark the start of a sample (marks() and its start mark in one call)."""
 
     def stop(self) -> None:
-        """Mark the end of the sample started last."""
+        """Mark the end of the sample started last, and keep it."""
 
     def read_us(self) -> list[float]:
         """Every sample marked since the last read, in microseconds and in order; forgets them."""
 
 
 class PerfCounterTimer:
-    """The host clock, read after the backend's device synchronise (Backend.clock)."""
+    """The host clock: time.perf_counter itself where the device needs no synchronise (host_clock)."""
 
     name = PERF_COUNTER
 
     def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
+        self._marks = (clock, clock)
         self._start = 0.0
         self._samples: list[float] = []
 
+    def marks(self) -> tuple[Callable[[], float], Callable[[], float]]:
+        return self._marks
+
+    def add(self, start: float, stop: float) -> None:
+        self._samples.append((stop - start) * 1e6)
+
     def start(self) -> None:
-        self._start = self._clock()
+        self._start = self._marks[0]()
 
     def stop(self) -> None:
-        self._samples.append((self._clock() - self._start) * 1e6)
+        self.add(self._start, self._marks[1]())
 
     def read_us(self) -> list[float]:
         samples, self._samples = self._samples, []
@@ -75,38 +92,73 @@ class CudaEventTimer:
     """A pair of timing CUDA events per sample, recorded on the current stream.
 
     event is the event class (torch.cuda.Event; a test hands in a fake): event(enable_timing=True)
-    makes one, .record() records it on the current stream, .synchronize() waits for it, and
-    start.elapsed_time(stop) is the milliseconds between two recorded events. At most `pending`
-    pairs are kept: a stop that reaches it reads them then (after its own event, so outside any
-    sample), which bounds the events alive in a long run to a few thousand. lead, when given, queues
-    device work before each start event (timer_for: LEAD_CYCLES of torch.cuda._sleep).
+    makes one, .record() records it (on `stream()` when given, else the current stream),
+    .synchronize() waits for it, and start.elapsed_time(stop) is the milliseconds between two
+    recorded events. Events are reused once read, and a new one is recorded once when it is made,
+    outside any sample, so a mark is only an event record: the CUDA event behind a torch.cuda.Event
+    is created at its first record. At most `pending` pairs are kept: a sample's add() that reaches
+    it reads them then (after the sample's stop, so outside any sample), which bounds the events
+    alive in a long run to a few thousand. lead, when given, queues device work before each start
+    event (timer_for: LEAD_CYCLES of torch.cuda._sleep), inside the start mark.
     """
 
     name = CUDA_EVENT
 
-    def __init__(self, event: Callable[..., Any], pending: int = 1024, lead: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        event: Callable[..., Any],
+        pending: int = 1024,
+        stream: Callable[[], Any] | None = None,
+        lead: Callable[[], None] | None = None,
+    ) -> None:
         self._event = event
         self._pending = pending
+        self._stream = stream
         self._lead = lead
+        self._free: list[Any] = []
         self._pairs: list[tuple[Any, Any]] = []
         self._read: list[float] = []
-        self._start: Any = None
+        self._marked: tuple[Any, Any] | None = None
 
-    def start(self) -> None:
-        if self._lead is not None:
-            self._lead()  # queued first: the start event fires once the collective is queued behind it
-        self._start = self._event(enable_timing=True)
-        self._start.record()
+    def _take(self) -> Any:
+        if self._free:
+            return self._free.pop()
+        made = self._event(enable_timing=True)
+        self._record(made)()
+        return made
 
-    def stop(self) -> None:
-        if self._start is None:
+    def _record(self, event: Any) -> Callable[[], None]:
+        return event.record if self._stream is None else partial(event.record, self._stream())
+
+    def marks(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        self._marked = pair = (self._take(), self._take())
+        start, stop = self._record(pair[0]), self._record(pair[1])
+        if self._lead is None:
+            return start, stop
+        lead = self._lead
+
+        def start_behind_lead() -> None:
+            lead()  # queued first: the start event fires once the collective is queued behind it
+            start()
+
+        return start_behind_lead, stop
+
+    def add(self, start: Any, stop: Any) -> None:
+        if self._marked is None:
             raise RuntimeError("CudaEventTimer.stop() without a start()")
-        stop = self._event(enable_timing=True)
-        stop.record()
-        self._pairs.append((self._start, stop))
-        self._start = None
+        self._pairs.append(self._marked)
+        self._marked = None
         if len(self._pairs) >= self._pending:
             self._read += self._elapsed_us()
+
+    def start(self) -> None:
+        self.marks()[0]()
+
+    def stop(self) -> None:
+        if self._marked is None:
+            raise RuntimeError("CudaEventTimer.stop() without a start()")
+        self._record(self._marked[1])()
+        self.add(None, None)
 
     def read_us(self) -> list[float]:
         samples, self._read = self._read + self._elapsed_us(), []
@@ -118,7 +170,22 @@ class CudaEventTimer:
             return []
         # Events on one stream complete in order: once the last has, every earlier one has too.
         pairs[-1][1].synchronize()
-        return [start.elapsed_time(stop) * 1e3 for start, stop in pairs]
+        found = [start.elapsed_time(stop) * 1e3 for start, stop in pairs]
+        self._free += [event for pair in pairs for event in pair]
+        return found
+
+
+def host_clock(backend: Backend) -> Callable[[], float]:
+    """The clock a host timer reads: time.perf_counter itself when the backend's clock is the base
+    one and its device synchronise a no-op (a CPU transport), so a mark is one clock read; else
+    backend.clock (a transport that must drain its device first, or a clock a test replaces)."""
+    from commbench.backends.base import Backend
+
+    clock = backend.clock
+    plain = getattr(clock, "__func__", None) is Backend.clock
+    if plain and getattr(type(backend), "synchronize", None) is Backend.synchronize:
+        return time.perf_counter
+    return clock
 
 
 def timer_for(backend: Backend) -> Timer:
@@ -126,8 +193,8 @@ def timer_for(backend: Backend) -> Timer:
     if backend.device.type == "cuda":
         import torch
 
-        return CudaEventTimer(torch.cuda.Event, lead=cuda_lead())
-    return PerfCounterTimer(backend.clock)
+        return CudaEventTimer(torch.cuda.Event, stream=torch.cuda.current_stream, lead=cuda_lead())
+    return PerfCounterTimer(host_clock(backend))
 
 
 def cuda_lead(cycles: int = LEAD_CYCLES) -> Callable[[], None] | None:
