@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
+
 from commbench.errors import UserError
 
 # The history's own schema version (not the CSV's): MIGRATIONS below bring any older history up to it.
@@ -49,7 +51,20 @@ def run_target(requested: str | None, output: Path) -> str | None:
 def open_run_history(requested: str | None, output: Path) -> History | None:
     """The history a run files itself in (see run_target), opened and migrated; None under --no-history."""
     target = run_target(requested, output)
-    return None if target is None else open_history(target)
+    if target is None:
+        return None
+    try:
+        import sqlalchemy  # noqa: F401  (only whether it is there)
+    except ImportError:
+        if requested is None:  # the default history: the run goes on without it
+            click.echo(
+                "commbench: warning: this run is not filed in a results history: sqlalchemy is not installed "
+                "(pip install sqlalchemy; --no-history silences this)",
+                err=True,
+            )
+            return None
+        raise UserError(f"--history {_hide_password(target)} needs sqlalchemy: pip install sqlalchemy") from None
+    return open_history(target)
 
 
 def is_url(target: str) -> bool:

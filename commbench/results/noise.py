@@ -127,6 +127,8 @@ def _nice(budget_s: float) -> float:
 
 
 def _duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s" if seconds >= 0.05 else "under 0.1 s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
