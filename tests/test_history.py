@@ -377,3 +377,25 @@ def test_a_sweep_files_itself_beside_its_csv_and_bad_histories_are_one_line(tmp_
         commbench(*sweep, "-o", str(tmp_path / "d.csv"), "--history", "postgresql://bob:pw1234@127.0.0.1:9/h")
     )
     assert "127.0.0.1:9" in down and "pw1234" not in down
+
+
+def test_without_sqlalchemy_the_default_history_is_skipped_and_an_asked_one_refused(tmp_path, monkeypatch, capsys):
+    """A GPU machine running commbench from the tree may lack sqlalchemy: the run goes on without
+    its default history (one warning); a history the user asked for is refused in one line."""
+    import builtins
+
+    from commbench.errors import UserError
+    from commbench.history.store import open_run_history
+
+    real_import = builtins.__import__
+
+    def no_sqlalchemy(name, *args, **kwargs):
+        if name == "sqlalchemy" or name.startswith("sqlalchemy."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_sqlalchemy)
+    assert open_run_history(None, tmp_path / "a.csv") is None
+    assert "sqlalchemy is not installed" in capsys.readouterr().err
+    with pytest.raises(UserError, match="needs sqlalchemy"):
+        open_run_history(str(tmp_path / "h.sqlite"), tmp_path / "a.csv")
