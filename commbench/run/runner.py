@@ -77,13 +77,12 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     watchdog.diagnosis_s = board.diagnosis_s
     board.start()
     watchdog.arm("agreeing on the configuration across ranks")
-    path = history = None
+    path = None
     # Every rank checks its own host or device; rank 0 alone owns the output file and the history.
     error = memory_error(ops, cfg, backend, launch.local_world_size)
     if lead and error is None:
         try:
             path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
-            history = open_run_history(cfg.history, path)
         except UserError as exc:
             error = exc.format_message()
     facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
@@ -94,8 +93,10 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     sink, error = None, None
     if lead and path is not None:
         try:
+            # Opened once the ranks agree, so that a refused run leaves no history file behind.
+            history = open_run_history(cfg.history, path)
             sink = _open_sink(cfg, backend, facts, path, launch, grouping, host_envs or [], history)
-        except UserError as exc:  # the name was free when checked; another run has taken it since
+        except UserError as exc:  # a history that cannot be opened; or the name was free when checked, but taken since
             error = exc.format_message()
     watchdog.arm("learning whether rank 0 could create its output")
     share_refusal(backend, error)
