@@ -315,7 +315,11 @@ def _run_facts(run_id: str, nodes: list[dict[str, Any]]) -> RunFacts:
 def share_refusal(backend: Backend, error: str | None) -> None:
     """Every rank learns whether any rank refused to go on (rank 0 could not create its output after
     all: another run took the name since it was checked); the rank that refused raises a UserError
-    with its message, the others a quiet PeerError, so no peer is left to fail in a collective."""
+    with its message, the others a quiet PeerError, so no peer is left to fail in a collective.
+    One all_reduce of a flag when no rank refused (every run); the messages are gathered only when one did."""
+    (refused,) = backend.reduce_floats([1.0 if error else 0.0], "max")
+    if not refused:
+        return
     everyone = backend.all_gather_object((backend.rank, error))
     _raise_first(backend.rank, [(rank, message) for rank, message in everyone if message])
 
