@@ -119,7 +119,7 @@ def _sqlite_engine(path: Path, create: bool) -> tuple[Any, str]:
     if not create and not path.exists():
         raise UserError(
             f"no history at {path}: a sweep records itself there (or `commbench history import` fills it); "
-            f"give --history PATH|URL for another"
+            f"give another with --history PATH|URL (compare: --history-db)"
         )
     import sqlalchemy
     from sqlalchemy import event
