@@ -77,7 +77,7 @@ def measure_pairs(backend: Any, pairs: int, iters: int, window: int) -> list[tup
     """Per size: harness p50, bare p50, and the median, p10 and p90 of the per-pair ratios."""
     from commbench.ops.all_gather import AllGather
     from commbench.ops.base import Point
-    from commbench.run.harness import Case, CollArgs
+    from commbench.run.harness import CollArgs, TimedCase
     from commbench.run.watchdog import Watchdog
 
     bare_for = horovod_bare if backend.name == "horovod" else gloo_bare
@@ -89,7 +89,7 @@ def measure_pairs(backend: Any, pairs: int, iters: int, window: int) -> list[tup
         op.setup(args, Point.of_size(size))
         bare = bare_for(backend, args.output.clone(), args.input.clone(), window)
         bare(3)  # warm-up, as the harness does
-        case = Case(op, args, "comm", window=window, watchdog=watchdog, label="overhead")
+        case = TimedCase(op, args, "comm", window=window, watchdog=watchdog, label="overhead")
         case.warm_up(3)
         ratios: list[float] = []
         bare_all: list[float] = []

@@ -9,7 +9,7 @@ same recorded samples, interleaved rep by rep in the same processes:
 - before: commbench 01ee5cb's exchange, kept here only: every rank all_gather_objects its
   (samples, wrong, overlap) and takes the per-iteration max over ranks in Python, holding every
   rank's samples (per_rank_us);
-- after: Case._share_block as a sweep runs it: one all_reduce(MAX) of the samples, one
+- after: TimedCase._share_block as a sweep runs it: one all_reduce(MAX) of the samples, one
   all_reduce(SUM) of the wrong count on the checked block, nothing kept per rank;
 - after --raw: the same, plus every rank's samples gathered to rank 0 (the one consumer of
   per_rank_us is --raw's samples file).
@@ -52,7 +52,7 @@ WAYS = ("before", "after", "after --raw")
 
 
 class OldCase:
-    """commbench 01ee5cb's Case.block after its timed loop (the before path, kept in this bench only)."""
+    """commbench 01ee5cb's TimedCase.block after its timed loop (the before path, kept in this bench only)."""
 
     def __init__(self) -> None:
         self.rounds_us: list[list[float]] = []
@@ -76,7 +76,7 @@ def rank_main(rank: int, world: int, port: int, queue: Any, reps: int, iters: in
 
     from commbench.ops.all_reduce import AllReduce
     from commbench.ops.base import Point
-    from commbench.run.harness import Case, CollArgs, blocks
+    from commbench.run.harness import CollArgs, TimedCase, blocks
     from commbench.run.watchdog import Watchdog
 
     backend = join_group(rank, world, port)
@@ -93,7 +93,7 @@ def rank_main(rank: int, world: int, port: int, queue: Any, reps: int, iters: in
             for r, local in enumerate(row):
                 case.share(backend, local, r, 0 if r == len(row) - 1 else None)
             return case
-        case = Case(op, args, "comm", window=1, watchdog=watchdog, label="row", keep_per_rank=way == "after --raw")
+        case = TimedCase(op, args, "comm", window=1, watchdog=watchdog, label="row", keep_per_rank=way == "after --raw")
         for r, local in enumerate(row):
             wrong = 0 if r == len(row) - 1 else None
             case._share(lambda local=local, r=r, wrong=wrong: case._share_block(local, r, None, wrong))

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench.results.schema import COLUMNS, RAW_COLUMNS, RAW_COLUMNS_V1, SCHEMA_VERSION, CsvAppender, raw_path
+from commbench.results.paths import raw_path
+from commbench.results.schema import COLUMNS, RAW_COLUMNS, RAW_COLUMNS_V1, SCHEMA_VERSION
 from commbench.results.stats import Stats, bandwidth_gbps, percentile
+from commbench.results.writer import CsvAppender
 
 # What version 1 of the schema lacked.
 V2_ONLY = ("rounds", "time_us_p50_lo", "time_us_p50_hi", "time_us_p50_rounds")

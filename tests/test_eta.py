@@ -20,11 +20,13 @@ import pandas as pd
 from commbench.ops.base import BusFactor, OpSpec, Point
 from commbench.results.display import Display, Status
 from commbench.results.sink import Sink
-from commbench.run import runner
 from commbench.run.config import SweepConfig
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping
 from commbench.run.harness import CollArgs
+from commbench.run.plan import SweepPlan
+from commbench.run.rotation import sweep_op
+from commbench.run.session import Session
 from commbench.run.watchdog import Watchdog
 from tests.test_rounds import FakeBackend, Recording
 
@@ -107,7 +109,8 @@ def _sweep_with_a_fake_clock(
     backend = Machine()
     grouping = Grouping("world", 1, backend)
     instances = [op() for op in ops]
-    progress = SweepProgress(runner.planned_cases(cfg, grouping, instances), Plan.of(cfg), clock=lambda: backend.now)
+    plan = SweepPlan(cfg, grouping, instances)
+    progress = SweepProgress(plan.cases(), Plan.of(cfg), clock=lambda: backend.now)
     seen: list[tuple[float, Status]] = []
     real_status = progress.status
 
@@ -120,8 +123,9 @@ def _sweep_with_a_fake_clock(
     display = Display("quiet", stream=io.StringIO())  # the table is not what this test reads
     sink = Sink(tmp_path / "eta.csv", {"run_id": "eta", "mode": cfg.mode, "world_size": 1}, False, False, display)
     board = type("Board", (), {"step": lambda self, label: None, "rank": 0})()
+    session = Session(cfg, grouping, plan, Watchdog(60, 0), board, progress, sink)
     for op in instances:
-        runner._sweep_op(cfg, grouping, op, "float32", Watchdog(60, 0), sink, board, progress)
+        sweep_op(session, op, "float32")
     sink.close()
     return progress, seen, backend.now
 

@@ -129,8 +129,7 @@ def test_groups_on_four_ranks_as_two_hosts_hold_the_right_ranks():
 def _sweep_in_groups(backend, folder: str) -> list[str]:
     """The runner's sweep (agreement, groups, measurement, rows) on this rank, once per kind."""
     from commbench.launchers import detect
-    from commbench.ops import build_ops
-    from commbench.run.runner import _sweep
+    from commbench.run.runner import run_sweep
 
     _as_host_of_two(backend)
     paths = []
@@ -138,7 +137,7 @@ def _sweep_in_groups(backend, folder: str) -> list[str]:
         path = str(Path(folder) / f"{kind}.csv")
         ops, sizes = ("all_gather", "all_reduce"), (1024, 65536)
         cfg = SweepConfig(backend="gloo", ops=ops, sizes=sizes, iters=2, warmup=1, group=kind, output=path)
-        _sweep(cfg, detect(), backend, build_ops(cfg.ops, {}, ()))
+        run_sweep(cfg, detect(), backend)
         paths.append(path)
     return paths
 

@@ -6,8 +6,9 @@ import io
 from pathlib import Path
 
 from commbench.results.display import Display
+from commbench.results.measurement import Measurement
 from commbench.results.noise import Budget, HostLoad, summarise_noise
-from commbench.results.sink import Measured, Sink
+from commbench.results.sink import Sink
 
 
 def _row(p50: float, width: float, iters: int, note: str = "") -> dict:
@@ -72,7 +73,7 @@ def test_the_sink_prints_the_line_before_it_is_done(tmp_path: Path) -> None:
         tmp_path / "r.csv", {"run_id": "r", "mode": "blocking", "world_size": 2}, False, False, Display("plain", out)
     )
     wide = [[100.0, 300.0, 150.0, 90.0, 400.0, 120.0, 200.0, 110.0, 350.0, 95.0]]
-    sink.measured(Measured("all_gather", "flat", "comm", "float32", 8, 2, None, wide, [], 0, 1, "x", 1))
+    sink.measured(Measurement("all_gather", "flat", "comm", "float32", 8, 2, None, wide, [], 0, 1, "x", 1))
     sink.finish(0)
     sink.close()
     lines = out.getvalue().splitlines()

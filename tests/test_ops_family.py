@@ -291,9 +291,8 @@ FAMILY = (
 def _family_in_groups(backend, folder: str, root: str) -> list[str]:
     """The runner's sweep of the family in intra and inter groups of four ranks as two hosts of two."""
     from commbench.launchers import detect
-    from commbench.ops import build_ops
     from commbench.run.config import PeerError, SweepConfig
-    from commbench.run.runner import _sweep
+    from commbench.run.runner import run_sweep
     from tests.test_groups import _as_host_of_two
 
     _as_host_of_two(backend)
@@ -305,7 +304,7 @@ def _family_in_groups(backend, folder: str, root: str) -> list[str]:
             backend="gloo", ops=FAMILY, sizes=(1024,), iters=2, warmup=1, group=kind, output=path, op_options=options
         )
         try:
-            _sweep(cfg, detect(), backend, build_ops(cfg.ops, options, ()))
+            run_sweep(cfg, detect(), backend)
             outcomes.append(path)
         except UserError as exc:
             outcomes.append(f"UserError: {exc.format_message()}")

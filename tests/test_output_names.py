@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from commbench.errors import ExitCode
-from commbench.results.schema import default_output, run_tag
+from commbench.results.paths import default_output, run_tag
 from tests.distributed import commbench as commbench_process
 from tests.plugins import TAKE_ENV
 

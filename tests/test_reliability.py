@@ -25,7 +25,8 @@ from commbench.errors import UserError
 from commbench.ops.all_gather import AllGather
 from commbench.ops.base import Op
 from commbench.ops.reduce_scatter_base import ReduceScatterBase
-from commbench.results.schema import COLUMNS, CsvAppender
+from commbench.results.schema import COLUMNS
+from commbench.results.writer import CsvAppender
 from commbench.run import resources
 from commbench.run.config import SweepConfig
 from commbench.run.progress import ProgressBoard, RankRecord

@@ -20,11 +20,13 @@ from commbench.backends.base import Backend
 from commbench.ops.base import BusFactor, Op, OpSpec, Point
 from commbench.results.display import Display
 from commbench.results.sink import Sink
-from commbench.run import runner
 from commbench.run.config import SweepConfig
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping
-from commbench.run.harness import Case, CollArgs, blocks, planned_iters
+from commbench.run.harness import CollArgs, TimedCase, blocks, planned_iters
+from commbench.run.plan import SweepPlan, rotation_groups
+from commbench.run.rotation import sweep_op
+from commbench.run.session import Session
 from commbench.run.watchdog import Watchdog
 from tests.distributed import run_ranks
 
@@ -58,7 +60,7 @@ def _agree_with_a_slow_clock(backend: Backend) -> tuple[float, int, list[int]]:
     op = AllGather()
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
     op.setup(args, Point.of_size(64))
-    case = Case(op, args, "comm", window=1, watchdog=Watchdog(60, backend.rank), label="agree")
+    case = TimedCase(op, args, "comm", window=1, watchdog=Watchdog(60, backend.rank), label="agree")
     sample_s = case.warm_up(5, BUDGET_S)
     iters = planned_iters(sample_s, BUDGET_S, 2, 1000)
     for r, n in enumerate(blocks(iters, 2)):
@@ -154,9 +156,9 @@ def _sweep_fake(tmp_path: Path, **config: Any) -> tuple[pd.DataFrame, list[list[
     backend, op = FakeBackend(), Recording()
     Recording.log = []
     visits: list[list[tuple[str, int]]] = []
-    real_block = Case.block
+    real_block = TimedCase.block
 
-    def block(case: Case, iters: int, round_index: int, check: bool = False) -> None:
+    def block(case: TimedCase, iters: int, round_index: int, check: bool = False) -> None:
         case.args.state["visit"] = round_index
         start = len(Recording.log)
         real_block(case, iters, round_index, check)
@@ -167,10 +169,12 @@ def _sweep_fake(tmp_path: Path, **config: Any) -> tuple[pd.DataFrame, list[list[
     sink = Sink(path, {"run_id": "fake", "mode": cfg.mode, "world_size": 1}, False, True, Display("quiet"))
     board = type("Board", (), {"step": lambda self, label: None, "rank": 0})()
     grouping = Grouping("world", 1, backend)
-    progress = SweepProgress(runner.planned_cases(cfg, grouping, [op]), Plan.of(cfg), clock=lambda: backend.now)
+    plan = SweepPlan(cfg, grouping, [op])
+    progress = SweepProgress(plan.cases(), Plan.of(cfg), clock=lambda: backend.now)
+    session = Session(cfg, grouping, plan, Watchdog(60, 0), board, progress, sink)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Case, "block", block)
-        runner._sweep_op(cfg, grouping, op, "float32", Watchdog(60, 0), sink, board, progress)
+        mp.setattr(TimedCase, "block", block)
+        sweep_op(session, op, "float32")
     assert progress.done == progress.total == 6
     sink.close()
     return pd.read_csv(path), visits
@@ -230,7 +234,7 @@ def test_precision_stops_a_steady_row_early(tmp_path: Path) -> None:
 
 def test_rotation_groups_respect_the_memory_cap() -> None:
     points = [Point.of_size(s << 20) for s in (1, 8, 16, 32, 64)]
-    groups = runner.rotation_groups(points, ["a", "b"], lambda point, variant: point.size_bytes)
+    groups = rotation_groups(points, ["a", "b"], lambda point, variant: point.size_bytes)
     # Up to 64 MiB of buffers rotate together; the largest case (64 MiB) goes alone.
     assert [[(p.size_bytes >> 20, v) for p, v in g] for g in groups] == [
         [(1, "a"), (1, "b"), (8, "a"), (8, "b"), (16, "a"), (16, "b")],

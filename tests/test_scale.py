@@ -16,8 +16,9 @@ import torch.distributed as dist
 
 from commbench.ops.all_reduce import AllReduce
 from commbench.ops.base import Point
-from commbench.results.sink import Measured, Sink
-from commbench.run.harness import Case, CollArgs
+from commbench.results.measurement import Measurement
+from commbench.results.sink import Sink
+from commbench.run.harness import CollArgs, TimedCase
 from commbench.run.overlap import ComputeKernel
 from commbench.run.progress import STORE_WRITES_PER_S, ProgressBoard, RankRecord
 from commbench.run.watchdog import Watchdog
@@ -28,7 +29,7 @@ from tests.distributed import run_ranks
 
 @dataclasses.dataclass
 class _OldCase:
-    """What Case held after its blocks when every rank all-gathered every rank's samples."""
+    """What TimedCase held after its blocks when every rank all-gathered every rank's samples."""
 
     rounds_us: list[list[float]] = dataclasses.field(default_factory=list)
     per_rank_us: list[list[float]] = dataclasses.field(default_factory=list)
@@ -37,7 +38,7 @@ class _OldCase:
     wrong: int = -1
 
     def block(self, gathered: list[Any], round_index: int, check: bool) -> None:
-        """The old Case.block after its timed loop, on the all-gathered (samples, wrong, overlap)."""
+        """The old TimedCase.block after its timed loop, on the all-gathered (samples, wrong, overlap)."""
         self.per_rank_us += [[] for _ in range(len(gathered) - len(self.per_rank_us))]
         for rank, (samples, _, _) in enumerate(gathered):
             self.per_rank_us[rank].extend(samples)
@@ -64,7 +65,7 @@ def _row(case: Any) -> dict[str, Any]:
     """Rank 0's CSV row of a case's samples (run facts and timestamp left out)."""
     sink = Sink.__new__(Sink)
     sink.base = {}
-    m = Measured(
+    m = Measurement(
         op="all_reduce",
         variant="flat",
         phase="comm",
@@ -101,7 +102,7 @@ def _old_and_new(backend) -> dict[str, Any]:
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
     op.setup(args, Point.of_size(4096))
     watchdog = Watchdog(60, backend.rank)
-    new = Case(op, args, "comm", window=1, watchdog=watchdog, label="scale", keep_per_rank=True)
+    new = TimedCase(op, args, "comm", window=1, watchdog=watchdog, label="scale", keep_per_rank=True)
     new.compute_for = lambda target_s: ComputeKernel(16, backend.device, torch.float32)
     old = _OldCase()
     real_share = new._share_block
@@ -117,7 +118,7 @@ def _old_and_new(backend) -> dict[str, Any]:
         new.block(iters, round_index, check=round_index == 1)
     real = (new, old)
 
-    synthetic_new = Case(op, args, "comm", window=1, watchdog=watchdog, label="synthetic", keep_per_rank=True)
+    synthetic_new = TimedCase(op, args, "comm", window=1, watchdog=watchdog, label="synthetic", keep_per_rank=True)
     synthetic_old = _OldCase()
     for block, (round_index, n) in enumerate([(0, 40), (1, 37), (1, 3), (2, 50)]):
         local = _synthetic(backend.rank, block, n)
@@ -159,7 +160,7 @@ def _without_raw(backend) -> tuple[int, int]:
     op = AllReduce()
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
     op.setup(args, Point.of_size(64))
-    case = Case(op, args, "comm", window=1, watchdog=Watchdog(60, backend.rank), label="x")
+    case = TimedCase(op, args, "comm", window=1, watchdog=Watchdog(60, backend.rank), label="x")
     case.warm_up(0)
     case.block(4, 0, check=True)
     return len(case.per_rank_us), len(case.samples_us)

@@ -172,6 +172,7 @@ class FakeCudaBackend:
         self.calls: Counter[str] = Counter()
         self.issued = 0
         self.barriers = 0
+        self.world_size = 1  # the bus factor of the row asks for it
 
     @contextlib.contextmanager
     def binding(self) -> Iterator[Binding]:
@@ -225,6 +226,15 @@ class FakeOp:
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         return 0
+
+    # What the measurement record names the case by.
+    name = "fake"
+
+    def size_bytes(self, args: CollArgs, phase: str) -> int:
+        return 0
+
+    def bus_factor(self, world_size: int) -> None:
+        return None
 
 
 @pytest.mark.parametrize("window", [1, 4])

@@ -29,7 +29,8 @@ from pathlib import Path
 import pandas as pd
 
 from commbench.errors import UserError
-from commbench.results.reader import MATCH_COLUMNS, read_one, read_samples
+from commbench.results.reader import read_one, read_samples
+from commbench.results.schema import ROW_KEY, SERIES_KEY, key_words
 from commbench.results.stats import holm, interval_p, mann_whitney_p, rounds_p, shift_p, spread_p
 from commbench.units import format_size
 
@@ -102,8 +103,7 @@ class Delta:
         return (self.candidate - self.baseline) / self.baseline if self.baseline else math.nan
 
 
-# A series: the match key without the size. Judged as a whole from this many sizes on.
-SERIES_COLUMNS = tuple(c for c in MATCH_COLUMNS if c != "size_bytes")
+# A series (the row key without the size) is judged as a whole from this many sizes on.
 SERIES_MIN_SIZES = 4
 
 
@@ -111,7 +111,7 @@ SERIES_MIN_SIZES = 4
 class Shift:
     """One series judged as a whole: the geometric mean over its sizes of candidate / baseline."""
 
-    key: tuple  # SERIES_COLUMNS
+    key: tuple  # SERIES_KEY
     sizes: int
     ratio: float
     p_value: float
@@ -162,20 +162,20 @@ def _keyed(frame: pd.DataFrame, path: Path | str) -> pd.DataFrame:
     measured = frame[frame["status"] != "unavailable"].copy()
     measured["size_bytes"] = measured["size_bytes"].astype("int64")
     measured["world_size"] = measured["world_size"].astype("int64")
-    dup = measured.duplicated(list(MATCH_COLUMNS), keep=False)
+    dup = measured.duplicated(list(ROW_KEY), keep=False)
     if dup.any():
         raise UserError(
             f"{path} holds {int(dup.sum())} rows that share a key with another (first: "
-            f"{describe(tuple(measured[dup].iloc[0][list(MATCH_COLUMNS)]))}): compare one run "
+            f"{describe(tuple(measured[dup].iloc[0][list(ROW_KEY)]))}): compare one run "
             f"against one run"
         )
-    return measured.set_index(list(MATCH_COLUMNS))
+    return measured.set_index(list(ROW_KEY))
 
 
 def describe(key: tuple) -> str:
     """op/variant/phase dtype mode size n=world: how a row (or, without the size, a series) is named
     in compare's output."""
-    parts = dict(zip(MATCH_COLUMNS if len(key) == len(MATCH_COLUMNS) else SERIES_COLUMNS, key))
+    parts = dict(zip(ROW_KEY if len(key) == len(ROW_KEY) else SERIES_KEY, key))
     size = f"{format_size(int(parts['size_bytes']))} " if "size_bytes" in parts else ""
     return (
         f"{parts['op']}/{parts['variant']}/{parts['phase']} {parts['dtype']} {parts['mode']} "
@@ -188,12 +188,12 @@ def _nothing_in_common(
 ) -> UserError:
     """Say which key columns keep the runs apart, so the user sees what to align."""
     apart = []
-    for column in MATCH_COLUMNS:
+    for column in ROW_KEY:
         b, c = set(base.index.get_level_values(column)), set(cand.index.get_level_values(column))
         if not b & c:
             shown = lambda vs: ",".join(sorted(map(str, vs))[:4])  # noqa: E731
             apart.append(f"{column} {shown(b)} vs {shown(c)}")
-    why = "; ".join(apart) if apart else "no (op, variant, phase, dtype, mode, size, world size, group) is in both"
+    why = "; ".join(apart) if apart else f"no {key_words(ROW_KEY)} is in both"
     return UserError(
         f"{baseline} and {candidate} have no measured row in common ({why}): compare runs of the same ops and sizes"
     )
@@ -281,7 +281,7 @@ def _series(tested: list[Delta]) -> dict[tuple, list[tuple[Delta, float]]]:
     series: dict[tuple, list[tuple[Delta, float]]] = {}
     for d in tested:
         if d.baseline > 0 and d.candidate > 0:
-            key = tuple(v for c, v in zip(MATCH_COLUMNS, d.key) if c != "size_bytes")
+            key = tuple(v for c, v in zip(ROW_KEY, d.key) if c in SERIES_KEY)
             series.setdefault(key, []).append((d, math.log(d.candidate / d.baseline)))
     return series
 

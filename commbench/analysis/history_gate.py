@@ -54,7 +54,8 @@ from commbench.analysis.compare import (
 from commbench.errors import UserError
 from commbench.history.query import baseline_runs, run_rows, started_at
 from commbench.history.store import History
-from commbench.results.reader import MATCH_COLUMNS, read_one, read_samples
+from commbench.results.reader import read_one, read_samples
+from commbench.results.schema import ROW_KEY, SERIES_KEY
 from commbench.results.stats import holm
 
 MIN_HISTORY_RUNS = 3
@@ -198,7 +199,7 @@ def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids
 
 
 def _series_key(key: tuple) -> tuple:
-    return tuple(v for c, v in zip(MATCH_COLUMNS, key) if c != "size_bytes")
+    return tuple(v for c, v in zip(ROW_KEY, key) if c in SERIES_KEY)
 
 
 def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_ids: list[str]) -> list[Shift]:

@@ -24,12 +24,14 @@ import pandas as pd
 
 from commbench.errors import UserError
 from commbench.results.reader import ok_rows
+from commbench.results.schema import LAYOUT_KEY, key_without
 from commbench.units import format_size
 
 MIN_SIZES = 4
 MIN_R2 = 0.9  # below this the line does not describe the data: no projection from it
 HUBER_K = 1.345  # 95% efficiency under normal errors
-FIT_KEY = ("run", "op", "variant", "phase", "dtype", "mode", "backend", "world_size", "group")
+# A fit's line: the row key without the size, in one run (on its backend).
+FIT_KEY = ("run", *key_without("size_bytes", *LAYOUT_KEY), "backend", *LAYOUT_KEY)
 
 
 def _lg(p: int) -> float:
@@ -245,8 +247,10 @@ def format_fits(fits: list[Fit], skipped: list[str]) -> str:
         f"{'beta(GB/s)':>10} {'n1/2':>8} {'R^2':>6} {'worst':>6}",
     ]
     for fit in fits:
-        _run, op, variant, phase, dtype, mode, backend, world, group = fit.key
-        what = f"{op}/{variant}/{phase} {dtype} {mode}" + ("" if group == "world" else f" {group}")
+        k = dict(zip(FIT_KEY, fit.key))
+        what = f"{k['op']}/{k['variant']}/{k['phase']} {k['dtype']} {k['mode']}"
+        what += "" if k["group"] == "world" else f" {k['group']}"
+        backend, world = k["backend"], k["world_size"]
         what = what if len(what) <= 44 else what[:43] + "~"
         flag = "" if fit.fits else "  does not fit"
         lines.append(

@@ -25,8 +25,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 
 from commbench.analysis.speedup import WITHIN_NOISE, overall, paired_speedups, variant_verdicts
 from commbench.errors import UserError
+from commbench.results.paths import make_folder
 from commbench.results.reader import ok_rows, read_results
-from commbench.results.schema import make_folder
 from commbench.units import format_size, round_size
 
 FORMATS = ("png", "svg")

@@ -309,12 +309,12 @@ def format_bandwidth(gbps: float) -> str:
 def _model_section(frame: pd.DataFrame, fmt: str, toc: _Contents) -> list[str]:
     """The latency-bandwidth fits (docs/model.md) with their charts; nothing when no op has enough
     sizes. Fits that do not describe their data are listed apart, as refused, with the reason."""
-    from commbench.analysis.model import MIN_R2, fit_frame, model_charts
+    from commbench.analysis.model import FIT_KEY, MIN_R2, fit_frame, model_charts
 
     fits, skipped = fit_frame(frame)
     if not fits:
         return []
-    key = ["op", "variant", "phase", "dtype", "backend", "world_size", "sizes"]
+    key = [*FIT_KEY, "sizes"]
     parts = [
         toc.heading(2, "Latency-bandwidth model"),
         "<p>T(S) = alpha + S / beta fitted to the p50 times (robust, relative residuals); R² of log time. "

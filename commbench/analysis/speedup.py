@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from commbench.results.reader import ok_rows
+from commbench.results.schema import key_without
 from commbench.results.stats import CONFIDENCE
 
 FASTER, SLOWER, WITHIN_NOISE, NO_INTERVAL = "faster", "slower", "within noise", "no interval"
@@ -127,7 +128,7 @@ def speedup_of(baseline: RowTimes, variant: RowTimes) -> Speedup:
 
 
 # The columns a speedup's two rows must share besides the workload: one run, one configuration.
-SAME_RUN = ("backend", "run", "world_size", "op", "phase", "dtype", "mode")
+SAME_RUN = ("backend", "run", *key_without("variant", "size_bytes"))
 _TIME_COLUMNS = ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi", "time_us_p50_rounds")
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 from commbench.analysis.speedup import Speedup, interval_text, overall, paired_speedups, variant_verdicts
 from commbench.ops.sync_bn import SyncBN
 from commbench.results.reader import ok_rows
+from commbench.results.schema import key_without
 from commbench.syncbn import STRATEGY_NAMES
 
 BASELINE = SyncBN.spec.baseline
@@ -16,7 +17,7 @@ PHASES = SyncBN.spec.phases
 # The phase the overall line answers for: a training step runs the layer forward and backward.
 STEP_PHASE = "forward_backward"
 # The runs the table keeps apart; C is the `count` column of sync_bn rows.
-GROUP_COLUMNS = ["run", "backend", "world_size", "dtype", "mode"]
+GROUP_COLUMNS = ["run", "backend", *key_without("op", "variant", "phase", "size_bytes")]
 
 
 def _rows(frame: pd.DataFrame) -> pd.DataFrame:

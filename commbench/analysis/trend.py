@@ -12,10 +12,9 @@ from matplotlib.figure import Figure
 
 from commbench.analysis.plotting import Chart
 from commbench.errors import UserError
-from commbench.results.reader import MATCH_COLUMNS, ok_rows
+from commbench.results.reader import ok_rows
+from commbench.results.schema import SERIES_KEY
 from commbench.units import format_size
-
-SERIES = tuple(c for c in MATCH_COLUMNS if c != "size_bytes")
 
 
 @dataclass(frozen=True)
@@ -35,9 +34,9 @@ def one_series(frame: pd.DataFrame, wanted: str) -> pd.DataFrame:
     rows = ok_rows(frame)
     if rows.empty:
         raise UserError(f"no measured row in the history matches {wanted}; `commbench history list` shows the runs")
-    keys = rows[list(SERIES)].drop_duplicates()
+    keys = rows[list(SERIES_KEY)].drop_duplicates()
     if len(keys) > 1:
-        differ = [f"{c} {', '.join(sorted(map(str, keys[c].unique())))}" for c in SERIES if keys[c].nunique() > 1]
+        differ = [f"{c} {', '.join(sorted(map(str, keys[c].unique())))}" for c in SERIES_KEY if keys[c].nunique() > 1]
         raise UserError(
             f"{wanted} matches {len(keys)} series ({'; '.join(differ)}): narrow it with the options for them"
         )

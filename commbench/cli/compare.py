@@ -71,7 +71,7 @@ def compare(
       commbench compare BASELINE.csv CANDIDATE.csv
       commbench compare --history [--last 5] CANDIDATE.csv
 
-    Rows match on (op, variant, phase, dtype, mode, size_bytes, world_size). A row is a regression or
+    Rows match on (op, variant, phase, dtype, mode, size_bytes, world_size, group). A row is a regression or
     an improvement only when its change exceeds --threshold AND the noise test finds the runs differ
     (p < alpha, Holm-adjusted over the rows): Welch's t-test on the runs' per-round p50s (sweeps with
     --rounds 2 or more, the default), else a Mann-Whitney U test on per-iteration samples (--raw),

@@ -148,7 +148,7 @@ def trend(op, variant, phase, dtype, mode, world_size, size, fingerprint, last, 
     from commbench.history.query import list_runs as query
     from commbench.history.query import run_rows
     from commbench.history.store import is_url, open_history
-    from commbench.results.schema import output_path
+    from commbench.results.paths import output_path
     from commbench.units import parse_size
 
     chosen = parse_size(size) if size is not None else None

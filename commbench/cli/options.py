@@ -248,7 +248,7 @@ def build_config(
     if kwargs.get("device") == "cuda" and (reason := cuda_missing()) is not None:
         raise UserError(f"--device cuda needs a usable GPU: {reason}; use --device cpu")
     ops = ops or tuple(registry())
-    build_ops(ops, kwargs.get("op_options", {}), kwargs.get("variants", ()))  # bad op options fail here
+    built = build_ops(ops, kwargs.get("op_options", {}), kwargs.get("variants", ()))  # bad op options fail here
     if kwargs.pop("no_history", False):
         from commbench.history.store import NO_HISTORY
 
@@ -260,7 +260,7 @@ def build_config(
         dtypes=dtypes or ("float32",),
         command=shlex.join(["commbench", *sys.argv[1:]]),
         **kwargs,
-    )
+    ).with_ops(built)
 
 
 def run(

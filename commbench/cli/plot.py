@@ -21,7 +21,7 @@ def plot(csvs: tuple[Path, ...], output: str | None, fmt: str) -> None:
     One line per (backend, variant, run): give several CSVs to see runs side by side. Latency shows
     the p50 time with a band from the fastest iteration to p95; busbw is computed from the p50 time.
     """
-    from commbench.results.schema import output_path
+    from commbench.results.paths import output_path
 
     def beside_first(given: Path | None) -> Path:
         from commbench.analysis.plotting import charts_folder

@@ -23,7 +23,7 @@ def report(csvs: tuple[Path, ...], output: str | None, fmt: str) -> None:
 
     Charts are embedded, so the file stands alone: attach it to a review or a ticket.
     """
-    from commbench.results.schema import output_path
+    from commbench.results.paths import output_path
 
     name = csvs[0].with_suffix(".html").name
     out = output_path(output, lambda folder: (folder or csvs[0].parent) / name)

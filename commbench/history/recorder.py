@@ -17,7 +17,8 @@ import click
 
 from commbench.errors import UserError
 from commbench.history.store import HOSTS, ROWS, RUNS, History, number
-from commbench.results.schema import COLUMNS, cells
+from commbench.results.schema import COLUMNS
+from commbench.results.writer import cells
 
 INCOMPLETE, COMPLETE = "incomplete", "complete"
 

@@ -25,7 +25,7 @@ from commbench.ops.base import Point
 from commbench.results.stats import Stats, bandwidth_gbps
 from commbench.run.config import SweepConfig
 from commbench.run.groups import group_view
-from commbench.run.harness import Case, CollArgs, blocks, planned_iters
+from commbench.run.harness import CollArgs, TimedCase, blocks, planned_iters
 from commbench.run.overlap import calibrate, seconds_of_kernel
 from commbench.run.watchdog import Watchdog
 
@@ -101,7 +101,7 @@ class Rounds:
             args = CollArgs(backend=view, dtype=torch.float32, variant=self.variant)
             self.op.setup(args, Point.of_size(size))
             cases.append(
-                Case(
+                TimedCase(
                     self.op,
                     args,
                     "comm",
@@ -138,7 +138,7 @@ class Rounds:
             dist.destroy_process_group(group)
 
 
-def _exchange(case: Case, ranks: Sequence[int]) -> Exchange:
+def _exchange(case: TimedCase, ranks: Sequence[int]) -> Exchange:
     per_iter = [max(column) for column in zip(*(case.per_rank_us[r] for r in ranks))]
     # The bytes one rank sends, as the op rounded the request to whole elements.
     sent = case.op.size_bytes(case.args, "comm")

@@ -23,7 +23,8 @@ from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
 from commbench.isolate.schedule import circle_rounds, pack
 from commbench.isolate.verdict import Bar, confirmed_link, confirmed_node, low_outliers, plan_link, plan_node, suspects
 from commbench.launchers import Launch
-from commbench.results.schema import CsvAppender, resolve_output
+from commbench.results.paths import resolve_output
+from commbench.results.writer import CsvAppender
 from commbench.run.config import Outcome, PeerError, SweepConfig, agree
 from commbench.run.watchdog import Watchdog
 

@@ -17,14 +17,15 @@ import click
 import pandas as pd
 
 from commbench.errors import UserError
+from commbench.results.paths import raw_path
 from commbench.results.schema import (
+    CASE_KEY,
     COLUMNS,
-    KEY_COLUMNS,
     RAW_COLUMNS,
     RAW_COLUMNS_V1,
     READABLE_VERSIONS,
+    ROW_KEY,
     SCHEMA_VERSION,
-    raw_path,
 )
 from commbench.run.timers import PERF_COUNTER
 
@@ -33,7 +34,7 @@ from commbench.run.timers import PERF_COUNTER
 REQUIRED_COLUMNS = (
     "schema_version",
     "run_id",
-    *KEY_COLUMNS,
+    *CASE_KEY,
     "world_size",
     "backend",
     "time_us_min",
@@ -68,9 +69,6 @@ TEXT_COLUMNS = (
     "fingerprint",
     "env_file",
 )
-# The key compare matches rows on: the CSV key plus the world size and group, so n=2 never meets
-# n=8 and an intra-host run never meets a world one.
-MATCH_COLUMNS = (*KEY_COLUMNS, "world_size", "group")
 
 
 def complete_records(text: str) -> tuple[str, int | None]:
@@ -190,7 +188,7 @@ def read_results(paths: Iterable[Path]) -> pd.DataFrame:
 
 
 def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tuple, list[float]] | None:
-    """Per-iteration samples (the max over ranks, as the summary's statistics use) by MATCH key.
+    """Per-iteration samples (the max over ranks, as the summary's statistics use) by row key.
 
     None when the run was measured without --raw. The world size and group come from the summary
     CSV (read_one's frame of it, when the caller has it), since the raw file does not repeat them.
@@ -208,7 +206,7 @@ def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tu
     raw["time_us"] = pd.to_numeric(raw["time_us"], errors="coerce")
     for column in ("world_size", "group"):
         raw[column] = raw["run_id"].map(runs[column].first().to_dict())
-    per_iteration = raw.groupby([*MATCH_COLUMNS, "iteration"], dropna=False)["time_us"].max()
+    per_iteration = raw.groupby([*ROW_KEY, "iteration"], dropna=False)["time_us"].max()
     samples: dict[tuple, list[float]] = {}
     for key, value in per_iteration.items():
         samples.setdefault(tuple(key[:-1]), []).append(float(value))

@@ -5,47 +5,23 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import commbench
 from commbench.results import table
 from commbench.results.display import Display, Status
+from commbench.results.measurement import Measurement
 from commbench.results.noise import Budget, HostLoad, summarise_noise
-from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, rank_hosts, raw_path
+from commbench.results.paths import raw_path
+from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, rank_hosts
 from commbench.results.stats import Stats, bandwidth_gbps, noisy, percentile
+from commbench.results.writer import CsvAppender
 from commbench.run.overlap import overlap_fraction
-from commbench.run.timers import PERF_COUNTER
 
 if TYPE_CHECKING:
     from commbench.history.recorder import RunRecorder
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One measured case, as the sink needs it: what was measured and what came out."""
-
-    op: str
-    variant: str
-    phase: str
-    dtype: str
-    size_bytes: int
-    count: int
-    bus_factor: float | None  # None: latency only, no bandwidth
-    rounds_us: Sequence[Sequence[float]]  # per round, per iteration: the max over ranks
-    per_rank_us: Sequence[Sequence[float]]  # per rank, every iteration (rounds in order)
-    wrong: int  # summed over ranks; -1 when the check was skipped
-    calls: float
-    apis: str
-    window: int
-    note: str = ""
-    timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
-    # --overlap: per round, the compute kernel alone and the op with the kernel run beside it.
-    compute_rounds_us: Sequence[Sequence[float]] = ()
-    overlapped_rounds_us: Sequence[Sequence[float]] = ()
-    compute_flops: float | None = None
 
 
 class Sink:
@@ -88,14 +64,14 @@ class Sink:
             self.history.add(row)
         self.display.write(self.table.line(row))
 
-    def measured(self, m: Measured) -> None:
+    def measured(self, m: Measurement) -> None:
         row = self.row(m)
         self.writer.write(row)
         self.rows.append({k: row[k] for k in _NOISE_COLUMNS})
         if self.history is not None:
             self.history.add(row)
         if self.raw is not None:
-            key = {k: row[k] for k in ("run_id", "op", "variant", "phase", "dtype", "mode", "size_bytes")}
+            key = {k: row[k] for k in ("run_id", *CASE_KEY)}
             round_of = [r for r, block in enumerate(m.rounds_us) for _ in block]
             self.raw.write_many(
                 {**key, "round": round_of[i], "iteration": i, "rank": r, "time_us": t}
@@ -104,7 +80,7 @@ class Sink:
             )
         self.display.write(self.table.line(row))
 
-    def row(self, m: Measured) -> dict[str, Any]:
+    def row(self, m: Measurement) -> dict[str, Any]:
         stats = Stats.from_samples([t for block in m.rounds_us for t in block])
         round_p50s = [percentile(sorted(block), 50) for block in m.rounds_us]
         algbw, busbw = bandwidth_gbps(m.size_bytes, stats.time_us_p50, m.bus_factor)
@@ -177,7 +153,7 @@ def _ranks_here(base: dict[str, Any]) -> int:
     return hosts.count(hosts[0]) if hosts else 1
 
 
-def _overlap_columns(m: Measured, comm_us: float) -> dict[str, float]:
+def _overlap_columns(m: Measurement, comm_us: float) -> dict[str, float]:
     """comm_us, compute_us, overlapped_us (p50s) and the overlap fraction, for --overlap rows."""
     if not m.compute_flops:
         return {}

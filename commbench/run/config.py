@@ -13,7 +13,8 @@ import hashlib
 import json
 import secrets
 import uuid
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from commbench.run.overlap import parse_compute
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
+    from commbench.ops.base import Op, Point
 
 # --iters auto: each (variant, phase, size) gets DEFAULT_TIME_PER_SIZE seconds of timed work, within
 # [min, max] iterations, in DEFAULT_ROUNDS interleaved rounds. docs/measurement.md says how these
@@ -138,6 +140,23 @@ class SweepConfig:
             return f"{self.iters} iters{rounds}"
         precision = f", or until the p50 is known to {self.precision:.3g}" if self.precision else ""
         return f"auto iters ({self.time_per_size:g} s per case{precision}, {self.min_iters}..{self.max_iters}){rounds}"
+
+    def built_ops(self) -> list[Op]:
+        """The selected ops, built once per configuration (a process builds its configuration once:
+        the launcher's checks and an in-process rank share these). Building checks --op-option and
+        --variant."""
+        built = self.__dict__.get("_built_ops")
+        if built is None:
+            from commbench.ops import build_ops
+
+            built = build_ops(self.ops, self.op_options, self.variants)
+            self.with_ops(built)
+        return built
+
+    def with_ops(self, ops: list[Op]) -> SweepConfig:
+        """This configuration, holding ops already built from it (the CLI builds them to check the options)."""
+        object.__setattr__(self, "_built_ops", ops)
+        return self
 
     @property
     def window_per_sample(self) -> int:
@@ -361,3 +380,17 @@ def _inconsistent(everyone: list[dict[str, Any]]) -> str | None:
         for option, ranks in odd.items()
     )
     return f"ranks were launched with different options: {differs}; launch every rank with the same command"
+
+
+# Each op instance's points, by the sizes asked for: worked out once per op (and ops are built once
+# per process), however many of the memory check, the plan and the rotation ask.
+_POINTS: weakref.WeakKeyDictionary[Op, dict[tuple[int, ...], list[Point]]] = weakref.WeakKeyDictionary()
+
+
+def op_points(op: Op, sizes: Sequence[int]) -> list[Point]:
+    """op.points(sizes), worked out on the first call for this op and these sizes."""
+    mine = _POINTS.setdefault(op, {})
+    key = tuple(sizes)
+    if key not in mine:
+        mine[key] = op.points(key)
+    return mine[key]

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from commbench.backends.base import Backend, Work
+from commbench.results.measurement import Measurement
 from commbench.run.overlap import ComputeKernel
-from commbench.run.timers import PERF_COUNTER, timer_for
+from commbench.run.timers import timer_for
 
 if TYPE_CHECKING:
     from commbench.ops.base import Op
@@ -109,29 +110,6 @@ def complete(args: CollArgs) -> None:
     args.backend.synchronize()
 
 
-@dataclass
-class Measurement:
-    """One (variant, phase, size) measured on every rank, in one or more rounds."""
-
-    rounds_us: list[list[float]]  # per round, per iteration: the max over ranks
-    # Per rank, every iteration in order (rounds concatenated): on rank 0, and only when the case
-    # keeps them (--raw's samples file is their one consumer); empty otherwise.
-    per_rank_us: list[list[float]]
-    wrong: int  # summed over ranks; -1 when the check was skipped
-    calls: float  # collective calls per op iteration
-    apis: str  # the API names those calls used
-    timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
-    # With --overlap, per round: the compute kernel alone and the op with the kernel run beside it.
-    compute_rounds_us: list[list[float]] = field(default_factory=list)
-    overlapped_rounds_us: list[list[float]] = field(default_factory=list)
-    compute_flops: float | None = None
-
-    @property
-    def samples_us(self) -> list[float]:
-        """Every round's samples, pooled."""
-        return [t for block in self.rounds_us for t in block]
-
-
 def _step(op: Op, args: CollArgs, phase: str, window: int) -> None:
     for _ in range(window):
         op.issue(args, phase)
@@ -155,8 +133,9 @@ def blocks(iters: int, rounds: int) -> list[int]:
 WARMUP_SHARE = 0.5
 
 
-class Case:
-    """One (variant, phase, size) measured in blocks, possibly with other cases' blocks in between.
+class TimedCase:
+    """A case's timed loop: one (variant, phase, size) measured in blocks, possibly with other
+    cases' blocks in between.
 
     Every rank must issue the same collectives in the same order, so every decision taken here (how
     many warm-up iterations, how many timed ones) is taken from values exchanged between the ranks:
@@ -178,6 +157,7 @@ class Case:
         keep_per_rank: bool = False,
     ) -> None:
         self.op, self.args, self.phase, self.window = op, args, phase, window
+        self.size_bytes = op.size_bytes(args, phase)  # S, as set up
         self.watchdog, self.label = watchdog, label
         self.keep_per_rank = keep_per_rank
         self.rounds_us: list[list[float]] = []  # agreed: max over ranks
@@ -375,19 +355,28 @@ class Case:
         return sum(len(r) for r in self.rounds_us)
 
     def measurement(self) -> Measurement:
+        """The case's record, as the sink writes it (the runner adds its notes)."""
         iters = max(self.iters, 1)
         calls = sum(self.timed_calls.values()) / (iters * self.window)
         apis = "+".join(sorted(self.timed_calls))
         return Measurement(
-            self.rounds_us,
-            self.per_rank_us,
-            self.wrong,
-            calls,
-            apis,
-            self.timer.name,
-            self.compute_rounds_us,
-            self.overlapped_rounds_us,
-            self.compute.flops if self.compute is not None else None,
+            op=self.op.name,
+            variant=self.args.variant,
+            phase=self.phase,
+            dtype=str(self.args.dtype).removeprefix("torch."),
+            size_bytes=self.size_bytes,
+            count=self.args.count,
+            bus_factor=self.op.bus_factor(self.backend.world_size),
+            rounds_us=self.rounds_us,
+            per_rank_us=self.per_rank_us,
+            wrong=self.wrong,
+            calls=calls,
+            apis=apis,
+            window=self.window,
+            timer=self.timer.name,
+            compute_rounds_us=self.compute_rounds_us,
+            overlapped_rounds_us=self.overlapped_rounds_us,
+            compute_flops=self.compute.flops if self.compute is not None else None,
         )
 
 
@@ -423,7 +412,7 @@ def measure(
     `window` ops before completing them all and reports time / window. The timer (timer_for) reads
     every sample once the block is done. keep_per_rank: rank 0 also keeps every rank's samples.
     """
-    case = Case(op, args, phase, window=window, watchdog=watchdog, label=label, keep_per_rank=keep_per_rank)
+    case = TimedCase(op, args, phase, window=window, watchdog=watchdog, label=label, keep_per_rank=keep_per_rank)
     case.warm_up(warmup)
     case.block(iters, 0, check)
     return case.measurement()

@@ -33,9 +33,9 @@ from commbench.launchers import (
     Launch,
     export_torch_env,
 )
-from commbench.ops import build_ops, world_error
+from commbench.ops import world_error
 from commbench.results.display import PROGRESS_MARK, Display, Status
-from commbench.results.schema import resolve_output
+from commbench.results.paths import resolve_output
 from commbench.run.config import ONE_RANK_NOTE, Outcome, SweepConfig
 
 GRACE_S = 5.0
@@ -91,7 +91,7 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
     chosen = nproc is None
     nproc = default_nproc(cfg.backend) if nproc is None else nproc
     # Options that depend on the number of ranks (--root) are checked before any rank starts.
-    if (error := world_error(build_ops(cfg.ops, cfg.op_options, cfg.variants), nproc)) is not None:
+    if (error := world_error(cfg.built_ops(), nproc)) is not None:
         raise UserError(error)
     path = resolve_output(cfg.output, cfg.backend, nproc, cfg.overwrite, cfg.raw)
     _check_host(cfg, nproc, oversubscribe)
@@ -112,7 +112,6 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
 
 def _check_host(cfg: SweepConfig, nproc: int, oversubscribe: bool) -> None:
     """Refuse local ranks this host cannot run, in one line that says what to change."""
-    from commbench.ops import build_ops
     from commbench.run.resources import local_ranks_error
 
     on_gpus = gpu_per_rank(cfg.backend)
@@ -121,8 +120,7 @@ def _check_host(cfg: SweepConfig, nproc: int, oversubscribe: bool) -> None:
             f"--nproc {nproc} needs {nproc} GPUs with {cfg.backend} (one per rank), but {gpus} "
             f"{'is' if gpus == 1 else 'are'} visible; use --nproc {gpus}, or --backend gloo for more ranks"
         )
-    ops = build_ops(cfg.ops, cfg.op_options, cfg.variants)
-    if (error := local_ranks_error(nproc, ops, cfg, not on_gpus, oversubscribe)) is not None:
+    if (error := local_ranks_error(nproc, cfg.built_ops(), cfg, not on_gpus, oversubscribe)) is not None:
         raise UserError(error)
 
 

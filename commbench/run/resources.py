@@ -20,7 +20,7 @@ from commbench.backends.copies import copies_of
 from commbench.lazy import torch
 from commbench.ops import choose_variants
 from commbench.ops.base import MemoryCase, Op, Point
-from commbench.run.config import DTYPE_BYTES, SweepConfig
+from commbench.run.config import DTYPE_BYTES, SweepConfig, op_points
 from commbench.run.overlap import overlap_bytes
 from commbench.units import format_size
 
@@ -89,7 +89,7 @@ def largest_need(
                 if runnable is not None and not runnable(op, variant, dtype):
                     continue
                 case = memory_case(op, variant, dtype, cfg, world_size, on_host)
-                needs += [(op.memory_bytes(case, point), op, point) for point in op.points(cfg.sizes)]
+                needs += [(op.memory_bytes(case, point), op, point) for point in op_points(op, cfg.sizes)]
     return max(needs, key=lambda need: need[0], default=None)
 
 

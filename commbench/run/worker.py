@@ -18,7 +18,8 @@ from commbench.run.config import Outcome, PeerError, SweepConfig
 def run_worker(cfg: SweepConfig, launch: Launch) -> Outcome:
     """Run this rank and turn every expected failure into one line and an exit code."""
     try:
-        from commbench.run.runner import CollectiveFailure, run_rank
+        from commbench.run.failures import CollectiveFailure
+        from commbench.run.runner import run_rank
 
         try:
             return run_rank(cfg, launch)

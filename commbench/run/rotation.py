@@ -1,0 +1,143 @@
+"""The rotation: every case of an op in one dtype, set up a memory-bounded group at a time, visited
+in rounds, each row written as soon as its last block has run; on a stop, the rows of what was
+measured so far; a variant the transport refuses becomes one `unavailable` row."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from commbench.ops.base import Op, Point
+from commbench.results.measurement import Measurement
+from commbench.run.config import ONE_RANK_NOTE
+from commbench.run.failures import CollectiveFailure, first_sentence, refused_everywhere
+from commbench.run.harness import CollArgs, TimedCase
+from commbench.run.iterations import visit
+from commbench.run.overlap import cpu_note
+from commbench.run.plan import RotationEntry
+from commbench.run.session import Session
+
+WAITS_INSIDE_NOTE = "completes its collectives inside each iteration: measured one op at a time (window 1)"
+
+
+def sweep_op(session: Session, op: Op, dtype: str) -> int:
+    """Every point x variant x phase of one op in one dtype, interleaved in rounds (see rotate);
+    returns the wrong elements found."""
+    variants = session.plan.variants(op, dtype)
+    if session.sink:
+        for variant, reason in variants.refused.items():
+            session.sink.unavailable(op.name, variant, dtype, reason)
+    seen: set[tuple[str, str, int]] = set()
+    wrong_total = 0
+    for group in session.plan.rotation_groups(op, dtype, variants.runnable):
+        entries = _set_up(session, op, dtype, group, seen)
+        wrong_total += rotate(session, op, dtype, entries)
+    return wrong_total
+
+
+def _set_up(
+    session: Session, op: Op, dtype: str, group: list[tuple[Point, str]], seen: set[tuple[str, str, int]]
+) -> list[RotationEntry]:
+    """The group's cases with their buffers allocated (they hold them until the group is done);
+    seen: the (variant, phase, S) already measured, since two requested sizes can round to one."""
+    cfg, backend = session.cfg, session.backend  # the ops see their group's ranks
+    need = session.plan.work(op, dtype)
+    entries: list[RotationEntry] = []
+    for point, variant in group:
+        args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
+        op.setup(args, point)
+        window = op.window_for(variant, cfg.window_per_sample)
+        notes = [
+            WAITS_INSIDE_NOTE if op.completes_internally(variant) and cfg.mode == "nonblocking" else "",
+            op.note(args),
+            ONE_RANK_NOTE if backend.world_size == 1 else "",
+        ]
+        note = "; ".join(n for n in notes if n)
+        for phase in op.phases:
+            s_bytes = op.size_bytes(args, phase)
+            if (variant, phase, s_bytes) in seen:  # two requested sizes rounded to one
+                session.progress.skip(op.name, need(point, variant))
+                continue
+            seen.add((variant, phase, s_bytes))
+            label = f"{op.name}/{variant}/{phase} {dtype} at {_where(point, s_bytes)}"
+            # Rank 0 keeps every rank's samples only for --raw's samples file, their one reader.
+            case = TimedCase(
+                op, args, phase, window=window, watchdog=session.watchdog, label=label, keep_per_rank=cfg.raw
+            )
+            entries.append(RotationEntry(case, args, s_bytes, note, need(point, variant)))
+    return entries
+
+
+def rotate(session: Session, op: Op, dtype: str, entries: list[RotationEntry]) -> int:
+    """Visit every case of the group once per round, each visit one block of its samples.
+
+    A slow spell of the machine then lands on a block of every case rather than on all samples of
+    one, and the rounds are independent replicates (compare tests against their spread). The first
+    visit warms the case up and plans its iterations; the last one checks the result. A row is
+    written as soon as its last block has run. Should the sweep stop before that (a failed or hung
+    collective, Ctrl-C), rank 0 still writes each unfinished case's row from the blocks it has, with
+    a note saying how many rounds ran: nothing measured is lost.
+    """
+    cfg, sink, board, progress, watchdog = session.cfg, session.sink, session.board, session.progress, session.watchdog
+    wrong_total = 0
+    pending = list(entries)
+
+    def write(entry: RotationEntry, note: str = "") -> None:
+        if sink is not None:
+            sink.measured(_with_notes(session, entry, note))
+
+    def write_unfinished() -> None:
+        unfinished, pending[:] = [e for e in pending if e.case.rounds_us], []
+        for entry in unfinished:
+            write(entry, f"stopped after {len(entry.case.rounds_us)} of {len(entry.blocks)} rounds")
+
+    watchdog.last_words = write_unfinished
+    refused: set[int] = set()  # entries of a variant the transport refused (by id: entries hold tensors)
+    try:
+        for round_index in range(cfg.rounds):
+            for entry in list(pending):
+                if id(entry) in refused:
+                    continue
+                label = entry.case.label + (f", round {round_index + 1}/{cfg.rounds}" if cfg.rounds > 1 else "")
+                if sink:
+                    sink.progress(progress.status(label))
+                board.step(label)
+                try:
+                    done = visit(cfg, entry, round_index, progress)
+                except RuntimeError as exc:
+                    if round_index == 0 and (reason := refused_everywhere(session.backend, exc)) is not None:
+                        # The variant's other sizes would be refused alike: one unavailable row for it.
+                        variant = entry.args.variant
+                        dropped = [e for e in pending if e.args.variant == variant and not e.case.rounds_us]
+                        refused |= {id(e) for e in dropped}
+                        pending[:] = [e for e in pending if id(e) not in refused]
+                        for e in dropped:  # counted as done: the total stays what was announced
+                            progress.skip(op.name, e.work, id(e))
+                        if sink:
+                            sink.unavailable(op.name, variant, dtype, reason)
+                        continue
+                    raise CollectiveFailure(f"rank {board.rank}: {label} failed: {first_sentence(exc)}") from exc
+                if done:
+                    pending.remove(entry)
+                    wrong_total += max(entry.case.wrong, 0)
+                    write(entry)
+    except BaseException:
+        write_unfinished()
+        raise
+    finally:
+        watchdog.last_words = None
+    return wrong_total
+
+
+def _with_notes(session: Session, entry: RotationEntry, note: str) -> Measurement:
+    """The case's measurement with the notes its row carries: the case's own, the rotation's (a
+    stopped case), and --overlap's on a CPU."""
+    m = entry.case.measurement()
+    overlap_note = cpu_note(session.backend.device) if m.compute_flops else ""
+    return dataclasses.replace(m, note="; ".join(n for n in (entry.note, note, overlap_note) if n))
+
+
+def _where(point: Point, s_bytes: int) -> str:
+    """A case's workload in labels: its S in bytes, after the op's own name for it where it has one."""
+    return f"{s_bytes} bytes" if not point.params and point.size_bytes else f"{point.label} ({s_bytes} bytes)"

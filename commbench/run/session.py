@@ -1,0 +1,162 @@
+"""A rank's sweep session: the ranks agree on the configuration and form their groups, rank 0
+opens its outputs (the CSV, the history, the printed header), and what every job of the sweep
+shares is held in one Session."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import commbench
+from commbench.backends.base import Backend
+from commbench.errors import UserError
+from commbench.history.store import open_run_history
+from commbench.launchers import Launch
+from commbench.ops import world_error
+from commbench.ops.base import Op
+from commbench.provenance import layout
+from commbench.results.display import Display, choose_mode
+from commbench.results.noise import Budget
+from commbench.results.paths import resolve_output
+from commbench.results.sink import Sink
+from commbench.run.config import ONE_RANK_NOTE, RunFacts, SweepConfig, agree, share_refusal
+from commbench.run.eta import Plan, SweepProgress
+from commbench.run.groups import Grouping, form_groups
+from commbench.run.plan import SweepPlan
+from commbench.run.progress import ProgressBoard, connect_store
+from commbench.run.record import begin_record, gather_host_envs
+from commbench.run.resources import memory_error
+from commbench.run.watchdog import Watchdog
+
+
+@dataclass
+class Session:
+    """One rank's sweep once the ranks agree: its configuration, its group, its plan, the watchdog,
+    the heartbeat, the progress estimate, and (rank 0 only) the sink its rows go to."""
+
+    cfg: SweepConfig
+    grouping: Grouping  # grouping.backend: the ranks an op sees
+    plan: SweepPlan
+    watchdog: Watchdog
+    board: ProgressBoard
+    progress: SweepProgress
+    sink: Sink | None = None
+    path: Path | None = None  # rank 0's CSV
+
+    @property
+    def backend(self) -> Backend:
+        """The backend as the ops see it: their group's ranks."""
+        return self.grouping.backend
+
+
+@dataclass(frozen=True)
+class Agreed:
+    """What the ranks agreed on that rank 0's outputs record: the run's facts, its groups, every
+    host's environment, and the CSV rank 0 checked it can create."""
+
+    facts: RunFacts
+    grouping: Grouping
+    host_envs: list[dict]
+    path: Path
+
+
+def open_session(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) -> Session:
+    """Agree on the configuration, form the groups and open rank 0's outputs; every refusal (a
+    configuration the ranks disagree on, an output or history rank 0 cannot open) is shared, so
+    that every rank stops with it."""
+    lead = backend.rank == 0
+    watchdog = Watchdog(cfg.timeout, backend.rank)
+    store = connect_store(launch, min(cfg.timeout, 30.0))
+    board = ProgressBoard(
+        store, backend.rank, backend.world_size, watchdog.poll_s, local=lambda: (backend.issued, watchdog.label)
+    )
+    watchdog.diagnose = lambda: timed_out(board, watchdog)
+    watchdog.diagnosis_s = board.diagnosis_s
+    board.start()
+    watchdog.arm("agreeing on the configuration across ranks")
+    path = None
+    # Every rank checks its own host or device; rank 0 alone owns the output file and the history.
+    error = memory_error(ops, cfg, backend, launch.local_world_size)
+    if lead and error is None:
+        try:
+            path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
+        except UserError as exc:
+            error = exc.format_message()
+    facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
+    watchdog.arm(f"creating the --group {cfg.group} process groups")
+    grouping = form_groups(backend, cfg.group, facts.rank_hosts)
+    watchdog.arm("gathering every host's environment")
+    host_envs = gather_host_envs(backend, cfg.backend, facts.run_id, facts.rank_hosts, launch.master_addr, store)
+    sink, error = None, None
+    if lead and path is not None:
+        try:
+            sink = _open_sink(cfg, launch, backend, Agreed(facts, grouping, host_envs or [], path))
+        except UserError as exc:  # a history that cannot be opened; or the name was free when checked, but taken since
+            error = exc.format_message()
+    watchdog.arm("learning whether rank 0 could create its output")
+    share_refusal(backend, error)
+    watchdog.disarm()
+    plan = SweepPlan(cfg, grouping, ops)
+    progress = SweepProgress(plan.cases(), Plan.of(cfg))
+    return Session(cfg, grouping, plan, watchdog, board, progress, sink, path)
+
+
+def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agreed) -> Sink:
+    """Rank 0's sink and its history, opened once the ranks agree (so that a refused run leaves no
+    history file behind), and the run's header line."""
+    facts, grouping, path = agreed.facts, agreed.grouping, agreed.path
+    history = open_run_history(cfg.history, path)
+    run_layout = layout(
+        cfg.backend, backend.world_size, facts.rank_hosts, grouping.kind, cfg.mode, cfg.window, backend.device.type
+    )
+    record_columns, recorder = begin_record(path, facts.run_id, run_layout, agreed.host_envs, cfg.command, history)
+    base = {**_run_columns(cfg, backend, grouping, facts), **record_columns}
+    # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
+    display = Display(choose_mode(sys.stdout, relay=launch.spawned))
+    budget = Budget(cfg.time_per_size, cfg.min_iters, cfg.max_iters, cfg.iters)
+    # Creates the file, or refuses before the header.
+    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget, history=recorder)
+    display.write(
+        f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
+        f"{backend.world_size} ranks on {facts.hosts}{in_groups(grouping)}, mode {cfg.mode}, "
+        f"{cfg.iterations_text}, {cfg.warmup} warm-up{_alone(backend.world_size)}; results -> {path}"
+    )
+    return sink
+
+
+def _run_columns(cfg: SweepConfig, backend: Backend, grouping: Grouping, facts: RunFacts) -> dict[str, Any]:
+    """The columns that are the same on every row of the run."""
+    return {
+        "run_id": facts.run_id,
+        "mode": cfg.mode,
+        "world_size": backend.world_size,
+        "group": grouping.kind,
+        "group_size": grouping.size,
+        "backend": cfg.backend,
+        "warmup": cfg.warmup,
+        "hosts": facts.hosts,
+        "node_ranks": facts.node_ranks,
+        "torch_version": torch.__version__,
+        "backend_version": backend.version(),
+        "command": cfg.command,
+    }
+
+
+def _alone(world_size: int) -> str:
+    return f" ({ONE_RANK_NOTE})" if world_size == 1 else ""
+
+
+def in_groups(grouping: Grouping) -> str:
+    """How the header and the table's sections say that ops ran in groups smaller than the world."""
+    return "" if grouping.kind == "world" else f", --group {grouping.kind} (groups of {grouping.size})"
+
+
+def timed_out(board: ProgressBoard, watchdog: Watchdog) -> str:
+    """The watchdog's diagnosis: name the peers at fault, then tell them this rank is leaving."""
+    detail = board.diagnose()
+    board.finish(f"timed out in {watchdog.label}")
+    return detail
