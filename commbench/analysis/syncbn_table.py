@@ -23,6 +23,10 @@ GROUP_COLUMNS = ["run", "backend", *key_without("op", "variant", "phase", "size_
 def _rows(frame: pd.DataFrame) -> pd.DataFrame:
     rows = ok_rows(frame[frame["op"] == "sync_bn"]).copy()
     rows["count"] = rows["count"].astype(int)
+    # A frame not read from a CSV may lack a layout column (group): one value, the same on every row.
+    for column in GROUP_COLUMNS:
+        if column not in rows.columns:
+            rows[column] = ""
     return rows
 
 
