@@ -74,15 +74,9 @@ def test_the_derived_keys_are_the_row_key_less_what_they_pair_over() -> None:
     from commbench.analysis import compare, model, speedup, syncbn_table
 
     assert schema.ROW_KEY == ("op", "variant", "phase", "dtype", "mode", "size_bytes", "world_size", "group")
-    assert compare.SERIES_KEY == schema.key_without("size_bytes")
-    assert model.FIT_KEY == (
-        "run",
-        *schema.key_without("size_bytes", *schema.LAYOUT_KEY),
-        "backend",
-        "world_size",
-        "group",
-    )
-    assert speedup.SAME_RUN == ("backend", "run", *schema.key_without("variant", "size_bytes"))
+    assert compare.SERIES_KEY == ("op", "variant", "phase", "dtype", "mode", "world_size", "group")
+    assert model.FIT_KEY == ("run", "op", "variant", "phase", "dtype", "mode", "backend", "world_size", "group")
+    assert speedup.SAME_RUN == ("backend", "run", "op", "phase", "dtype", "mode", "world_size", "group")
     assert syncbn_table.GROUP_COLUMNS == ["run", "backend", "dtype", "mode", "world_size", "group"]
     with pytest.raises(ValueError, match="not row-key columns: size"):
         schema.key_without("size")
