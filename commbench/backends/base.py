@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
-from commbench.launchers import HOST_ENV
+from commbench.launcher_env import HOST_ENV
 
 if TYPE_CHECKING:
-    from commbench.launchers import Launch
+    from commbench.launcher_env import Launch
 
 
 class Work(Protocol):

@@ -25,7 +25,7 @@ from typing import IO, Any
 import click
 
 from commbench.errors import ExitCode, UserError
-from commbench.launchers import (
+from commbench.launcher_env import (
     HOROVOD_LAUNCH_HINT,
     LAUNCHER_PID_ENV,
     RANK_COUNT_OPTION,

@@ -17,7 +17,7 @@ from commbench.backends import load_backend
 from commbench.backends.base import Backend
 from commbench.errors import ExitCode, UserError
 from commbench.history.store import History, open_run_history
-from commbench.launchers import Launch
+from commbench.launcher_env import Launch
 from commbench.ops import build_ops, choose_variants, world_error
 from commbench.ops.base import Op, Point
 from commbench.provenance import layout
