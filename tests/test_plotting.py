@@ -275,7 +275,9 @@ def test_sweep_charts_its_csv_when_the_ranks_are_done(
     ) -> Outcome:
         return Outcome(0, synth_run(Path(cfg.output), CASES[:1], seed=1, raw=False))
 
-    monkeypatch.setattr(sys.modules["commbench.cli.sweep"], "run", ranks_finished)  # the group shadows the module name
+    monkeypatch.setattr(
+        sys.modules["commbench.cli.sweep"], "execute", ranks_finished
+    )  # the group shadows the module name
     out = tmp_path / "run.csv"
     result = CliRunner().invoke(main, ["sweep", "--op", "all_gather", "--sizes", "8", "-o", str(out), *flag])
     assert result.exit_code == 0, result.output

@@ -6,12 +6,13 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from commbench.errors import UserError
 from commbench.results.schema import make_folder
+
+if TYPE_CHECKING:  # matplotlib is imported where a chart is drawn: naming a chart folder stays cheap
+    from matplotlib.figure import Figure
 
 FORMATS = ("png", "svg")
 
@@ -21,7 +22,7 @@ class Chart:
     """One figure, the file stem it is saved under, and a sentence saying what it shows."""
 
     name: str
-    kind: str  # "size" (latency and busbw against size) or "speedup"
+    kind: str  # "size", "overlap", "speedup", "model" or "trend": the module that drew it
     figure: Figure
     caption: str
     notes: tuple[str, ...] = ()  # what the chart lets a reader conclude (a speedup chart's verdicts)
@@ -59,6 +60,8 @@ def ensure_folder(folder: Path) -> Path:
 
 def render(chart: Chart, fmt: str) -> bytes:
     """The chart encoded as PNG or SVG bytes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     buf = io.BytesIO()
     FigureCanvasAgg(chart.figure)  # attaches the Agg canvas: no GUI backend is ever chosen
     # PNG at zlib level 1: encoding at the default level took about 15% of the drawing time,
