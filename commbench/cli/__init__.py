@@ -57,10 +57,10 @@ class CommbenchGroup(click.Group):
 def main() -> None:
     """Collective-communication benchmarks for PyTorch (NCCL, Gloo) and Horovod.
 
-    Measures collective operations (all_gather, all_reduce, all_to_all, broadcast, barrier, ...),
-    the grouped and bucketed forms training frameworks issue, and SyncBatchNorm layers, with
-    nccl-tests' definitions of algbw and busbw; checks every result, and writes tidy CSV rows as
-    it goes. Run `commbench list` for every op and what S means for it; docs/ in the repository
+    Measures collective operations (all_gather, reduce_scatter_base, all_reduce, all_to_all,
+    broadcast, barrier, ...), the grouped and bucketed forms training frameworks issue, and
+    SyncBatchNorm layers, with nccl-tests' definitions of algbw and busbw; checks every result,
+    and writes tidy CSV rows as it goes. Run `commbench list` for every op and what S means for it; docs/ in the repository
     explains the method, the ops, the CSV columns and the failure modes.
     """
 
