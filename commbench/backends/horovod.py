@@ -23,10 +23,10 @@ import torch
 from commbench.backends.base import Backend, Work
 from commbench.backends.devices import bind_own_gpu
 from commbench.errors import UserError
-from commbench.launchers import HOROVOD_LAUNCH_HINT
+from commbench.launcher_env import HOROVOD_LAUNCH_HINT
 
 if TYPE_CHECKING:
-    from commbench.launchers import Launch
+    from commbench.launcher_env import Launch
 
 INSTALL_HINT = "install it with `bash scripts/install-horovod.sh` (see docs/horovod.md)"
 
