@@ -19,8 +19,8 @@ from commbench.ops.base import Point
 from commbench.results.measurement import Measurement
 from commbench.results.sink import Sink
 from commbench.run.harness import CollArgs, TimedCase
+from commbench.run.heartbeat import STORE_WRITES_PER_S, ProgressBoard, RankRecord
 from commbench.run.overlap import ComputeKernel
-from commbench.run.progress import STORE_WRITES_PER_S, ProgressBoard, RankRecord
 from commbench.run.watchdog import Watchdog
 from tests.distributed import run_ranks
 

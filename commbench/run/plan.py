@@ -4,8 +4,11 @@ alive together while they rotate (commbench/run/rotation.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+import statistics
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -15,6 +18,9 @@ from commbench.run.config import SweepConfig, op_points
 from commbench.run.groups import Grouping
 from commbench.run.harness import CollArgs, TimedCase, unavailable
 from commbench.run.resources import memory_case
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Cases are interleaved (rotated) in groups whose buffers are alive together. A group may hold this
 # much, or the sweep's largest single case where that is more, so a rotation never needs more memory
@@ -78,17 +84,19 @@ class SweepPlan:
     def cases(self) -> list[tuple[str, int]]:
         """(op, work) of every case the sweep plans, before sizes that round to one another are merged
         and before the transport refuses any; work is the case's memory estimate, which grows with it."""
-        found = []
+        return [(op.name, work) for op, _, _, work in self.planned()]
+
+    def planned(self) -> Iterator[tuple[Op, tuple[str, str, str, str], Point, int]]:
+        """Every planned case: its op, its row key without the mode and size (op, variant, phase,
+        dtype), its point and its work."""
         for op in self.ops:
             for dtype in self.cfg.dtypes:
                 need, variants = self.work(op, dtype), self.variants(op, dtype).runnable
-                found += [
-                    (op.name, need(point, variant))
-                    for point in self.points(op)
-                    for variant in variants
-                    for _phase in op.phases
-                ]
-        return found
+                for point in self.points(op):
+                    for variant in variants:
+                        work = need(point, variant)
+                        for phase in op.phases:
+                            yield op, (op.name, variant, phase, dtype), point, work
 
     def rotation_groups(self, op: Op, dtype: str, variants: list[str]) -> list[list[tuple[Point, str]]]:
         """The op's (point, variant) cases in dtype, cut into groups that rotate together."""
@@ -114,3 +122,20 @@ def rotation_groups(
         groups[-1].append((point, variant))
         held += needs[point.label, variant]
     return groups
+
+
+def eta_prior(plan: SweepPlan, rows: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """Seconds per sample of each planned (op, work) as an earlier run's rows measured them (their
+    p50 at the same op, variant, phase and dtype, at the nearest size within 2x), for the ETA."""
+    curves: dict[tuple, list[tuple[int, float]]] = {}
+    for row in rows.itertuples(index=False):
+        p50 = float(row.time_us_p50)
+        if row.status == "ok" and p50 > 0:
+            key = (row.op, row.variant, row.phase, row.dtype)
+            curves.setdefault(key, []).append((int(row.size_bytes), p50 * 1e-6))
+    found: dict[tuple[str, int], list[float]] = {}
+    for op, key, point, work in plan.planned():
+        near = [(abs(math.log(s / point.size_bytes)), t) for s, t in curves.get(key, []) if s > 0 < point.size_bytes]
+        if near and min(near)[0] <= math.log(2):
+            found.setdefault((op.name, work), []).append(min(near)[1])
+    return {case: statistics.fmean(times) for case, times in found.items()}

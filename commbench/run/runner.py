@@ -11,7 +11,7 @@ from __future__ import annotations
 from commbench.backends import load_backend
 from commbench.backends.base import Backend
 from commbench.errors import ExitCode
-from commbench.launchers import Launch
+from commbench.launcher_env import Launch
 from commbench.ops.base import Op
 from commbench.run.config import Outcome, SweepConfig
 from commbench.run.failures import CollectiveFailure, first_sentence

@@ -14,8 +14,8 @@ import torch
 import commbench
 from commbench.backends.base import Backend
 from commbench.errors import UserError
-from commbench.history.store import open_run_history
-from commbench.launchers import Launch
+from commbench.history.store import History, open_run_history
+from commbench.launcher_env import Launch
 from commbench.ops import world_error
 from commbench.ops.base import Op
 from commbench.provenance import layout
@@ -26,8 +26,8 @@ from commbench.results.sink import Sink
 from commbench.run.config import ONE_RANK_NOTE, RunFacts, SweepConfig, agree, share_refusal
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping, form_groups
-from commbench.run.plan import SweepPlan
-from commbench.run.progress import ProgressBoard, connect_store
+from commbench.run.heartbeat import ProgressBoard, connect_store
+from commbench.run.plan import SweepPlan, eta_prior
 from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_error
 from commbench.run.watchdog import Watchdog
@@ -91,25 +91,25 @@ def open_session(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[O
     grouping = form_groups(backend, cfg.group, facts.rank_hosts)
     watchdog.arm("gathering every host's environment")
     host_envs = gather_host_envs(backend, cfg.backend, facts.run_id, facts.rank_hosts, launch.master_addr, store)
-    sink, error = None, None
+    sink, error, history = None, None, None
     if lead and path is not None:
         try:
-            sink = _open_sink(cfg, launch, backend, Agreed(facts, grouping, host_envs or [], path))
+            # Opened once the ranks agree, so that a refused run leaves no history file behind.
+            history = open_run_history(cfg.history, path)
+            sink = _open_sink(cfg, launch, backend, Agreed(facts, grouping, host_envs or [], path), history)
         except UserError as exc:  # a history that cannot be opened; or the name was free when checked, but taken since
             error = exc.format_message()
     watchdog.arm("learning whether rank 0 could create its output")
     share_refusal(backend, error)
     watchdog.disarm()
     plan = SweepPlan(cfg, grouping, ops)
-    progress = SweepProgress(plan.cases(), Plan.of(cfg))
+    progress = SweepProgress(plan.cases(), Plan.of(cfg), prior=_last_run_prior(plan, history, sink))
     return Session(cfg, grouping, plan, watchdog, board, progress, sink, path)
 
 
-def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agreed) -> Sink:
-    """Rank 0's sink and its history, opened once the ranks agree (so that a refused run leaves no
-    history file behind), and the run's header line."""
+def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agreed, history: History | None) -> Sink:
+    """Rank 0's sink, which files its rows in the history too, and the run's header line."""
     facts, grouping, path = agreed.facts, agreed.grouping, agreed.path
-    history = open_run_history(cfg.history, path)
     run_layout = layout(
         cfg.backend, backend.world_size, facts.rank_hosts, grouping.kind, cfg.mode, cfg.window, backend.device.type
     )
@@ -126,6 +126,20 @@ def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agree
         f"{cfg.iterations_text}, {cfg.warmup} warm-up{_alone(backend.world_size)}; results -> {path}"
     )
     return sink
+
+
+def _last_run_prior(plan: SweepPlan, history: History | None, sink: Sink | None) -> dict[tuple[str, int], float]:
+    """The ETA's prior from the last complete run of this run's fingerprint in the history (empty
+    without one). A history that cannot be read costs the ETA its prior, never the run."""
+    if history is None or sink is None:
+        return {}
+    from commbench.history.query import last_run_rows
+
+    try:
+        rows = last_run_rows(history, str(sink.base.get("fingerprint", "")))
+    except Exception:  # a database error of any driver: the ETA goes on without its prior
+        return {}
+    return eta_prior(plan, rows) if len(rows) else {}
 
 
 def _run_columns(cfg: SweepConfig, backend: Backend, grouping: Grouping, facts: RunFacts) -> dict[str, Any]:
