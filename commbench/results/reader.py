@@ -21,6 +21,7 @@ from commbench.results.paths import raw_path
 from commbench.results.schema import (
     CASE_KEY,
     COLUMNS,
+    LAYOUT_KEY,
     RAW_COLUMNS,
     RAW_COLUMNS_V1,
     READABLE_VERSIONS,
@@ -204,7 +205,7 @@ def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tu
     runs = summary.groupby("run_id")
     raw["size_bytes"] = pd.to_numeric(raw["size_bytes"], errors="coerce")
     raw["time_us"] = pd.to_numeric(raw["time_us"], errors="coerce")
-    for column in ("world_size", "group"):
+    for column in LAYOUT_KEY:  # the run's, the same on each of its rows
         raw[column] = raw["run_id"].map(runs[column].first().to_dict())
     per_iteration = raw.groupby([*ROW_KEY, "iteration"], dropna=False)["time_us"].max()
     samples: dict[tuple, list[float]] = {}
