@@ -45,21 +45,6 @@ def test_a_corrupted_op_is_caught_on_every_rank(op_cls):
         assert result["wrong"] == 2  # one element on each of the two ranks, summed over ranks
 
 
-@pytest.mark.parametrize("n", [2, 3, 4, 8])
-def test_s_and_bus_factor(n):
-    class FakeBackend:
-        rank, world_size, device = 0, n, torch.device("cpu")
-
-    for op_cls in (AllGather, ReduceScatterBase):
-        op = op_cls()
-        args = CollArgs(backend=FakeBackend(), dtype=torch.float32, variant="flat")
-        op.setup(args, Point.of_size(1 << 20))
-        per_rank = round((1 << 20) / 4 / n)
-        assert args.count == per_rank * n
-        assert op.size_bytes(args, "comm") == per_rank * n * 4
-        assert op.bus_factor(n) == pytest.approx((n - 1) / n)
-
-
 def _grouped(backend):
     r = backend.rank
     ins = [torch.full((k,), float(r + 1)) for k in (1, 3)]

@@ -31,7 +31,8 @@ from commbench.run.harness import CollArgs
 from tests import broken_ops
 from tests.distributed import commbench, run_ranks, torchrun
 from tests.op_cases import every_variant, run_cases
-from tests.test_op_options import _one_line_error
+from tests.support.errors import assert_sweep_refuses
+from tests.test_s_and_bus_factor import TABLE
 
 NEW_OPS = (AllToAll, Broadcast, Reduce, Gather, Scatter, SendRecv, Barrier)
 ROOTED = (Broadcast, Reduce, Gather, Scatter)
@@ -132,46 +133,20 @@ def test_splits_follow_the_imbalance():
     assert uneven_splits(4, 1000, 0.5, seed=7) == uneven_splits(4, 1000, 0.5, seed=7)
 
 
-class _FakeBackend:
-    def __init__(self, n: int, rank: int = 0) -> None:
-        self.rank, self.world_size, self.device = rank, n, torch.device("cpu")
-
-
-@pytest.mark.parametrize("n", [2, 3, 4])
-def test_s_per_op_as_nccl_tests_defines_it(n):
-    size = 1 << 16
-    for op_cls, variant, multiple in (
-        (AllToAll, "single", n),
-        (AllToAll, "uneven", n),
-        (Broadcast, "flat", 1),
-        (Reduce, "flat", 1),
-        (Gather, "flat", n),
-        (Scatter, "flat", n),
-        (SendRecv, "pair", 1),
-    ):
-        op = op_cls()
-        args = CollArgs(backend=_FakeBackend(n), dtype=torch.float32, variant=variant)
-        op.setup(args, Point.of_size(size))
-        assert args.count % multiple == 0 and abs(args.count * 4 - size) < 4 * multiple
-        assert op.size_bytes(args, "comm") == args.count * 4
-    barrier = Barrier()
-    args = CollArgs(backend=_FakeBackend(n), dtype=torch.float32, variant="barrier")
-    (point,) = barrier.points([8, 1024, 1 << 20])  # one point whatever the sizes
-    barrier.setup(args, point)
-    assert barrier.size_bytes(args, "comm") == 0 and barrier.bus_factor(n) is None
-
-
-# busbw / algbw as nccl-tests defines it, per op; None: latency only, both columns empty.
+# The ops of a family sweep; their S and bus factor as nccl-tests defines them are TABLE's.
 FACTORS = {
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "sendrecv": lambda n: 1.0,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter_base": lambda n: (n - 1) / n,
-    "barrier": None,
+    op: TABLE[op].factor
+    for op in (
+        "all_to_all",
+        "broadcast",
+        "reduce",
+        "gather",
+        "scatter",
+        "sendrecv",
+        "all_gather",
+        "reduce_scatter_base",
+        "barrier",
+    )
 }
 
 
@@ -226,7 +201,7 @@ def test_a_real_sweeps_csv_has_the_bus_factor_of_each_op(n, tmp_path):
     ],
 )
 def test_bad_root_and_imbalance_are_one_line_errors(args, fragments):
-    _one_line_error(args, *fragments)
+    assert_sweep_refuses(args, *fragments)
 
 
 def test_options_parse():

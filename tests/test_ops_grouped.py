@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from commbench.backends.copies import copies_of
 from commbench.ops.base import MemoryCase, Point
 from commbench.ops.grouped_all_gather import MAX_CHANNELS, GroupedAllGather, channels_for
-from commbench.run.harness import CollArgs, complete
+from commbench.run.harness import complete
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
 
@@ -44,19 +43,6 @@ def test_separate_issues_one_all_gather_per_tensor():
 )
 def test_channels_follow_the_requested_size(size, n, channels):
     assert channels_for(size, 4, n) == channels
-
-
-def test_s_is_the_gathered_bytes_of_the_syncbn_shapes():
-    class FakeBackend:
-        rank, world_size, device = 0, 4, torch.device("cpu")
-
-    op = GroupedAllGather()
-    args = CollArgs(backend=FakeBackend(), dtype=torch.float32, variant="separate")
-    op.setup(args, Point.of_size(4096))
-    c = 4096 // (2 * 4 * 4)
-    assert [t.numel() for t in args.input] == [1, c, c]
-    assert op.size_bytes(args, "comm") == (1 + 2 * c) * 4 * 4
-    assert op.bus_factor(4) == pytest.approx(0.75)
 
 
 def test_unavailable_variants_say_why():

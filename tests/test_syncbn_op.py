@@ -94,22 +94,6 @@ def test_a_corrupted_sync_bn_result_is_caught():
     assert wrong == {"forward": 2, "backward": 2, "forward_backward": 4}
 
 
-def test_s_is_the_bytes_each_phase_communicates():
-    class FakeBackend:
-        rank, world_size, device = 0, 4, torch.device("cpu")
-
-    op = SyncBN({"channels": "100"})
-    args = CollArgs(backend=FakeBackend(), dtype=torch.float32, variant="torch")
-    args.count = 100
-    assert op.size_bytes(args, "forward") == 201 * 4 * 4
-    assert op.size_bytes(args, "backward") == 200 * 4
-    assert op.size_bytes(args, "forward_backward") == 201 * 16 + 800
-    args.variant, args.dtype = "allreduce", torch.float64
-    assert op.size_bytes(args, "forward") == 201 * 8
-    args.dtype = torch.bfloat16  # statistics stay float32
-    assert op.size_bytes(args, "backward") == 200 * 4
-
-
 @pytest.mark.parametrize(
     "options, message",
     [
