@@ -9,7 +9,6 @@ it must be within 30% of the time that is really left (for a mix of ops, once th
 
 from __future__ import annotations
 
-import io
 import math
 import random
 from pathlib import Path
@@ -18,15 +17,12 @@ from typing import Any
 import pandas as pd
 
 from commbench.ops.base import BusFactor, OpSpec, Point
-from commbench.results.display import Display, Status
-from commbench.results.sink import Sink
-from commbench.run import runner
+from commbench.results.display import Status
 from commbench.run.config import SweepConfig
 from commbench.run.eta import Plan, SweepProgress
-from commbench.run.groups import Grouping
 from commbench.run.harness import CollArgs
-from commbench.run.watchdog import Watchdog
-from tests.test_rounds import FakeBackend, Recording
+from tests.support.fakes import FakeBackend, Recording
+from tests.support.sweeps import sweep_one_rank
 
 BARRIER_S = 300e-6  # an untimed barrier before every sample (as on 2 busy cores)
 EXCHANGE_S = 1e-3  # sharing a block's samples between ranks
@@ -105,24 +101,19 @@ def _sweep_with_a_fake_clock(
     """Run the real runner over the ops on the fake machine; every progress status with its time."""
     cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=SIZES)
     backend = Machine()
-    grouping = Grouping("world", 1, backend)
-    instances = [op() for op in ops]
-    progress = SweepProgress(runner.planned_cases(cfg, grouping, instances), Plan.of(cfg), clock=lambda: backend.now)
     seen: list[tuple[float, Status]] = []
-    real_status = progress.status
 
-    def status(label: str) -> Status:
-        result = real_status(label)
-        seen.append((backend.now, result))
-        return result
+    def watch(progress: SweepProgress) -> None:
+        real_status = progress.status
 
-    progress.status = status  # type: ignore[method-assign]
-    display = Display("quiet", stream=io.StringIO())  # the table is not what this test reads
-    sink = Sink(tmp_path / "eta.csv", {"run_id": "eta", "mode": cfg.mode, "world_size": 1}, False, False, display)
-    board = type("Board", (), {"step": lambda self, label: None, "rank": 0})()
-    for op in instances:
-        runner._sweep_op(cfg, grouping, op, "float32", Watchdog(60, 0), sink, board, progress)
-    sink.close()
+        def status(label: str) -> Status:
+            result = real_status(label)
+            seen.append((backend.now, result))
+            return result
+
+        progress.status = status  # type: ignore[method-assign]
+
+    _, progress = sweep_one_rank(tmp_path / "eta.csv", cfg, backend, [op() for op in ops], watch=watch)
     return progress, seen, backend.now
 
 

@@ -19,6 +19,7 @@ from commbench.results.reader import read_one
 from commbench.run.config import SweepConfig
 from commbench.run.groups import layout, refusal
 from tests.distributed import commbench, run_ranks
+from tests.support.sweeps import sweep_on_rank
 from tests.synth_results import Case, synth_run
 
 LAYOUTS = [
@@ -128,17 +129,13 @@ def test_groups_on_four_ranks_as_two_hosts_hold_the_right_ranks():
 
 def _sweep_in_groups(backend, folder: str) -> list[str]:
     """The runner's sweep (agreement, groups, measurement, rows) on this rank, once per kind."""
-    from commbench.launchers import detect
-    from commbench.ops import build_ops
-    from commbench.run.runner import _sweep
-
     _as_host_of_two(backend)
     paths = []
     for kind in ("intra", "inter"):
         path = str(Path(folder) / f"{kind}.csv")
         ops, sizes = ("all_gather", "all_reduce"), (1024, 65536)
         cfg = SweepConfig(backend="gloo", ops=ops, sizes=sizes, iters=2, warmup=1, group=kind, output=path)
-        _sweep(cfg, detect(), backend, build_ops(cfg.ops, {}, ()))
+        sweep_on_rank(backend, cfg)
         paths.append(path)
     return paths
 

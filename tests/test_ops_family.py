@@ -32,6 +32,7 @@ from tests import broken_ops
 from tests.distributed import commbench, run_ranks, torchrun
 from tests.op_cases import every_variant, run_cases
 from tests.support.errors import assert_sweep_refuses
+from tests.support.sweeps import sweep_on_rank
 from tests.test_s_and_bus_factor import TABLE
 
 NEW_OPS = (AllToAll, Broadcast, Reduce, Gather, Scatter, SendRecv, Barrier)
@@ -265,10 +266,7 @@ FAMILY = (
 
 def _family_in_groups(backend, folder: str, root: str) -> list[str]:
     """The runner's sweep of the family in intra and inter groups of four ranks as two hosts of two."""
-    from commbench.launchers import detect
-    from commbench.ops import build_ops
     from commbench.run.config import PeerError, SweepConfig
-    from commbench.run.runner import _sweep
     from tests.test_groups import _as_host_of_two
 
     _as_host_of_two(backend)
@@ -280,7 +278,7 @@ def _family_in_groups(backend, folder: str, root: str) -> list[str]:
             backend="gloo", ops=FAMILY, sizes=(1024,), iters=2, warmup=1, group=kind, output=path, op_options=options
         )
         try:
-            _sweep(cfg, detect(), backend, build_ops(cfg.ops, options, ()))
+            sweep_on_rank(backend, cfg, options)
             outcomes.append(path)
         except UserError as exc:
             outcomes.append(f"UserError: {exc.format_message()}")

@@ -1,12 +1,15 @@
-"""One fake transport for every test that needs a backend without a process group."""
+"""One fake transport for every test that needs a backend without a process group, and a fake op
+whose iterations move its clock."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from commbench.backends.base import Backend
+from commbench.ops.base import BusFactor, Op, OpSpec, Point
+from commbench.run.harness import CollArgs
 
 
 class FakeBackend(Backend):
@@ -43,3 +46,40 @@ class FakeBackend(Backend):
 
     def clock(self) -> float:
         return self.now
+
+
+TICK_S = 2.0**-13
+
+
+class Recording(Op):
+    """An op whose every iteration advances the fake clock by 2^-13 s x (1 + S / 1 KiB), times a factor
+    that `slow` may set per (variant, size, visit); every iteration is logged. Powers of two keep
+    the fake clock's arithmetic exact."""
+
+    spec = OpSpec(
+        name="recording",
+        summary="records the order of its iterations",
+        s_definition="S = size",
+        bus_factor=BusFactor("1", lambda n: 1.0),
+        variants=("a", "b"),
+    )
+    log: ClassVar[list[tuple[str, int]]] = []
+    slow: ClassVar[dict[tuple[str, int, int], float]] = {}
+
+    def setup(self, args: CollArgs, point: Point) -> None:
+        args.count = point.size_bytes // 4
+        args.state = {"visit": -1, "size": point.size_bytes}
+
+    def fill(self, args: CollArgs) -> None: ...
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        key = (args.variant, args.state["size"])
+        visit = args.state["visit"]
+        self.log.append(key)
+        factor = self.slow.get((*key, visit), 1.0)
+        args.backend.now += TICK_S * (1 + args.state["size"] / 1024) * factor
+
+    def before(self, args: CollArgs, phase: str) -> None: ...
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        return 0
