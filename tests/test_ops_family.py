@@ -32,8 +32,8 @@ from tests import broken_ops
 from tests.distributed import commbench, run_ranks, torchrun
 from tests.op_cases import every_variant, run_cases
 from tests.support.errors import assert_sweep_refuses
+from tests.support.op_table import TABLE
 from tests.support.sweeps import sweep_on_rank
-from tests.test_s_and_bus_factor import TABLE
 
 NEW_OPS = (AllToAll, Broadcast, Reduce, Gather, Scatter, SendRecv, Barrier)
 ROOTED = (Broadcast, Reduce, Gather, Scatter)
