@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from commbench.backends.copies import copies_of
 from commbench.ops.base import MemoryCase, Point
 from commbench.ops.grouped_all_gather import MAX_CHANNELS, GroupedAllGather, channels_for
-from commbench.run.harness import complete
+from commbench.run.harness import CollArgs, complete
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
+from tests.support.fakes import FakeBackend
 
 
 @pytest.mark.slow
@@ -43,6 +45,15 @@ def test_separate_issues_one_all_gather_per_tensor():
 )
 def test_channels_follow_the_requested_size(size, n, channels):
     assert channels_for(size, 4, n) == channels
+
+
+def test_the_default_workload_is_the_syncbn_shapes():
+    """count, mean and invstd: tensors of 1, C and C elements, C = S / (2 x element size x n)."""
+    op = GroupedAllGather()
+    args = CollArgs(backend=FakeBackend(rank=0, world_size=4), dtype=torch.float32, variant="separate")
+    op.setup(args, Point.of_size(4096))
+    c = 4096 // (2 * 4 * 4)
+    assert [t.numel() for t in args.input] == [1, c, c]
 
 
 def test_unavailable_variants_say_why():

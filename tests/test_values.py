@@ -24,6 +24,7 @@ from commbench.ops.base import Op
 from commbench.ops.values import Values, summed
 from commbench.run.harness import CollArgs, complete
 from tests.distributed import run_ranks
+from tests.support.fakes import FakeBackend
 from tests.support.op_table import TABLE, listed
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64")
@@ -128,6 +129,19 @@ def test_every_op_writes_what_its_check_expects_and_one_flipped_element_is_one_w
         assert [1] * 6 + [0] in flipped, label  # some rank checks its result
         if [0] * 7 in flipped:  # and the others only where the row says so
             assert not case[0]["checked"], (label, flipped)
+
+
+def test_where_the_transport_keeps_them_a_non_roots_reduce_tensor_is_checked():
+    """NCCL's reduce only reads the other ranks' tensors (Gloo uses them as scratch, so the 2-rank
+    test above cannot show this): there the check holds them to their own values."""
+    op = registry()["reduce"]()
+    backend = FakeBackend(rank=1, world_size=2, reduce_keeps_non_root=True)
+    args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
+    op.setup(args, op.points([SIZE])[0])
+    op.fill(args)  # the API leaves a non-root tensor as it was filled
+    assert op.wrong(args, "comm") == 0 and NOT_CHECKED not in op.note(args)
+    args.input[-1] += FLIP
+    assert op.wrong(args, "comm") == 1
 
 
 @pytest.mark.parametrize("period", [None, 7, 11])
