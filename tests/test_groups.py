@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from commbench.errors import UserError
-from commbench.launchers import HOST_ENV
+from commbench.launcher_env import HOST_ENV
 from commbench.results.reader import read_one
 from commbench.run.config import SweepConfig
 from commbench.run.groups import layout, refusal

@@ -33,14 +33,18 @@ def sweep_one_rank(
     ops: Sequence[Op],
     *,
     watch: Callable[[SweepProgress], None] | None = None,
+    before: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, SweepProgress]:
     """The runner's sweep of ops (float32) on this one-rank fake backend, timed by its clock; the rows
     written to path (and path.raw.csv under cfg.raw), read back, and the progress that counted them.
 
-    watch(progress) runs before the sweep, so a test may wrap what the progress reports.
+    watch(progress) runs before the sweep, so a test may wrap what the progress reports; before: the
+    rows of an earlier run, the ETA's prior.
     """
     grouping = Grouping("world", 1, backend)
-    progress = SweepProgress(runner.planned_cases(cfg, grouping, list(ops)), Plan.of(cfg), clock=lambda: backend.now)
+    prior = runner.eta_prior(cfg, grouping, list(ops), before) if before is not None else None
+    planned = runner.planned_cases(cfg, grouping, list(ops))
+    progress = SweepProgress(planned, Plan.of(cfg), clock=lambda: backend.now, prior=prior)
     if watch is not None:
         watch(progress)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,7 +60,7 @@ def sweep_one_rank(
 def sweep_on_rank(backend: Any, cfg: SweepConfig, options: Mapping[str, str] | None = None) -> None:
     """The runner's whole sweep (agreement, groups, measurement, rows to cfg.output) on this rank of a
     real group, as a launched rank runs it; for run_ranks. The caller reads cfg.output back."""
-    from commbench.launchers import detect
+    from commbench.launcher_env import detect
     from commbench.ops import build_ops
 
     runner._sweep(cfg, detect(), backend, build_ops(cfg.ops, dict(options or {}), ()))
