@@ -21,28 +21,30 @@ def test_the_table_names_every_registered_op():
     assert set(TABLE) == set(registry())
 
 
-@pytest.mark.parametrize("n", [2, 3, 4, 8])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
 @pytest.mark.parametrize("name", sorted(TABLE))
-def test_s_and_bus_factor(name, dtype, n):
+def test_s_and_bus_factor(name):
     row = TABLE[name]
     op = registry()[name](row.options)
-    factor = op.bus_factor(n)
-    assert (factor is None) if row.factor is None else factor == pytest.approx(row.factor(n))
-    element = torch.empty((), dtype=dtype).element_size()
-    backend = FakeBackend(rank=n - 1, world_size=n)  # not the root, nor rank 0
     (point, *_) = op.points([SIZE])
-    for variant in op.variants:
-        if op.unavailable(variant, backend) is not None or op.dtype_unavailable(dtype) is not None:
-            continue
-        args = CollArgs(backend=backend, dtype=dtype, variant=variant)
-        op.setup(args, point)
-        for phase in op.phases:
-            s = op.size_bytes(args, phase)
-            expected = row.s_bytes(args, phase) if row.s_bytes else row.s_elements(args) * element
-            assert s == expected, (variant, phase)
-            if row.follows_size:
-                assert abs(s - SIZE) < element * n, (variant, s)
+    for n in (2, 3, 4, 8):
+        factor = op.bus_factor(n)
+        assert (factor is None) if row.factor is None else factor == pytest.approx(row.factor(n)), n
+        backend = FakeBackend(rank=n - 1, world_size=n)  # not the root, nor rank 0
+        # Every world size in float32; the element sizes (and sync_bn's float32 statistics for
+        # bfloat16) at an odd one.
+        for dtype in (torch.float32, torch.bfloat16, torch.float64) if n == 3 else (torch.float32,):
+            element = torch.empty((), dtype=dtype).element_size()
+            for variant in op.variants:
+                if op.unavailable(variant, backend) is not None or op.dtype_unavailable(dtype) is not None:
+                    continue
+                args = CollArgs(backend=backend, dtype=dtype, variant=variant)
+                op.setup(args, point)
+                for phase in op.phases:
+                    s = op.size_bytes(args, phase)
+                    expected = row.s_bytes(args, phase) if row.s_bytes else row.s_elements(args) * element
+                    assert s == expected, (n, dtype, variant, phase)
+                    if row.follows_size:
+                        assert abs(s - SIZE) < element * n, (n, dtype, variant, s)
 
 
 def test_a_latency_only_op_measures_one_point_whatever_the_sizes():
