@@ -33,7 +33,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from commbench.results.display import Status
+from commbench.console.display import Status
 
 if TYPE_CHECKING:
     from commbench.run.config import SweepConfig
