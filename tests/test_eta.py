@@ -4,7 +4,8 @@ A fake transport charges its fake clock what a shared machine charges a real swe
 barrier before every sample, an exchange after every block, a fill that grows with the size, and
 collectives that cost a latency plus a time per byte, a few percent of noise on each, and slow
 spells (2 s of every 10 at 1.5x). The ETA knows none of these numbers: at 25%, 50% and 75% of the run
-it must be within 30% of the time that is really left (for a mix of ops, once they have begun).
+it must be within 30% of the time that is really left (for a mix of ops: given the last run's times, or
+without them once the ops have begun).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 
 from commbench.console.display import Display, Status
 from commbench.ops.args import CollArgs
@@ -37,14 +39,15 @@ SIZES = tuple(8 * 4**k for k in range(12))  # 8 B .. 32 MB, every other size of 
 class Machine(FakeBackend):
     """The fake transport with a machine's costs; the clock moves only through them."""
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int = 7, pace: float = 1.0) -> None:
         super().__init__()
-        self.rng = random.Random(7)
+        self.rng = random.Random(seed)
+        self.pace = pace  # a machine busier (>1) or quieter than on another day
 
     def spend(self, seconds: float) -> None:
         # Slow spells, as other jobs come and go: 2 s of every 10 everything takes 1.5x longer.
         slow = 1.5 if self.now % 10.0 >= 8.0 else 1.0
-        self.now += seconds * slow * math.exp(self.rng.gauss(0.0, 0.05))
+        self.now += seconds * self.pace * slow * math.exp(self.rng.gauss(0.0, 0.05))
 
     def barrier(self) -> None:
         self.spend(BARRIER_S)
@@ -100,14 +103,21 @@ OPS = tuple(
 
 
 def _sweep_with_a_fake_clock(
-    tmp_path: Path, ops: tuple[type[Recording], ...] = OPS
+    tmp_path: Path,
+    ops: tuple[type[Recording], ...] = OPS,
+    machine: Machine | None = None,
+    before: pd.DataFrame | None = None,
 ) -> tuple[SweepProgress, list[tuple[float, Status]], float]:
-    """Run the real runner over the ops on the fake machine; every progress status with its time."""
+    """Run the real runner over the ops on the fake machine (its rows in tmp_path/eta.csv; `before`:
+    the rows of an earlier run, the ETA's prior); every progress status with its time."""
     cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=SIZES)
-    backend = Machine()
+    backend = machine or Machine()
     grouping = Grouping("world", 1, backend)
     instances = [op() for op in ops]
-    progress = SweepProgress(runner.planned_cases(cfg, grouping, instances), Plan.of(cfg), clock=lambda: backend.now)
+    prior = runner.eta_prior(cfg, grouping, instances, before) if before is not None else None
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    planned = runner.planned_cases(cfg, grouping, instances)
+    progress = SweepProgress(planned, Plan.of(cfg), clock=lambda: backend.now, prior=prior)
     seen: list[tuple[float, Status]] = []
     real_status = progress.status
 
@@ -149,6 +159,35 @@ def test_the_eta_of_a_default_sweeps_op_mix_holds_once_the_ops_have_begun(tmp_pa
     _, seen, end = _sweep_with_a_fake_clock(tmp_path)
     errors = _errors(seen, end)
     assert errors[0.25] < 1.0 and errors[0.5] <= 0.3 and errors[0.75] <= 0.3, errors
+
+
+def test_with_the_last_runs_times_the_eta_of_the_op_mix_is_within_30_percent_throughout(tmp_path: Path) -> None:
+    # The second run of a sweep finds the first in its history: every op's cost is known before the
+    # op begins, scaled by how this run compares (here the machine is 1.3x busier and its noise and
+    # spells fall elsewhere).
+    _sweep_with_a_fake_clock(tmp_path / "first", machine=Machine(seed=7))
+    before = pd.read_csv(tmp_path / "first" / "eta.csv", keep_default_na=False)
+    _, seen, end = _sweep_with_a_fake_clock(tmp_path / "second", machine=Machine(seed=11, pace=1.3), before=before)
+    errors = _errors(seen, end)
+    assert all(error <= 0.3 for error in errors.values()), errors
+
+
+def test_the_prior_matches_op_variant_phase_dtype_and_the_nearest_size_within_2x() -> None:
+    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8, 64))
+    grouping = Grouping("world", 1, Machine())
+    op = OPS[0]()
+    common = {"op": op.name, "phase": op.phases[0], "dtype": "float32", "status": "ok"}
+    rows = pd.DataFrame(
+        [
+            {**common, "variant": "v0", "size_bytes": 8, "time_us_p50": 100.0},
+            {**common, "variant": "v1", "size_bytes": 8, "time_us_p50": 300.0},
+            {**common, "variant": "v0", "size_bytes": 256, "time_us_p50": 900.0},  # 4x from 64 B: too far
+            {**common, "variant": "v2", "size_bytes": 8, "time_us_p50": 200.0, "status": "wrong"},
+        ]
+    )
+    prior = runner.eta_prior(cfg, grouping, [op], rows)
+    works = sorted({w for _, w in runner.planned_cases(cfg, grouping, [op])})
+    assert prior == {(op.name, works[0]): pytest.approx(200e-6)}  # v0 and v1 averaged; v2 was wrong
 
 
 def test_the_total_is_fixed_up_front_and_reached_at_the_end(tmp_path: Path) -> None:

@@ -155,6 +155,12 @@ def baseline_runs(
     return found[::-1]
 
 
+def last_run_rows(history: History, fingerprint: str) -> pd.DataFrame:
+    """The rows of the last complete run of a fingerprint (none when it has none)."""
+    runs = baseline_runs(history, fingerprint, None, None, 1) if fingerprint else []
+    return run_rows(history, [r["run_id"] for r in runs])
+
+
 def started_at(history: History, run_id: str) -> str | None:
     """When a run in the history started; None when it is not there."""
     from sqlalchemy import text

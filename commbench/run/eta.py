@@ -15,10 +15,13 @@ grows with the size too: the wall time of every visit is kept with its size, and
 is scaled by what visits of similar sizes (within 4x) took per unit of cost, or by the whole run's
 rate where none has been seen yet.
 
-A case not timed yet is predicted from those that are: the same op at the nearest sizes
-(interpolated on log scales, or beyond the largest along the line through the two largest: latency
-plus a cost per byte), else the median of the other ops' predictions at that size, else its time
-budget. Sizes are the cases' memory estimates (Op.memory_bytes), which every op has before anything
+A case not timed yet is predicted, first, from the last run of the same fingerprint in the results
+history (its p50 for the same op, variant, phase, dtype and size), scaled by how this run's timed
+cases compare with that run's (the median ratio: a machine busier today is busier for every op);
+without a history, from the cases timed so far: the same op at the nearest sizes (interpolated on log
+scales, or beyond the largest along the line through the two largest: latency plus a cost per byte),
+else the median of the other ops' predictions at that size, else its time budget. The first is what
+makes the ETA hold in a mix of ops: an op not reached yet can cost 8x what the ops before it did. Sizes are the cases' memory estimates (Op.memory_bytes), which every op has before anything
 is allocated and which grow with the work: bytes for the collectives, C for sync_bn.
 """
 
@@ -29,7 +32,7 @@ import math
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -98,12 +101,17 @@ SIMILAR_VISITS = 3
 class SweepProgress:
     """Cases done of the total, and the ETA; fed by the runner on rank 0.
 
-    planned: (op, size) of every case, in any order. The runner reports each case's plan after its
-    warm-up, each block it runs and its end; the clock is injectable so tests can drive it.
+    planned: (op, size) of every case, in any order. prior: seconds per sample of (op, size) as the
+    last comparable run measured them (empty without a history). The runner reports each case's plan
+    after its warm-up, each block it runs and its end; the clock is injectable so tests can drive it.
     """
 
     def __init__(
-        self, planned: Sequence[tuple[str, int]], plan: Plan, clock: Callable[[], float] = time.monotonic
+        self,
+        planned: Sequence[tuple[str, int]],
+        plan: Plan,
+        clock: Callable[[], float] = time.monotonic,
+        prior: Mapping[tuple[str, int], float] | None = None,
     ) -> None:
         self.total = len(planned)
         self.done = 0
@@ -119,6 +127,7 @@ class SweepProgress:
         self.visits: list[_Visit] = []  # closed visits
         self._visit: _Visit | None = None  # the one in progress since the last report
         self._visit_start = self.start
+        self.prior = {key: t for key, t in (prior or {}).items() if math.isfinite(t) and t > 0}
 
     # -- what the runner reports ------------------------------------------------------------------
 
@@ -179,11 +188,25 @@ class SweepProgress:
 
     def _predict(self, op: str, size: int) -> float | None:
         """Expected seconds per sample of a case not timed yet; None when nothing is known."""
+        before = self.prior.get((op, size))
+        if before is not None:
+            return before * self._drift()
         own = self._predict_in(op, size)
         if own is not None:
             return own
         others = [t for name in self.timed if (t := self._predict_in(name, size)) is not None]
         return statistics.median(others) if others else None
+
+    def _drift(self) -> float:
+        """How this run's timed cases compare with the prior's: the median ratio (1 before any)."""
+        ratios = [
+            t / self.prior[(op, size)]
+            for op, by_size in self.timed.items()
+            for size, times in by_size.items()
+            if (op, size) in self.prior
+            for t in times
+        ]
+        return statistics.median(ratios) if ratios else 1.0
 
     def _curve(self, op: str) -> tuple[list[int], list[float]]:
         """The op's timed sizes, ascending, and the median planned sample time at each."""

@@ -5,11 +5,14 @@ Used in-process under a launcher (torchrun, horovodrun) and by every rank `commb
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import pandas as pd
 import torch
 
 import commbench
@@ -91,7 +94,7 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     grouping = form_groups(backend, cfg.group, facts.rank_hosts)
     watchdog.arm("gathering every host's environment")
     host_envs = gather_host_envs(backend, cfg.backend, facts.run_id, facts.rank_hosts, launch.master_addr, store)
-    sink, error = None, None
+    sink, error, history = None, None, None
     if lead and path is not None:
         try:
             # Opened once the ranks agree, so that a refused run leaves no history file behind.
@@ -102,7 +105,8 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     watchdog.arm("learning whether rank 0 could create its output")
     share_refusal(backend, error)
     watchdog.disarm()
-    progress = SweepProgress(planned_cases(cfg, grouping, ops), Plan.of(cfg))
+    prior = _last_run_prior(cfg, grouping, ops, history, sink)
+    progress = SweepProgress(planned_cases(cfg, grouping, ops), Plan.of(cfg), prior=prior)
     try:
         wrong_total = 0
         for op in ops:
@@ -127,6 +131,22 @@ def _sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) ->
     if sink:
         sink.finish(wrong_total)
     return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, path)
+
+
+def _last_run_prior(
+    cfg: SweepConfig, grouping: Grouping, ops: list[Op], history: History | None, sink: Sink | None
+) -> dict[tuple[str, int], float]:
+    """The ETA's prior from the last complete run of this run's fingerprint in the history (empty
+    without one). A history that cannot be read costs the ETA its prior, never the run."""
+    if history is None or sink is None:
+        return {}
+    from commbench.history.query import last_run_rows
+
+    try:
+        rows = last_run_rows(history, str(sink.base.get("fingerprint", "")))
+    except Exception:  # a database error of any driver: the ETA goes on without its prior
+        return {}
+    return eta_prior(cfg, grouping, ops, rows) if len(rows) else {}
 
 
 def _open_sink(
@@ -210,15 +230,37 @@ def _variants(cfg: SweepConfig, grouping: Grouping, op: Op, dtype: str) -> tuple
 def planned_cases(cfg: SweepConfig, grouping: Grouping, ops: list[Op]) -> list[tuple[str, int]]:
     """(op, work) of every case the sweep plans, before sizes that round to one another are merged
     and before the transport refuses any; work is the case's memory estimate, which grows with it."""
+    return [(op.name, work) for op, _, _, _, work in _planned(cfg, grouping, ops)]
+
+
+def _planned(cfg: SweepConfig, grouping: Grouping, ops: list[Op]) -> Iterator[tuple[Op, tuple, Point, str, int]]:
+    """Every planned case: its op, its row key without the size (op, variant, phase, dtype), its point
+    and its work."""
     on_host = grouping.backend.device.type != "cuda"
-    return [
-        (op.name, _work(op, point, variant, dtype, cfg, grouping, on_host))
-        for op in ops
-        for dtype in cfg.dtypes
-        for point in op.points(cfg.sizes)
-        for variant in _variants(cfg, grouping, op, dtype)[0]
-        for _phase in op.phases
-    ]
+    for op in ops:
+        for dtype in cfg.dtypes:
+            for point in op.points(cfg.sizes):
+                for variant in _variants(cfg, grouping, op, dtype)[0]:
+                    work = _work(op, point, variant, dtype, cfg, grouping, on_host)
+                    for phase in op.phases:
+                        yield op, (op.name, variant, phase, dtype), point, variant, work
+
+
+def eta_prior(cfg: SweepConfig, grouping: Grouping, ops: list[Op], rows: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """Seconds per sample of each planned (op, work) as an earlier run's rows measured them (their
+    p50 at the same op, variant, phase and dtype, at the nearest size within 2x), for the ETA."""
+    curves: dict[tuple, list[tuple[int, float]]] = {}
+    for row in rows.itertuples(index=False):
+        p50 = float(row.time_us_p50)
+        if row.status == "ok" and p50 > 0:
+            key = (row.op, row.variant, row.phase, row.dtype)
+            curves.setdefault(key, []).append((int(row.size_bytes), p50 * 1e-6))
+    found: dict[tuple[str, int], list[float]] = {}
+    for op, key, point, _, work in _planned(cfg, grouping, ops):
+        near = [(abs(math.log(s / point.size_bytes)), t) for s, t in curves.get(key, []) if s > 0 < point.size_bytes]
+        if near and min(near)[0] <= math.log(2):
+            found.setdefault((op.name, work), []).append(min(near)[1])
+    return {case: statistics.fmean(times) for case, times in found.items()}
 
 
 def _work(op: Op, point: Point, variant: str, dtype: str, cfg: SweepConfig, grouping: Grouping, on_host: bool) -> int:
