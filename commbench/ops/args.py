@@ -3,7 +3,6 @@
 `CollArgs` holds one case's collective arguments (backend, dtype, variant, the buffers the op set
 up) and the wait objects its calls left outstanding. `wait_all` and `complete` are the one way to
 finish them, for the harness's timed loop and for an op's own check alike (ops/barrier.py).
-`unavailable` asks the transport, the op and its variant whether a case can run at all.
 
 These live with the ops, not with the harness that drives them, so the ops depend on nothing above
 themselves (docs/adding-an-op.md).
@@ -19,7 +18,6 @@ from commbench.lazy import torch
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend, Work
-    from commbench.ops.base import Op
 
 
 @dataclass
@@ -85,11 +83,6 @@ def _wait(work: Work) -> None:
 def _wait_each(works: list[Work]) -> None:
     for work in works:
         work.wait()
-
-
-def unavailable(op: Op, variant: str, backend: Backend, dtype: torch.dtype) -> str | None:
-    """Why this case cannot run (the transport, the op's dtype, the variant), or None when it can."""
-    return backend.dtype_unavailable(dtype) or op.dtype_unavailable(dtype) or op.unavailable(variant, backend)
 
 
 def wait_all(args: CollArgs) -> None:

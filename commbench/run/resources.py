@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.backends.copies import copies_of
 from commbench.lazy import torch
-from commbench.ops import choose_variants
-from commbench.ops.args import unavailable
+from commbench.ops import choose_variants, unavailable
 from commbench.ops.base import MemoryCase, Op, Point
 from commbench.run.config import DTYPE_BYTES, SweepConfig
 from commbench.run.overlap import overlap_bytes

@@ -22,8 +22,8 @@ from commbench.console.display import Display, choose_mode
 from commbench.errors import ExitCode, UserError
 from commbench.history.store import History, open_run_history
 from commbench.launchers import Launch
-from commbench.ops import build_ops, choose_variants, world_error
-from commbench.ops.args import CollArgs, unavailable
+from commbench.ops import build_ops, choose_variants, unavailable, world_error
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Op, Point
 from commbench.provenance import layout
 from commbench.results.noise import Budget
