@@ -3,9 +3,9 @@
 `commbench --help` imports the CLI, the op registry and every op module (their options are flags),
 so it is where a change of imports or layers shows as startup time. Each round runs `python -m
 commbench --help` once from this checkout and once from the other (`--against`, e.g. a worktree of
-main), taking turns so that both see the same load; each run is timed as wall seconds and as the
-CPU seconds (user + system) the child used, which a busy machine disturbs less. Reported: the
-medians and the ratio this / other, and which commbench modules each imports.
+main), each going first in every other round, so that both see the same load; each run is timed as
+wall seconds and as the CPU seconds (user + system) the child used, which a busy machine disturbs
+less. Reported: the medians, the ratios this / other, and how many commbench modules each imports.
 
     python bench/cli_startup.py --against ../main [--runs 5]
 """
@@ -61,8 +61,9 @@ def main() -> None:
         sys.exit(f"cli_startup: {other} holds no commbench/cli; give a checkout's root folder")
     trees = {"this": REPO, "other": other}
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
-    for _ in range(max(1, args.runs)):
-        for name, tree in trees.items():
+    for round_index in range(max(1, args.runs)):
+        order = list(trees.items())
+        for name, tree in order if round_index % 2 == 0 else order[::-1]:  # neither always goes first
             times[name].append(one_run(tree))
     medians = {name: [statistics.median(t[i] for t in runs) for i in (0, 1)] for name, runs in times.items()}
     for name, tree in trees.items():
