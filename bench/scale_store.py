@@ -12,7 +12,7 @@ driving them from a few threads. Each simulated rank does what a rank does to th
 Each world size gets a fresh server; its connections are made once (and their time reported),
 then two heartbeat policies run on them, one after the other:
 - bounded (commbench now): the interval a ProgressBoard takes at this world size
-  (commbench.run.progress.heartbeat_gap_s, i.e. world / STORE_WRITES_PER_S seconds, at least the
+  (commbench.run.heartbeat.heartbeat_gap_s, i.e. world / STORE_WRITES_PER_S seconds, at least the
   watchdog's 1 s), every record published at the gap (the most case starts can add); a diagnosis
   elects one rank (add) that reads every record twice (check + get) and leaves the result
   (set); the others look for that key (check, every ProgressBoard.poll_s) and read it (get).
@@ -127,7 +127,7 @@ def one_policy(
     timeout: datetime.timedelta,
 ) -> tuple[Recorder, float, float]:
     """Rendezvous, heartbeats and a diagnosis of this process's ranks under one policy."""
-    from commbench.run.progress import DIAGNOSING_KEY, DIAGNOSIS_KEY, RankRecord, store_prefix
+    from commbench.run.heartbeat import DIAGNOSING_KEY, DIAGNOSIS_KEY, RankRecord, store_prefix
 
     rec = Recorder()
     tag = policy["name"]
@@ -246,7 +246,7 @@ def _pct(values: list[float], p: float) -> float:
 
 
 def main() -> None:
-    from commbench.run.progress import DIAGNOSIS_POLL_S, READ_S_PER_RANK, heartbeat_gap_s
+    from commbench.run.heartbeat import DIAGNOSIS_POLL_S, READ_S_PER_RANK, heartbeat_gap_s
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worlds", type=int, nargs="+", default=[1024, 4096, 8192])

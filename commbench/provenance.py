@@ -1,7 +1,7 @@
 """Where a run ran: one record per host (versions, devices, network, the transport's variables), the
 differences between hosts, and the run's fingerprint.
 
-Each host's lowest rank collects its host's record once per run (commbench/run/host_env.py
+Each host's lowest rank collects its host's record once per run (commbench/run/record.py
 gathers them to rank 0); rank 0 writes them beside the CSV as `<stem>.env.json`, warns once when
 the hosts differ, and files them in the history. `commbench env` shows this host's record.
 
@@ -69,7 +69,7 @@ def collect_host(
     import torch
 
     from commbench import __version__
-    from commbench.launchers import HOST_ENV
+    from commbench.launcher_env import HOST_ENV
 
     environ = os.environ if environ is None else environ
     run = run or _run

@@ -50,7 +50,7 @@ def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
 def _entry(fn: Callable[..., Any], backend_name: str, rank: int, world: int, port: int, out: Any, args: tuple) -> None:
     os.environ.update(rank_env(rank, world, port))
     from commbench.backends import load_backend
-    from commbench.launchers import detect
+    from commbench.launcher_env import detect
 
     backend = load_backend(backend_name)()
     try:

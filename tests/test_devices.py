@@ -13,7 +13,7 @@ import commbench.backends.horovod as horovod_backend
 from commbench.backends.devices import bind_own_gpu, cuda_index
 from commbench.backends.nccl import NcclBackend
 from commbench.errors import UserError
-from commbench.launchers import Launch, detect
+from commbench.launcher_env import Launch, detect
 from tests.test_launchers import HYDRA, MVAPICH, OMPI_TWO_HOSTS, SRUN
 
 # (local_rank, visible GPUs, ranks on the host, CUDA_VISIBLE_DEVICES set) -> index, or fragments of the refusal.

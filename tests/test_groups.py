@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from commbench.errors import UserError
-from commbench.launchers import HOST_ENV
+from commbench.launcher_env import HOST_ENV
 from commbench.results.reader import read_one
 from commbench.run.config import SweepConfig
 from commbench.run.groups import layout, refusal
@@ -128,7 +128,7 @@ def test_groups_on_four_ranks_as_two_hosts_hold_the_right_ranks():
 
 def _sweep_in_groups(backend, folder: str) -> list[str]:
     """The runner's sweep (agreement, groups, measurement, rows) on this rank, once per kind."""
-    from commbench.launchers import detect
+    from commbench.launcher_env import detect
     from commbench.ops import build_ops
     from commbench.run.runner import _sweep
 

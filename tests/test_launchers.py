@@ -15,18 +15,8 @@ from typing import Any
 import pytest
 
 from commbench.errors import UserError
-from commbench.launchers import (
-    DEFAULT_PORT,
-    LOCAL,
-    Launch,
-    derived_port,
-    detect,
-    expand_nodelist,
-    export_torch_env,
-    parse_nodelist,
-    tasks_on_node,
-    torch_env,
-)
+from commbench.launcher_env import DEFAULT_PORT, LOCAL, Launch, derived_port, detect, export_torch_env, torch_env
+from commbench.slurm_nodelist import expand_nodelist, parse_nodelist, tasks_on_node
 
 TORCHRUN = {
     "RANK": "3",
@@ -424,7 +414,7 @@ def test_without_a_slurm_configuration_scontrol_is_not_asked(monkeypatch, tmp_pa
     """Without one, scontrol would look it up in DNS and fail: the parser answers instead."""
     calls = []
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
-    monkeypatch.setattr("commbench.launchers.SLURM_CONF_FILES", (str(tmp_path / "absent.conf"),))
+    monkeypatch.setattr("commbench.slurm_nodelist.SLURM_CONF_FILES", (str(tmp_path / "absent.conf"),))
     assert expand_nodelist("n[1-2]", environ={}) == ["n1", "n2"] and calls == []
 
 

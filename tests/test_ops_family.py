@@ -290,7 +290,7 @@ FAMILY = (
 
 def _family_in_groups(backend, folder: str, root: str) -> list[str]:
     """The runner's sweep of the family in intra and inter groups of four ranks as two hosts of two."""
-    from commbench.launchers import detect
+    from commbench.launcher_env import detect
     from commbench.ops import build_ops
     from commbench.run.config import PeerError, SweepConfig
     from commbench.run.runner import _sweep

@@ -11,10 +11,12 @@ from click.testing import CliRunner
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.colors import to_hex
 
+from commbench.analysis.charts.plot import build_charts, plot_results
+from commbench.analysis.charts.render import charts_folder, render
+from commbench.analysis.charts.style import speedup_family
 from commbench.analysis.compare import compare_runs
-from commbench.analysis.plotting import build_charts, charts_folder, plot_results, render, speedup_family
 from commbench.cli import main
-from commbench.cli.options import chart_after
+from commbench.cli.execute import chart_after
 from commbench.results.reader import read_results
 from commbench.results.schema import COLUMNS
 from commbench.run.config import Outcome, SweepConfig
@@ -273,7 +275,9 @@ def test_sweep_charts_its_csv_when_the_ranks_are_done(
     ) -> Outcome:
         return Outcome(0, synth_run(Path(cfg.output), CASES[:1], seed=1, raw=False))
 
-    monkeypatch.setattr(sys.modules["commbench.cli.sweep"], "run", ranks_finished)  # the group shadows the module name
+    monkeypatch.setattr(
+        sys.modules["commbench.cli.sweep"], "execute", ranks_finished
+    )  # the group shadows the module name
     out = tmp_path / "run.csv"
     result = CliRunner().invoke(main, ["sweep", "--op", "all_gather", "--sizes", "8", "-o", str(out), *flag])
     assert result.exit_code == 0, result.output

@@ -28,7 +28,7 @@ from commbench.ops.reduce_scatter_base import ReduceScatterBase
 from commbench.results.schema import COLUMNS, CsvAppender
 from commbench.run import resources
 from commbench.run.config import SweepConfig
-from commbench.run.progress import ProgressBoard, RankRecord
+from commbench.run.heartbeat import ProgressBoard, RankRecord
 from commbench.run.resources import host_available_bytes, memory_error
 from commbench.units import format_size
 from tests.distributed import REPO, commbench, rank_env, rendezvous_store

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from commbench.analysis.charts.plot import build_charts
 from commbench.analysis.model import fit_frame, model_charts
-from commbench.analysis.plotting import build_charts
 from commbench.cli import main
 from commbench.results.reader import read_results
 from tests.synth_results import Case, synth_run

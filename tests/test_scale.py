@@ -18,8 +18,8 @@ from commbench.ops.all_reduce import AllReduce
 from commbench.ops.args import CollArgs
 from commbench.ops.base import Point
 from commbench.run.harness import Case
+from commbench.run.heartbeat import STORE_WRITES_PER_S, ProgressBoard, RankRecord
 from commbench.run.overlap import ComputeKernel
-from commbench.run.progress import STORE_WRITES_PER_S, ProgressBoard, RankRecord
 from commbench.run.sink import Measured, Sink
 from commbench.run.watchdog import Watchdog
 from tests.distributed import run_ranks

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commbench.analysis.plotting import build_charts
+from commbench.analysis.charts.plot import build_charts
 from commbench.analysis.speedup import (
     FASTER,
     NO_INTERVAL,

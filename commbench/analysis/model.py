@@ -288,14 +288,10 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
     each variant in the colour it has on the op's other charts, each run in its own marker."""
     from matplotlib.figure import Figure
 
-    from commbench.analysis.plotting import (
-        Chart,
-        _latency_axis,
-        _legend_outside,
-        _size_axis,
-        op_palette,
-        run_label_columns,
-    )
+    from commbench.analysis.charts.axes import latency_axis, legend_outside, size_axis
+    from commbench.analysis.charts.grouping import line_label, run_label_columns
+    from commbench.analysis.charts.render import Chart
+    from commbench.analysis.charts.style import op_palette
 
     rows = ok_rows(frame)
     charts = []
@@ -313,9 +309,7 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
             mine = shown[(shown[list(FIT_KEY)] == pd.Series(dict(zip(FIT_KEY, fit.key)))).all(axis=1)]
             mine = mine.sort_values("size_bytes")
             style = palette.style(mine)
-            parts = dict(zip(FIT_KEY, fit.key))
-            extras = [f"n={int(parts[c])}" if c == "world_size" else str(parts[c]) for c in naming]
-            label = parts["variant"] + (f" ({', '.join(extras)})" if extras else "")
+            label = line_label(dict(zip(FIT_KEY, fit.key)), naming)
             ax.plot(
                 mine["size_bytes"],
                 mine["time_us_p50"],
@@ -334,10 +328,10 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
                 label=_fit_label(fit),
             )
             sizes_seen += list(mine["size_bytes"])
-        _size_axis(ax, sizes_seen)
-        _latency_axis(ax)
+        size_axis(ax, sizes_seen)
+        latency_axis(ax)
         ax.set_ylabel("time per op (µs, p50)")
-        _legend_outside(ax)
+        legend_outside(ax)
         fig.suptitle(f"{op} · {phase}: latency-bandwidth model T(S) = α + S / β", fontsize=11)
         caption = (
             f"{op} ({phase}): measured p50 (points) and the fitted Hockney line per variant; "

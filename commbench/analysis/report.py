@@ -19,8 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 import commbench
+from commbench.analysis.charts.plot import build_charts
+from commbench.analysis.charts.render import FORMATS, Chart, ensure_folder, render
 from commbench.analysis.hosts_report import host_sections
-from commbench.analysis.plotting import FORMATS, Chart, build_charts, ensure_folder, render
 from commbench.errors import UserError
 from commbench.results.noise import NOISY, Budget, summarise_noise
 from commbench.results.reader import read_results

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 from matplotlib.figure import Figure
 
-from commbench.analysis.plotting import Chart
+from commbench.analysis.charts.render import Chart
 from commbench.errors import UserError
 from commbench.results.reader import MATCH_COLUMNS, ok_rows
 from commbench.units import format_size

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
-from commbench.launchers import HOST_ENV
+from commbench.launcher_env import HOST_ENV
 
 if TYPE_CHECKING:
-    from commbench.launchers import Launch
+    from commbench.launcher_env import Launch
 
 
 class Work(Protocol):
@@ -98,7 +98,7 @@ class Backend(ABC):
         self.device = torch.device("cpu")
         self.calls: Counter[str] = Counter()
         # Collective calls since init, never cleared: published by the heartbeat so a timeout can
-        # name the rank that never issued the call its peers wait in (commbench/progress.py).
+        # name the rank that never issued the call its peers wait in (commbench/run/heartbeat.py).
         self.issued = 0
         self._binding: Binding | None = None
 

@@ -10,7 +10,7 @@ from commbench.backends.torch_dist import TorchDistBackend
 
 if TYPE_CHECKING:
     from commbench.backends.base import Work
-    from commbench.launchers import Launch
+    from commbench.launcher_env import Launch
 
 # What Gloo cannot run on CUDA tensors, read from torch/csrc/distributed/c10d/ProcessGroupGloo.cpp
 # (docs/gpu.md): the collectives it stages through pinned host memory (its *CUDAWork classes:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -24,10 +23,10 @@ import torch
 from commbench.backends.base import Backend, Work
 from commbench.backends.devices import bind_own_gpu
 from commbench.errors import UserError
-from commbench.launchers import HOROVOD_LAUNCH_HINT
+from commbench.launcher_env import HOROVOD_LAUNCH_HINT
 
 if TYPE_CHECKING:
-    from commbench.launchers import Launch
+    from commbench.launcher_env import Launch
 
 INSTALL_HINT = "install it with `bash scripts/install-horovod.sh` (see docs/horovod.md)"
 
@@ -116,8 +115,27 @@ class HorovodWork:
         self._finish(result)
 
 
-def _kept() -> None:
-    """A bound call's name stays its own: nothing to release when its wait completes."""
+class BoundCall:
+    """A bound call, and its own wait object: calling it issues the collective under the call's own
+    name and returns itself; wait() synchronizes and finishes. The harness has at most one issue of a
+    bound call in flight (the calls of a window are bound apart, each with its own name) and waits
+    each once, so no object is made per call: the timed region pays for the collective and its
+    copy, not for commbench's bookkeeping."""
+
+    __slots__ = ("_finish", "_handle", "_issue", "_name", "_sync")
+
+    def __init__(
+        self, issue: Callable[[str], Any], name: str, sync: Callable[[Any], Any], finish: Callable[[Any], None]
+    ) -> None:
+        self._issue, self._name, self._sync, self._finish = issue, name, sync, finish
+        self._handle: Any = None
+
+    def __call__(self) -> BoundCall:
+        self._handle = self._issue(self._name)
+        return self
+
+    def wait(self) -> None:
+        self._finish(self._sync(self._handle))
 
 
 def _copy_into(outputs: list[torch.Tensor]) -> Callable[[Any], None]:
@@ -125,6 +143,21 @@ def _copy_into(outputs: list[torch.Tensor]) -> Callable[[Any], None]:
 
     The outputs' flat views are made here, once per call (once per bound call), not at every finish."""
     flats = [out.view(-1) for out in outputs]
+    if len(outputs) == 1:  # the common case, without the list and zip: this runs inside the timer
+        (out,), (flat,) = outputs, flats
+        shape, count = out.shape, flat.numel()
+
+        def finish_one(result: Any) -> None:
+            if isinstance(result, (list, tuple)):
+                (result,) = result  # one output, one result: more is a mismatch
+            if result.shape == shape:  # no view: making one costs as much as a small copy
+                out.copy_(result)
+                return
+            if result.numel() != count:  # a semantic mismatch, never a silent (broadcast) partial copy
+                raise RuntimeError(f"horovod returned {result.numel()} elements where {count} were expected")
+            flat.copy_(result.reshape(-1))
+
+        return finish_one
 
     def finish(result: Any) -> None:
         results = list(result) if isinstance(result, (list, tuple)) else [result]
@@ -245,7 +278,7 @@ class HorovodBackend(Backend):
             binding.count(api)
             name, release = self._names.take(api)
             binding.releases.append(release)
-            return partial(self._named, call, name, finish)
+            return BoundCall(call, name, self.hvd.synchronize, finish)
         self.record(api)
         name, release = self._names.take(api)
         try:
@@ -254,10 +287,6 @@ class HorovodBackend(Backend):
             release()
             raise
         return HorovodWork(self.hvd, handle, release, finish)
-
-    def _named(self, call: Callable[[str], Any], name: str, finish: Callable[[Any], None]) -> Work:
-        """Issue a bound call under its own name."""
-        return HorovodWork(self.hvd, call(name), _kept, finish)
 
     def _rows(self, flat: torch.Tensor) -> torch.Tensor:
         """A flat input as (n, shard): reducescatter then hands rank r exactly row r."""

@@ -57,11 +57,11 @@ class CommbenchGroup(click.Group):
 def main() -> None:
     """Collective-communication benchmarks for PyTorch (NCCL, Gloo) and Horovod.
 
-    Measures the collectives nccl-tests covers (all_gather, reduce_scatter_base, all_reduce,
-    all_to_all, ...), their grouped and bucketed forms and SyncBatchNorm with nccl-tests'
-    definitions of algbw and busbw, checks every result, and writes tidy CSV rows as it goes.
-    Run `commbench list` for the ops and what S means for each; docs/ in the repository explains
-    the method, the ops, the CSV columns and the failure modes.
+    Measures collective operations (all_gather, reduce_scatter_base, all_reduce, all_to_all,
+    broadcast, barrier, ...), the grouped and bucketed forms training frameworks issue, and
+    SyncBatchNorm layers, with nccl-tests' definitions of algbw and busbw; checks every result,
+    and writes tidy CSV rows as it goes. Run `commbench list` for every op and what S means for it; docs/ in the repository
+    explains the method, the ops, the CSV columns and the failure modes.
     """
 
 

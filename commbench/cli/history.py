@@ -143,7 +143,7 @@ def show(run: str, location: str) -> None:
 def trend(op, variant, phase, dtype, mode, world_size, size, fingerprint, last, output, fmt, location) -> None:
     """Chart the p50 (with its interval) of one size, or of a whole series, across the runs,
     coloured by fingerprint, with each fingerprint change marked."""
-    from commbench.analysis.plotting import write_charts
+    from commbench.analysis.charts.render import write_charts
     from commbench.analysis.trend import one_series, trend_chart
     from commbench.history.query import list_runs as query
     from commbench.history.query import run_rows

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.options import _fraction, _iters, build_config, launch_options, plot_option, run
+from commbench.cli.execute import execute
+from commbench.cli.options import _fraction, _iters, build_config, launch_options, plot_option
 from commbench.errors import UserError
 from commbench.run.config import DEFAULT_MAX_ITERS, DEFAULT_MIN_ITERS, DEFAULT_ROUNDS, DEFAULT_TIME_PER_SIZE
 from commbench.units import parse_size
@@ -106,7 +107,7 @@ def isolate(
         isolate=opts.to_dict(),
         **options,
     )
-    outcome = run(cfg, nproc, master_addr, master_port, oversubscribe)
+    outcome = execute(cfg, nproc, master_addr, master_port, oversubscribe)
     if plot and outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
         _chart(outcome.output)
     sys.exit(outcome.code)

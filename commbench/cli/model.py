@@ -42,6 +42,7 @@ def model(
     projects each fit to other world sizes through the textbook cost model of --algorithm: clearly a
     model, and refused where the line does not fit. docs/model.md has the formulas and their limits.
     """
+    from commbench.analysis.charts.render import write_charts
     from commbench.analysis.model import (
         MIN_SIZES,
         Projection,
@@ -53,7 +54,6 @@ def model(
         parse_world_sizes,
         project,
     )
-    from commbench.analysis.plotting import write_charts
     from commbench.errors import UserError
     from commbench.results.reader import read_results
 

@@ -24,12 +24,12 @@ def plot(csvs: tuple[Path, ...], output: str | None, fmt: str) -> None:
     from commbench.results.schema import output_path
 
     def beside_first(given: Path | None) -> Path:
-        from commbench.analysis.plotting import charts_folder
+        from commbench.analysis.charts.render import charts_folder
 
         return given or charts_folder(csvs[0])
 
     folder = output_path(output, beside_first)  # before matplotlib is imported: a mistake fails at once
-    from commbench.analysis.plotting import plot_results
+    from commbench.analysis.charts.plot import plot_results
 
     for path in plot_results(list(csvs), folder, fmt):
         click.echo(str(path))

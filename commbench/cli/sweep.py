@@ -6,15 +6,14 @@ import sys
 
 import click
 
+from commbench.cli.execute import chart_after, execute
 from commbench.cli.op_options import op_option_flags, pop_op_options, pop_variants
 from commbench.cli.options import (
     build_config,
-    chart_after,
     history_options,
     launch_options,
     measure_options,
     plot_option,
-    run,
 )
 from commbench.errors import UserError, closest
 from commbench.units import parse_size, parse_size_list, size_range
@@ -92,6 +91,6 @@ def sweep(
     )
     op_options, variants = pop_op_options(options), pop_variants(options)
     cfg = build_config(ops=ops, sizes=chosen, op_options=op_options, variants=variants, **options)
-    outcome = run(cfg, nproc, master_addr, master_port, oversubscribe)
+    outcome = execute(cfg, nproc, master_addr, master_port, oversubscribe)
     chart_after(outcome, plot)
     sys.exit(outcome.code)

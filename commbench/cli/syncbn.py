@@ -7,14 +7,13 @@ from pathlib import Path
 
 import click
 
+from commbench.cli.execute import chart_after, execute
 from commbench.cli.options import (
     build_config,
-    chart_after,
     history_options,
     launch_options,
     measure_options,
     plot_option,
-    run,
 )
 from commbench.errors import UserError
 from commbench.ops.sync_bn import BATCH, CHANNELS, SPATIAL
@@ -75,7 +74,7 @@ def syncbn(
     if unknown := [s for s in chosen if s not in valid]:
         raise UserError(f"unknown strategy {unknown[0]!r}; valid strategies: {', '.join(valid)}")
     cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, variants=chosen, **options)
-    outcome = run(cfg, nproc, master_addr, master_port, oversubscribe)
+    outcome = execute(cfg, nproc, master_addr, master_port, oversubscribe)
     if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
         _print_comparison(outcome.output)
     chart_after(outcome, plot)

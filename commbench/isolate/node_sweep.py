@@ -22,7 +22,7 @@ from commbench.isolate.options import BANDWIDTH_BOUND, PROBE_MAX_S, PROBE_SIZES,
 from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
 from commbench.isolate.schedule import circle_rounds, pack
 from commbench.isolate.verdict import Bar, confirmed_link, confirmed_node, low_outliers, plan_link, plan_node, suspects
-from commbench.launchers import Launch
+from commbench.launcher_env import Launch
 from commbench.results.schema import CsvAppender, resolve_output
 from commbench.run.config import Outcome, PeerError, SweepConfig, agree
 from commbench.run.watchdog import Watchdog

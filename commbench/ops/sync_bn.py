@@ -9,9 +9,7 @@ statistics to go on), so the harness's completion step only synchronises the dev
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +17,7 @@ from commbench.errors import UserError
 from commbench.lazy import torch
 from commbench.ops.base import BusFactor, MemoryCase, Op, OpOption, OpSpec, Point, count_wrong
 from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
+from commbench.syncbn.instrument import recording
 
 if TYPE_CHECKING:
     from commbench.ops.args import CollArgs
@@ -66,51 +65,6 @@ def _channels(options: Mapping[str, str]) -> tuple[int, ...]:
             raise UserError(f"--channels {item!r} is not a channel count: give whole numbers >= 1 such as 32,256,2048")
         channels.append(int(item))
     return tuple(sorted(set(channels)))
-
-
-def native_calls(variant: str) -> tuple[str, dict[str, str]] | None:
-    """For a native layer: the module whose globals it calls its collectives through (looked up at
-    each call), and the name each is recorded under (the backend's name for the same call)."""
-    if variant == NATIVE_TORCH:
-        from commbench.backends.torch_dist import FLAT_ALL_GATHER
-
-        return "torch.distributed", {name: name for name in (*FLAT_ALL_GATHER, "all_gather", "all_reduce")}
-    if variant == NATIVE_HOROVOD:
-        return "horovod.torch.sync_batch_norm", {"allgather_async": "allgather", "allreduce_async": "allreduce"}
-    return None
-
-
-@contextmanager
-def recording(variant: str, backend: Any) -> Iterator[None]:
-    """Inside, the native layer's collective calls go through backend.record, as the strategies' do.
-
-    torch.nn.SyncBatchNorm and hvd.SyncBatchNorm call torch.distributed / Horovod themselves, so
-    without this their rows would say calls = 0 with no api, and a rank hung inside one would look
-    idle to the progress records. Each call is counted as it is made, not declared: a one-rank
-    layer, which skips communication, counts none. The layer's module globals are swapped for
-    counting wrappers only while it runs (the backward's autograd thread looks them up too).
-    """
-    if (calls := native_calls(variant)) is None:
-        yield
-        return
-    module_name, names = calls
-    module = importlib.import_module(module_name)
-    originals = {attr: getattr(module, attr) for attr in names if hasattr(module, attr)}
-    for attr, fn in originals.items():
-        setattr(module, attr, _recorded(fn, names[attr], backend))
-    try:
-        yield
-    finally:
-        for attr, fn in originals.items():
-            setattr(module, attr, fn)
-
-
-def _recorded(fn: Callable[..., Any], api: str, backend: Any) -> Callable[..., Any]:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        backend.record(api)
-        return fn(*args, **kwargs)
-
-    return call
 
 
 @dataclass

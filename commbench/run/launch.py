@@ -26,7 +26,7 @@ import click
 
 from commbench.console.display import PROGRESS_MARK, Display, Status
 from commbench.errors import ExitCode, UserError
-from commbench.launchers import (
+from commbench.launcher_env import (
     HOROVOD_LAUNCH_HINT,
     LAUNCHER_PID_ENV,
     RANK_COUNT_OPTION,
@@ -132,7 +132,7 @@ def host_store(timeout_s: float) -> tuple[Any, int]:
     When rank 0 hosts the store, torch binds it to every interface (0.0.0.0 / ::); handing torch a
     socket already bound to loopback keeps a local sweep invisible from the network. Hosting it
     here rather than in rank 0 also keeps it alive when a rank dies, so survivors can still read
-    which peer is gone (commbench/run/progress.py).
+    which peer is gone (commbench/run/heartbeat.py).
     """
     import datetime
 
@@ -291,7 +291,7 @@ def _last_step(store: Any, rank: int) -> str:
     """' in <step>' from the rank's last progress record, or '' when it left none."""
     import torch.distributed as dist
 
-    from commbench.run.progress import read_record, store_prefix
+    from commbench.run.heartbeat import read_record, store_prefix
 
     try:
         record = read_record(dist.PrefixStore(store_prefix(0), store), rank)

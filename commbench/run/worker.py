@@ -11,7 +11,7 @@ import sys
 import traceback
 
 from commbench.errors import ExitCode, UserError, tell_launcher
-from commbench.launchers import LAUNCHER_PID_ENV, Launch, detect
+from commbench.launcher_env import LAUNCHER_PID_ENV, Launch, detect
 from commbench.run.config import Outcome, PeerError, SweepConfig
 
 

@@ -1,56 +1,26 @@
-"""How this process was started: by a launcher as one rank of a job, or by a user (then commbench
-spawns its own ranks). Torch-free, read from the environment only.
+"""Who started this process, read from its environment only (torch-free): a launcher, which made
+it one rank of a job, or a user, and then commbench spawns its own ranks.
 
-The answer is a `Launch`, computed once by detect() and handed down: the launch module acts on it,
-and each backend receives it in `init()`, so no backend reads launcher variables. torch_env() turns
-a Launch into the variables torch.distributed's env:// rendezvous reads (the ones torchrun sets),
-so the torch backends work the same under srun and mpirun as under torchrun.
+detect() computes a `Launch` once and it is handed down: the launch module acts on it, and each
+backend receives it in `init()`, so no backend reads launcher variables. torch_env() turns a Launch
+into the variables torch.distributed's env:// rendezvous reads (the ones torchrun sets), so the
+torch backends work the same under srun and mpirun as under torchrun.
 
-Which launcher wins when several left variables (first match):
-
-1. horovodrun: HOROVOD_RANK and HOROVOD_SIZE, or HOROVOD_CONTROLLER under mpirun. The ranks
-   form a Horovod job, not a torch one.
-2. torchrun: RANK and WORLD_SIZE (torch's env:// contract; torchrun also sets MASTER_ADDR/PORT,
-   GROUP_RANK, TORCHELASTIC_RUN_ID; commbench's own spawner sets them too). `srun torchrun ...`
-   and `mpirun torchrun ...` leave SLURM or MPI variables as well, and inside torchrun torchrun's
-   describe the ranks. Setting these five variables by hand is also how to run under a launcher
-   commbench does not know. Without LOCAL_RANK the local rank is SLURM's or the MPI launcher's
-   (RANK exported by hand in an srun or mpirun script), else RANK when LOCAL_WORLD_SIZE equals
-   WORLD_SIZE, else unknown: a global rank is no GPU index on a host of a multi-host job.
-3. MPI launchers that start their own daemons: Open MPI (OMPI_COMM_WORLD_*), MVAPICH2
-   (MV2_COMM_WORLD_*), MPICH / Intel MPI Hydra (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID). They come
-   before SLURM because `mpirun` inside an allocation starts its daemons with srun, so its ranks
-   inherit SLURM_PROCID / SLURM_NTASKS of that one-daemon-per-node step, not their own.
-4. SLURM: a task of an srun step, i.e. SLURM_PROCID, SLURM_STEP_NUM_TASKS (or SLURM_NTASKS) and
-   SLURM_STEP_ID all set. A batch script has SLURM_PROCID=0 and SLURM_NTASKS=N but no
-   SLURM_STEP_ID, and an salloc shell has neither: both are one process, not N tasks, and get
-   "local". A step of one task (`srun --pty bash`, `srun -n1 commbench sweep --nproc 4`) is
-   "local" as well: there is one process, so commbench spawns the ranks itself.
-5. local: no launcher; commbench spawns its own ranks on loopback.
-
-Where the rendezvous is (MASTER_ADDR, MASTER_PORT), first match:
-- the --master-addr / --master-port options (passed in here), then MASTER_ADDR / MASTER_PORT;
-- every rank on this host: 127.0.0.1 (known from the local size, or SLURM's node count);
-- SLURM: the first host of the step's node list (rank 0 runs there);
-- MPI over several hosts: no default, since rank 0's host is not in the environment: UserError;
-- the port: SLURM (job and step id) and Open MPI (PMIx namespace or job id) carry an id that every
-  rank shares and each job has its own; the port is derived from it (derived_port), so two jobs
-  sharing a node do not collide as they would on one fixed port. MPICH and MVAPICH carry none
-  that every rank shares, so they get torch's default, 29500.
+The first launcher that matches wins: horovodrun, torchrun, the MPI launchers, SLURM, else local.
+docs/launchers.md has the variables each is recognised by, which SLURM processes count as srun
+tasks, and where the ranks meet. SLURM's compressed lists are read by commbench/slurm_nodelist.py.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
 import sys
 import zlib
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 from commbench.errors import UserError
+from commbench.slurm_nodelist import expand_nodelist, tasks_on_node
 
 # Set by commbench's spawner in every rank it starts (the configuration itself goes in on stdin).
 LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
@@ -147,7 +117,7 @@ def detect(
     master_port: int | None = None,
     scontrol: bool = True,
 ) -> Launch:
-    """This process's Launch, from its environment (see the module docstring for the rules).
+    """This process's Launch, from its environment (the rules: docs/launchers.md).
 
     master_addr / master_port are the --master-addr / --master-port options; they apply under
     srun and mpirun only. scontrol=False expands SLURM node lists without `scontrol`.
@@ -213,6 +183,8 @@ def _detect(env: Mapping[str, str], master_addr: str | None, master_port: int | 
             spawned=spawned,
             attempt=_int(env, "TORCHELASTIC_RESTART_COUNT", 0),
         )
+    # MPI before SLURM: mpirun inside an allocation starts its daemons with srun, so its ranks
+    # inherit SLURM_PROCID and SLURM_NTASKS of that one-daemon-per-node step, not their own.
     mpi = _detect_mpi(env, master_addr, master_port, need_address=True)
     if mpi is not None:
         return mpi
@@ -281,7 +253,8 @@ def _mpi_port(env: Mapping[str, str]) -> int:
 
 
 def _is_srun_task(env: Mapping[str, str]) -> bool:
-    """A task of an srun step with more than one task (see the module docstring)."""
+    """A task of an srun step with more than one task. A batch script (no SLURM_STEP_ID), an salloc
+    shell and a one-task step (`srun --pty bash`) are one process: commbench spawns the ranks there."""
     tasks = "SLURM_STEP_NUM_TASKS" if env.get("SLURM_STEP_NUM_TASKS") else "SLURM_NTASKS"
     if "SLURM_PROCID" not in env or tasks not in env or "SLURM_STEP_ID" not in env:
         return False
@@ -370,110 +343,6 @@ def export_torch_env(launch: Launch, environ: MutableMapping[str, str] | None = 
     if "OMP_NUM_THREADS" in values and torch is not None:
         torch.set_num_threads(int(values["OMP_NUM_THREADS"]))
     return values
-
-
-# -- SLURM's compressed lists -----------------------------------------------------------------------
-
-SLURM_CONF_FILES = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
-_ITEM = re.compile(r"([^\[\],]*)(?:\[([^\]]*)\])?")
-
-
-def expand_nodelist(nodelist: str, scontrol: bool = True, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Host names from SLURM's compressed form (`gpu[01-04,07]`, `r1n[1-2],r2n3`), in order.
-
-    `scontrol show hostnames` is the reference and is used when it is installed, a SLURM
-    configuration is at hand (SLURM_CONF, which slurmd sets for every task, or the default file)
-    and it answers. Without a configuration scontrol would look for one in DNS and then fail, so
-    then (or with scontrol=False) parse_nodelist, which follows the same grammar, expands it.
-    """
-    env = os.environ if environ is None else environ
-    has_config = bool(env.get("SLURM_CONF")) or any(os.path.exists(p) for p in SLURM_CONF_FILES)
-    if scontrol and has_config and shutil.which("scontrol"):
-        try:
-            conf = {"SLURM_CONF": env["SLURM_CONF"]} if env.get("SLURM_CONF") else {}
-            proc = subprocess.run(
-                ["scontrol", "show", "hostnames", nodelist],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                env={**os.environ, **conf},
-            )
-            hosts = proc.stdout.split()
-            if proc.returncode == 0 and hosts:
-                return hosts
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    return parse_nodelist(nodelist)
-
-
-def parse_nodelist(nodelist: str) -> list[str]:
-    """Expand SLURM's host list syntax without scontrol.
-
-    Items are separated by commas outside brackets; an item is text and bracket groups, each
-    group a comma-separated list of numbers and lo-hi ranges (`n[01-03,7]`), zero padding kept
-    from lo's width; several groups in one name multiply (`r[1-2]n[1-2]` is r1n1 r1n2 r2n1 r2n2).
-    """
-    hosts: list[str] = []
-    for item in _split_top(nodelist.strip()):
-        names = [""]
-        pos = 0
-        while pos < len(item):
-            match = _ITEM.match(item, pos)
-            if match is None or match.end() == pos:
-                raise ValueError(f"cannot parse SLURM node list {nodelist!r} near {item[pos:]!r}")
-            text, group = match.group(1), match.group(2)
-            names = [n + text for n in names]
-            if group is not None:
-                names = [n + number for n in names for number in _expand_group(group, nodelist)]
-            pos = match.end()
-        hosts.extend(names)
-    return hosts
-
-
-def _split_top(text: str) -> list[str]:
-    items, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced ']' in SLURM node list {text!r}")
-        elif ch == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    if depth != 0:
-        raise ValueError(f"unbalanced '[' in SLURM node list {text!r}")
-    items.append(text[start:])
-    return [item for item in items if item]
-
-
-def _expand_group(group: str, nodelist: str) -> list[str]:
-    out: list[str] = []
-    for part in group.split(","):
-        lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"cannot parse range {part!r} in SLURM node list {nodelist!r}")
-        if not sep:
-            out.append(lo)
-            continue
-        if int(hi) < int(lo):
-            raise ValueError(f"range {part!r} runs backwards in SLURM node list {nodelist!r}")
-        out.extend(f"{n:0{len(lo)}d}" for n in range(int(lo), int(hi) + 1))
-    return out
-
-
-def tasks_on_node(tasks_per_node: str, node: int) -> int:
-    """Tasks on the node-th node from SLURM_TASKS_PER_NODE's form, e.g. `2(x3),1` is 2, 2, 2, 1."""
-    counts: list[int] = []
-    for part in tasks_per_node.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
-        if match is None:
-            raise ValueError(f"cannot parse SLURM tasks per node {tasks_per_node!r}")
-        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
-    if not 0 <= node < len(counts):
-        raise ValueError(f"node {node} is not in SLURM tasks per node {tasks_per_node!r}")
-    return counts[node]
 
 
 # -- small readers ----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from commbench.launchers import Launch
+    from commbench.launcher_env import Launch
 
 
 class Store(Protocol):

@@ -1,0 +1,70 @@
+"""What `commbench plot` runs: a frame's panels (one per op and phase), each panel's charts, and
+the process pool that draws them into files."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+
+from commbench.analysis.charts.grouping import chart_panels
+from commbench.analysis.charts.overlap import overlap_chart
+from commbench.analysis.charts.render import FORMATS, Chart, charts_folder, ensure_folder, write_charts
+from commbench.analysis.charts.size import size_chart
+from commbench.analysis.charts.speedup import speedup_chart
+from commbench.analysis.charts.style import speedup_family
+from commbench.errors import UserError
+from commbench.results.reader import ok_rows, read_results
+
+
+def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png") -> list[Path]:
+    """Read result CSVs, write one file per chart into out_dir, and return the paths written."""
+    if fmt not in FORMATS:
+        raise UserError(f"unknown chart format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    frame = read_results(csv_paths)
+    if ok_rows(frame).empty:
+        raise UserError(f"nothing to plot in {', '.join(map(str, csv_paths))}: no row has status ok")
+    ensure_folder(Path(out_dir))
+    panels = list(chart_panels(frame))
+    workers = min(len(panels), os.cpu_count() or 1, MAX_CHART_WORKERS)
+    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [path for panel in panels for path in _write_panel(panel, out_dir, fmt)]
+    # Drawing is CPU-bound Python (about half a second a chart): one process per core, a panel at a
+    # time. Forked, so the workers start with matplotlib and pandas already imported.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        done = pool.map(_write_panel, panels, [out_dir] * len(panels), [fmt] * len(panels))
+        return [path for paths in done for path in paths]
+
+
+# Chart processes at most, however many cores: beyond a few the workers' start-up outweighs the gain.
+MAX_CHART_WORKERS = 8
+
+
+def _write_panel(panel: tuple[str, pd.DataFrame], out_dir: Path, fmt: str) -> list[Path]:
+    return write_charts(_panel_charts(*panel), out_dir, fmt)
+
+
+def build_charts(frame: pd.DataFrame) -> list[Chart]:
+    """Every chart for a frame from read_results: per (op, phase) the size chart, then its speedups."""
+    return [chart for name, group in chart_panels(frame) for chart in _panel_charts(name, group)]
+
+
+def _panel_charts(name: str, group: pd.DataFrame) -> list[Chart]:
+    """One panel's charts: the size chart, the overlap chart when measured, the speedups."""
+    charts: list[Chart] = []
+    if not ok_rows(group).empty:
+        charts.append(size_chart(name, group))
+    if "overlap" in group.columns and ok_rows(group)["overlap"].notna().any():
+        charts.append(overlap_chart(name, group))
+    family = speedup_family(group["op"].iloc[0])
+    if family and (speedup := speedup_chart(name, group, family)):
+        charts.append(speedup)
+    return charts
+
+
+def plot_beside(csv_path: Path, fmt: str = "png") -> list[Path]:
+    """Charts of a finished run into charts_folder(csv_path), as `sweep` and `syncbn` do by default."""
+    return plot_results([Path(csv_path)], charts_folder(Path(csv_path)), fmt)

@@ -1,0 +1,42 @@
+"""What a measuring command (sweep, syncbn, isolate) does once its options are a validated
+SweepConfig: run it, as one rank of a launcher's job or by spawning local ranks, then chart it."""
+
+from __future__ import annotations
+
+import click
+
+from commbench.errors import UserError
+from commbench.run.config import Outcome, SweepConfig
+
+
+def execute(
+    cfg: SweepConfig,
+    nproc: int | None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    oversubscribe: bool = False,
+) -> Outcome:
+    """Run the sweep as one rank of a launcher's job, or by spawning local ranks."""
+    from commbench.launcher_env import detect
+    from commbench.run.launch import start
+
+    return start(cfg, nproc, detect(master_addr=master_addr, master_port=master_port), oversubscribe)
+
+
+def chart_after(outcome: Outcome, plot: bool) -> None:
+    """Chart a finished run beside its CSV, from the process that owns the CSV (the launching
+    process, or rank 0 under a launcher).
+
+    Charts are a convenience on top of the CSV: a failure to draw them is a warning and never
+    changes the exit code. An interrupted or failed run (code > 1) is not charted.
+    """
+    if not plot or outcome.code not in (0, 1) or outcome.output is None or not outcome.output.exists():
+        return
+    from commbench.analysis.charts.plot import plot_beside
+
+    try:
+        paths = plot_beside(outcome.output)
+    except UserError as exc:
+        click.echo(f"commbench: warning: no charts: {exc.format_message()}", err=True)
+        return
+    click.echo(f"# charts: {paths[0].parent}/ ({len(paths)} files)")
