@@ -19,14 +19,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from commbench.console.display import Display, Status
+from commbench.ops.args import CollArgs
 from commbench.ops.base import BusFactor, OpSpec, Point
-from commbench.results.display import Display, Status
-from commbench.results.sink import Sink
 from commbench.run import runner
 from commbench.run.config import SweepConfig
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping
-from commbench.run.harness import CollArgs
+from commbench.run.sink import Sink
 from commbench.run.watchdog import Watchdog
 from tests.test_rounds import FakeBackend, Recording
 

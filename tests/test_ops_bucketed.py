@@ -7,10 +7,10 @@ import torch
 
 from commbench.ops import choose_variants
 from commbench.ops.all_reduce import AllReduce
+from commbench.ops.args import CollArgs, complete
 from commbench.ops.bucketed_all_reduce import BucketedAllReduce
 from commbench.ops.bucketed_reduce_scatter import BucketedReduceScatter
 from commbench.ops.gradients import DEFAULT_GRADIENTS
-from commbench.run.harness import CollArgs, complete
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
 

@@ -18,6 +18,7 @@ from commbench.errors import UserError
 from commbench.ops import registry
 from commbench.ops.all_gather import AllGather
 from commbench.ops.all_to_all import AllToAll, parse_imbalance, receive_imbalance, uneven_splits
+from commbench.ops.args import CollArgs
 from commbench.ops.barrier import Barrier
 from commbench.ops.base import Point
 from commbench.ops.broadcast import Broadcast
@@ -27,7 +28,6 @@ from commbench.ops.reduce_scatter_base import ReduceScatterBase
 from commbench.ops.rooted import parse_root
 from commbench.ops.scatter import Scatter
 from commbench.ops.sendrecv import SendRecv
-from commbench.run.harness import CollArgs
 from tests import broken_ops
 from tests.distributed import commbench, run_ranks, torchrun
 from tests.op_cases import every_variant, run_cases

@@ -17,14 +17,15 @@ import pytest
 import torch
 
 from commbench.backends.base import Backend
+from commbench.console.display import Display
+from commbench.ops.args import CollArgs
 from commbench.ops.base import BusFactor, Op, OpSpec, Point
-from commbench.results.display import Display
-from commbench.results.sink import Sink
 from commbench.run import runner
 from commbench.run.config import SweepConfig
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping
-from commbench.run.harness import Case, CollArgs, blocks, planned_iters
+from commbench.run.harness import Case, blocks, planned_iters
+from commbench.run.sink import Sink
 from commbench.run.watchdog import Watchdog
 from tests.distributed import run_ranks
 

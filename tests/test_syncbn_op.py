@@ -14,8 +14,9 @@ import torch
 
 from commbench.errors import UserError
 from commbench.ops import choose_variants
+from commbench.ops.args import CollArgs
 from commbench.ops.sync_bn import NATIVE_HOROVOD, NATIVE_TORCH, SyncBN
-from commbench.run.harness import CollArgs, measure
+from commbench.run.harness import measure
 from commbench.run.watchdog import Watchdog
 from commbench.syncbn import SyncBatchNorm
 from commbench.syncbn.instrument import native_calls, recording

@@ -14,6 +14,7 @@ from commbench.ops import values
 from commbench.ops.all_gather import AllGather
 from commbench.ops.all_reduce import AllReduce
 from commbench.ops.all_to_all import AllToAll
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Op, Point
 from commbench.ops.broadcast import Broadcast
 from commbench.ops.bucketed_all_reduce import BucketedAllReduce
@@ -26,7 +27,6 @@ from commbench.ops.reduce_scatter_base import ReduceScatterBase
 from commbench.ops.scatter import Scatter
 from commbench.ops.sendrecv import SendRecv
 from commbench.ops.values import Values, summed
-from commbench.run.harness import CollArgs
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64)
 

@@ -11,9 +11,15 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from commbench.errors import UserError, did_you_mean
 from commbench.ops.base import Op, OpOption, OpSpec
+
+if TYPE_CHECKING:
+    import torch
+
+    from commbench.backends.base import Backend
 
 
 @functools.cache
@@ -100,3 +106,8 @@ def build_ops(names: Sequence[str], options: Mapping[str, str], variants: Sequen
 def world_error(ops: Sequence[Op], world_size: int) -> str | None:
     """The first selected op's reason it cannot run on world_size ranks (`--root 4` on 4 ranks), or None."""
     return next((e for op in ops if (e := op.world_error(world_size)) is not None), None)
+
+
+def unavailable(op: Op, variant: str, backend: Backend, dtype: torch.dtype) -> str | None:
+    """Why this case cannot run (the transport, the op's dtype, the variant), or None when it can."""
+    return backend.dtype_unavailable(dtype) or op.dtype_unavailable(dtype) or op.unavailable(variant, backend)

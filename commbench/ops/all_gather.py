@@ -13,7 +13,7 @@ from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 def contribution(rank: int) -> Values:

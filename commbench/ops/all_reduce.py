@@ -10,7 +10,7 @@ from commbench.ops.base import REDUCE_FACTOR, Call, MemoryCase, Op, OpSpec, Poin
 from commbench.ops.values import chunk_temporaries, summed
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 class AllReduce(Op):

@@ -22,7 +22,7 @@ from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 SPLITS_SEED = 0
 DEFAULT_IMBALANCE = 0.5

@@ -10,11 +10,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from commbench.ops.args import CollArgs, wait_all
 from commbench.ops.base import Call, MemoryCase, Op, OpSpec, Point
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
 
 # The check holds the last rank back this long before it enters; a rank that leaves the barrier
 # in under half of it did not wait for that rank. Long enough to dwarf scheduling noise after the
@@ -65,8 +65,6 @@ class Barrier(Op):
             time.sleep(CHECK_DELAY_S)
         start = time.perf_counter()
         self.issue(args, phase)
-        for work in args.wait_objs:
-            work.wait()
-        args.wait_objs.clear()
+        wait_all(args)
         waited = time.perf_counter() - start
         return int(args.rank != late and waited < CHECK_DELAY_S / 2)

@@ -27,7 +27,7 @@ from commbench.units import format_size
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from commbench.ops.values import Values, chunk_temporaries, summed
 from commbench.units import format_count, parse_count
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 DEFAULT_MESSAGE_SIZES = "256K,1M,1e7"
 MESSAGE_SIZE = OpOption(

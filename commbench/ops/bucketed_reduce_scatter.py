@@ -18,7 +18,7 @@ from commbench.ops.gradients import TENSORS, GradientStep, gradient_values, padd
 from commbench.ops.values import chunk_temporaries, summed
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 DEFAULT_CAPS_MB = "1,5,25,100"
 BUCKET_CAP_MB = OpOption(

@@ -11,7 +11,7 @@ from commbench.ops.rooted import ROOT, RootedOp
 from commbench.ops.values import chunk_temporaries
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 class Gather(RootedOp):

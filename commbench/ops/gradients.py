@@ -14,7 +14,7 @@ from commbench.ops.values import Values
 from commbench.units import TENSORS_SYNTAX, format_size, parse_tensors
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 def transformer_gradients(layers: int = 2, width: int = 256, vocab: int = 8191) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 MAX_CHANNELS = 4096  # the widest SyncBatchNorm layers in common models; keeps the default sweep short
 

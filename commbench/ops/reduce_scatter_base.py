@@ -13,7 +13,7 @@ from commbench.ops.values import Values, chunk_temporaries, summed
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 def shard_values(rank: int, s: int, shard: int) -> Values:

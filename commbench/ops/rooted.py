@@ -14,7 +14,7 @@ from commbench.ops.base import Op, OpOption
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 ROOT = OpOption(
     "--root",

@@ -17,7 +17,7 @@ from commbench.ops.values import chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 def peers(variant: str, rank: int, world_size: int) -> tuple[int, int] | None:

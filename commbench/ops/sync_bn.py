@@ -20,7 +20,7 @@ from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 from commbench.syncbn.instrument import recording
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 NATIVE_TORCH, NATIVE_HOROVOD = NATIVE_VARIANTS
 # The messages of the native layers are those of the strategy they implement (for S).

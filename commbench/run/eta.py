@@ -37,7 +37,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from commbench.results.display import Status
+from commbench.console.display import Status
 
 if TYPE_CHECKING:
     from commbench.run.config import SweepConfig

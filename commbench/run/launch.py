@@ -24,6 +24,7 @@ from typing import IO, Any
 
 import click
 
+from commbench.console.display import PROGRESS_MARK, Display, Status
 from commbench.errors import ExitCode, UserError
 from commbench.launcher_env import (
     HOROVOD_LAUNCH_HINT,
@@ -34,7 +35,6 @@ from commbench.launcher_env import (
     export_torch_env,
 )
 from commbench.ops import build_ops, world_error
-from commbench.results.display import PROGRESS_MARK, Display, Status
 from commbench.results.schema import resolve_output
 from commbench.run.config import ONE_RANK_NOTE, Outcome, SweepConfig
 
