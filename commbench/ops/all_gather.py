@@ -9,21 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
 from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
-from commbench.ops.values import Values, chunk_temporaries
+from commbench.ops.values import chunk_temporaries, contribution, gathered_wrong
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
     from commbench.run.harness import CollArgs
-
-
-def contribution(rank: int) -> Values:
-    """Rank r's input at index j: (3r + j) % 11 + 1, small integers exact in every dtype."""
-    return Values(lambda j: (j + 3 * rank) % 11 + 1, period=11, largest=11)
-
-
-def gathered_wrong(parts: list[Any]) -> int:
-    """Wrong elements of a gathered result: part r must hold rank r's contribution."""
-    return sum(contribution(r).wrong(part) for r, part in enumerate(parts))
 
 
 class AllGather(Op):

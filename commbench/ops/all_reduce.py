@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.all_gather import contribution
 from commbench.ops.base import REDUCE_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
-from commbench.ops.values import chunk_temporaries, summed
+from commbench.ops.values import chunk_temporaries, contribution, summed
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.all_gather import contribution, gathered_wrong
 from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, OpSpec, Point, elements_for
 from commbench.ops.rooted import ROOT, RootedOp
-from commbench.ops.values import chunk_temporaries
+from commbench.ops.values import chunk_temporaries, contribution, gathered_wrong
 
 if TYPE_CHECKING:
     from commbench.run.harness import CollArgs
