@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpOption, OpSpec, Point, elements_for
+from commbench.ops.base import GATHER_FACTOR, Call, Cost, MemoryCase, Op, OpOption, OpSpec, Point, elements_for, lg
 from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
@@ -106,6 +106,10 @@ class AllToAll(Op):
         variants=("single", "list", "uneven"),
         baseline="single",
         options=(IMBALANCE,),
+        cost=Cost(
+            ring=lambda p: (p - 1, (p - 1) / p),  # pairwise exchange
+            tree=lambda p: (lg(p), lg(p) / 2),  # Bruck
+        ),
     )
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:

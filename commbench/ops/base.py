@@ -15,9 +15,10 @@ iteration is a fixed list of backend calls says so (calls()): the harness then b
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -44,6 +45,30 @@ class BusFactor:
 GATHER_FACTOR = BusFactor("(n-1)/n", lambda n: (n - 1) / n)
 REDUCE_FACTOR = BusFactor("2(n-1)/n", lambda n: 2 * (n - 1) / n)
 UNIT_FACTOR = BusFactor("1", lambda n: 1.0)
+
+# (latency coefficient A(p), bandwidth coefficient B(p)) of T(p, S) = A(p) alpha + B(p) S beta on p
+# ranks, with S as the op defines it; a reduction's compute (gamma) is folded into the per-byte term.
+Coefficients = Callable[[int], tuple[float, float]]
+
+
+def lg(p: int) -> float:
+    """ceil(log2 p): the rounds of a tree or recursive-doubling algorithm on p ranks (0 on one)."""
+    return float(math.ceil(math.log2(p))) if p > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The op's textbook cost model under each algorithm `commbench model` projects with (its
+    --algorithm choices are this class's fields); None: the algorithm has no formula for the op."""
+
+    ring: Coefficients | None = None
+    tree: Coefficients | None = None
+
+    def of(self, algorithm: str) -> Coefficients | None:
+        return getattr(self, algorithm)
+
+
+ALGORITHMS = tuple(f.name for f in fields(Cost))
 
 
 @dataclass(frozen=True)
@@ -82,6 +107,8 @@ class OpSpec:
     # The options that set the op's workload, named when a workload cannot fit in memory.
     workload_knobs: str = "--max-bytes or --sizes"
     options: tuple[OpOption, ...] = ()
+    # How T scales with n for `commbench model`'s projections (docs/model.md lists the sources).
+    cost: Cost = Cost()
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, OpSpec, Point, elements_for
+from commbench.ops.base import GATHER_FACTOR, Call, Cost, MemoryCase, OpSpec, Point, elements_for, lg
 from commbench.ops.rooted import ROOT, RootedOp
 from commbench.ops.values import chunk_temporaries, contribution, gathered_wrong
 
@@ -23,6 +23,9 @@ class Scatter(RootedOp):
         bus_factor=GATHER_FACTOR,
         variants=("flat",),
         options=(ROOT,),
+        cost=Cost(
+            tree=lambda p: (lg(p), (p - 1) / p),  # binomial
+        ),
     )
     collective = "scatter"
 
