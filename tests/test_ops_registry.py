@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from commbench.cli import main
 from commbench.ops import build_ops, load_op, op_options, registry, spec_of
-from commbench.ops.base import Op, OpOption, OpSpec
+from commbench.ops.base import Op, OpSpec
+from commbench.ops.options import OpOption, Tensors
 from tests.distributed import REPO
 
 
@@ -42,7 +43,7 @@ def test_two_different_declarations_of_one_flag_are_a_bug(monkeypatch):
             "S",
             registry()["all_gather"].spec.bus_factor,
             ("flat",),
-            options=(OpOption("--tensors", "other meaning"),),
+            options=(OpOption("--tensors", "other meaning", Tensors()),),
         )
 
     monkeypatch.setitem(registry(), "clash", Clash)

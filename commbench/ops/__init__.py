@@ -13,7 +13,8 @@ import pkgutil
 from collections.abc import Mapping, Sequence
 
 from commbench.errors import UserError, did_you_mean
-from commbench.ops.base import Op, OpOption, OpSpec
+from commbench.ops.base import Op, OpSpec
+from commbench.ops.options import OpOption
 
 
 @functools.cache

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from commbench.backends.copies import Copies, no_copies
 from commbench.lazy import torch
+from commbench.ops.options import OpOption
 from commbench.units import format_size
 
 if TYPE_CHECKING:
@@ -69,23 +70,6 @@ class Cost:
 
 
 ALGORITHMS = tuple(f.name for f in fields(Cost))
-
-
-@dataclass(frozen=True)
-class OpOption:
-    """A command-line option an op reads (`--tensors`, `--channels`): declared once, rendered by the CLI.
-
-    Several ops may read one option; they then share one OpOption object, so one flag keeps one
-    meaning. Values reach the op as typed strings in `Op.options[key]`; the op parses them in
-    __init__, which runs once before any rank starts, so a bad value is a one-line error.
-    """
-
-    flag: str  # "--bucket-cap-mb"
-    help: str
-
-    @property
-    def key(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -212,8 +196,14 @@ class Op(ABC):
         if "spec" in cls.__dict__:
             cls.name, cls.variants, cls.phases = cls.spec.name, cls.spec.variants, cls.spec.phases
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options = dict(options or {})
+
+    def value(self, option: OpOption) -> Any:
+        """The typed value of an option the op reads: as given (CLI, Python or a rank's JSON), or its default.
+
+        Read in __init__, which runs before any rank starts, so a bad value is a one-line error."""
+        return option.value(self.options.get(option.key))
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:
         """Why a variant cannot run on this backend, or None when it can."""
