@@ -41,14 +41,16 @@ Where the rendezvous is (MASTER_ADDR, MASTER_PORT), first match:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import zlib
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from commbench.errors import UserError
 
@@ -118,6 +120,7 @@ class Launch:
     master_port: int | None = None
     spawned: bool = False  # started by commbench's own spawner
     attempt: int = 0  # torchrun's restart count: keys in a store it keeps across restarts are per attempt
+    host: str = field(default_factory=socket.gethostname)  # as the rank reports it: HOST_ENV, if set, says
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -166,7 +169,7 @@ def detect(
         }[launch.kind]
         raise UserError(f"{what} {'applies' if len(given) == 1 else 'apply'} under srun or mpirun only; {instead}")
     check_host_override(env)
-    return launch
+    return dataclasses.replace(launch, host=env[HOST_ENV]) if env.get(HOST_ENV) else launch
 
 
 def check_host_override(env: Mapping[str, str]) -> None:

@@ -135,7 +135,7 @@ def spawned_horovod(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Stand in for the Horovod spawner: record how many ranks would have started."""
     calls: list[int] = []
 
-    def spawn_horovod(cfg: SweepConfig, nproc: int) -> int:
+    def spawn_horovod(cfg: SweepConfig, nproc: int, spawn: Any) -> int:
         calls.append(nproc)
         return ExitCode.OK
 

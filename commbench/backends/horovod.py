@@ -215,7 +215,7 @@ class HorovodBackend(Backend):
             torch.set_num_threads(1)
         hvd.init()
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
-        self.node_rank = hvd.cross_rank()
+        self.node_rank, self.host = hvd.cross_rank(), launch.host
         if on_gpus(hvd):
             self.device = bind_own_gpu(self.local_rank, hvd.local_size(), self.name)
 

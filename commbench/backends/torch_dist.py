@@ -64,7 +64,7 @@ class TorchDistBackend(Backend):
         # The rendezvous (MASTER_ADDR, MASTER_PORT) comes from the environment, as torchrun sets it
         # (under srun and mpirun, start() exports it from the Launch first).
         self.rank, self.world_size = launch.rank, launch.world_size
-        self.local_rank, self.node_rank = launch.local_rank, launch.node_rank
+        self.local_rank, self.node_rank, self.host = launch.local_rank, launch.node_rank, launch.host
         self.device = self.select_device(launch)
         dist.init_process_group(
             backend=self.name,
