@@ -108,6 +108,7 @@ class BackendInfo:
     missing: Callable[[], str | None]  # why it cannot run here, or None; cheap and torch-free
     copies: Copies  # what it allocates inside its calls (commbench.backends.copies): no default, so none is forgotten
     gpu_per_rank: Callable[[], bool] = never  # whether each local rank takes a GPU of its own
+    interface_env: str | None = None  # the variable that names its network interface (provenance)
     spawner: str | None = None
     launchers: tuple[str, ...] | None = None
     launch_hint: str = ""
@@ -134,6 +135,7 @@ BACKENDS: dict[str, BackendInfo] = {
             "torch.distributed over Gloo (CPU tensors)",
             torch_missing,
             copies.gloo,
+            interface_env="GLOO_SOCKET_IFNAME",
         ),
         BackendInfo(
             "nccl",
@@ -142,6 +144,7 @@ BACKENDS: dict[str, BackendInfo] = {
             cuda_missing,
             copies.nccl,
             gpu_per_rank=always,
+            interface_env="NCCL_SOCKET_IFNAME",
         ),
         BackendInfo(
             "horovod",
@@ -150,6 +153,7 @@ BACKENDS: dict[str, BackendInfo] = {
             horovod_missing,
             copies.horovod,
             gpu_per_rank=horovod_on_gpus,
+            interface_env="HOROVOD_GLOO_IFACE",
             spawner="commbench.run.horovod_launch:spawn_horovod",
             launchers=("horovodrun",),
             launch_hint=HOROVOD_LAUNCH_HINT,
