@@ -18,7 +18,7 @@ class Broadcast(RootedOp):
 
     spec = OpSpec(
         name="broadcast",
-        summary="the root's tensor is copied to every rank, in place (--root, default 0)",
+        summary="the root's tensor is copied to every rank, in place (--root)",
         s_definition="S = count x element size",
         bus_factor=UNIT_FACTOR,
         variants=("flat",),

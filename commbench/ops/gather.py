@@ -18,7 +18,7 @@ class Gather(RootedOp):
 
     spec = OpSpec(
         name="gather",
-        summary="every rank contributes count/n elements; the root receives all of them (--root, default 0)",
+        summary="every rank contributes count/n elements; the root receives all of them (--root)",
         s_definition="S = gathered bytes at the root = per-rank count x element size x n",
         bus_factor=GATHER_FACTOR,
         variants=("flat",),

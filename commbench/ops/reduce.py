@@ -18,7 +18,7 @@ class Reduce(RootedOp):
 
     spec = OpSpec(
         name="reduce",
-        summary="sum over ranks into the root's tensor, in place (--root, default 0)",
+        summary="sum over ranks into the root's tensor, in place (--root)",
         s_definition="S = count x element size",
         bus_factor=UNIT_FACTOR,
         variants=("flat",),

@@ -18,7 +18,7 @@ class Scatter(RootedOp):
 
     spec = OpSpec(
         name="scatter",
-        summary="the root sends chunk r of its count elements to rank r (--root, default 0)",
+        summary="the root sends chunk r of its count elements to rank r (--root)",
         s_definition="S = scattered bytes at the root = per-rank count x element size x n",
         bus_factor=GATHER_FACTOR,
         variants=("flat",),
