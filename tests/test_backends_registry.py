@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,8 +9,7 @@ import pytest
 
 from commbench.backends import BACKENDS, backends_help, copies_of
 from commbench.backends.copies import no_copies
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.package_copy import copy_package
 
 # A thin Gloo-alike under another name: torch.distributed's Gloo, commbench's name "twin".
 TWIN_MODULE = '''"""twin: torch.distributed over Gloo under another name (the add-a-backend test's)."""
@@ -54,25 +49,13 @@ def test_a_rank_under_a_launcher_its_backend_cannot_use_gets_the_hint():
 @pytest.mark.slow
 def test_a_new_backend_is_its_module_and_one_registry_line(tmp_path: Path):
     """Copy the package, add a backend module and its registry line: list, --help and a 2-rank sweep use it."""
-    shutil.copytree(REPO / "commbench", tmp_path / "commbench", ignore=shutil.ignore_patterns("__pycache__"))
+    run = copy_package(tmp_path)
     (tmp_path / "commbench" / "backends" / "twin.py").write_text(TWIN_MODULE)
     registry = tmp_path / "commbench" / "backends" / "__init__.py"
     text = registry.read_text()
     anchor = "    for info in (\n"
     assert text.count(anchor) == 1
     registry.write_text(text.replace(anchor, anchor + TWIN_LINE))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "commbench", *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-
     listed = run("list")
     assert listed.returncode == 0 and "twin" in listed.stdout, listed.stdout + listed.stderr
     assert "twin" in " ".join(run("sweep", "--help").stdout.split())
