@@ -84,10 +84,6 @@ LOCAL_RANK_ENV = (
 # Shared by every rank of one Open MPI / PMIx job and different between jobs: seeds the port.
 MPI_JOB_ID_ENV = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
 
-HOROVOD_LAUNCH_HINT = (
-    "--backend horovod needs ranks started by horovodrun or by commbench itself, not torchrun, srun or plain mpirun: use "
-    "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or `commbench sweep --backend horovod --nproc N`"
-)
 # How to set the number of ranks under each launcher, for the refusal of --nproc there.
 RANK_COUNT_OPTION = {
     "torchrun": "--nproc_per_node",

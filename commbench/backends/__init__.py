@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from commbench.backends import copies
 from commbench.backends.copies import Copies
 from commbench.errors import UserError
-from commbench.launchers import HOROVOD_LAUNCH_HINT
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -70,6 +69,12 @@ def horovod_missing() -> str | None:
     if not any((package / "torch").glob("mpi_lib_v2*.so")):
         return "this Horovod was built without PyTorch support (rebuild: bash scripts/install-horovod.sh)"
     return None
+
+
+HOROVOD_LAUNCH_HINT = (
+    "--backend horovod needs ranks started by horovodrun or by commbench itself, not torchrun, srun or plain mpirun: use "
+    "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or `commbench sweep --backend horovod --nproc N`"
+)
 
 
 def never() -> bool:

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from commbench.backends import BACKENDS
 from commbench.backends.base import Backend, Work
 from commbench.backends.devices import bind_own_gpu
 from commbench.errors import UserError
-from commbench.launchers import HOROVOD_LAUNCH_HINT
 
 if TYPE_CHECKING:
     from commbench.launchers import Launch
@@ -203,8 +203,8 @@ class HorovodBackend(Backend):
 
     # -- life cycle ---------------------------------------------------------------------------
     def init(self, timeout_s: float, launch: Launch) -> None:
-        if launch.kind != "horovodrun":
-            raise UserError(HOROVOD_LAUNCH_HINT)
+        if (hint := BACKENDS[self.name].launcher_error(launch.kind)) is not None:
+            raise UserError(hint)
         # Gloo's own timeout on connecting and on each operation; commbench's watchdog covers waits.
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(max(1, int(timeout_s))))
         self.hvd = hvd = import_horovod()
