@@ -69,3 +69,28 @@ def test_a_new_backend_is_its_module_and_one_registry_line(tmp_path: Path):
     rows = pd.read_csv(out)
     assert set(rows.backend) == {"twin"} and set(rows.world_size) == {2}
     assert len(rows) == 4 and (rows.status == "ok").all() and (rows.wrong == 0).all()
+
+
+def test_a_rank_reports_the_host_its_launch_names(monkeypatch: pytest.MonkeyPatch):
+    """COMMBENCH_HOST is read once, by the launcher detection; the backend reports what its Launch says."""
+    import dataclasses
+    import socket
+
+    from commbench.backends.gloo import GlooBackend
+    from commbench.launchers import HOST_ENV, Launch, detect
+
+    assert detect({}).host == socket.gethostname()
+    assert detect({HOST_ENV: "node7"}).host == "node7"
+    with socket.socket() as sock:  # a free loopback port for a one-rank process group
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv(HOST_ENV, "not read here")
+    launch = dataclasses.replace(Launch("torchrun", 0, 1, 0, 1, 0, "127.0.0.1", port), host="node7")
+    backend = GlooBackend()
+    backend.init(30, launch)
+    try:
+        assert backend.node_info()["host"] == "node7"
+    finally:
+        backend.close()
