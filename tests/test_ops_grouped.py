@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.backends.copies import copies_of
+from commbench.backends import copies_of
 from commbench.ops.args import CollArgs, complete
 from commbench.ops.base import MemoryCase, Point
 from commbench.ops.grouped_all_gather import MAX_CHANNELS, GroupedAllGather, channels_for

@@ -11,10 +11,11 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError, did_you_mean
-from commbench.ops.base import Op, OpOption, OpSpec
+from commbench.ops.base import Op, OpSpec
+from commbench.ops.options import OpOption
 
 if TYPE_CHECKING:
     import torch
@@ -88,7 +89,7 @@ def choose_variants(offered: Sequence[str], wanted: Sequence[str]) -> tuple[str,
     return chosen or tuple(offered)
 
 
-def build_ops(names: Sequence[str], options: Mapping[str, str], variants: Sequence[str]) -> list[Op]:
+def build_ops(names: Sequence[str], options: Mapping[str, Any], variants: Sequence[str]) -> list[Op]:
     """Instantiate the selected ops, so bad options fail with one line before any rank starts.
 
     A --variant name must belong to at least one selected op; the error lists the valid ones.

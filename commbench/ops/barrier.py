@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from commbench.ops.args import CollArgs, wait_all
-from commbench.ops.base import Call, MemoryCase, Op, OpSpec, Point
+from commbench.ops.base import Call, Cost, MemoryCase, Op, OpSpec, Point, lg
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -32,6 +32,9 @@ class Barrier(Op):
         bus_factor=None,
         variants=("barrier",),
         workload_knobs="nothing (the barrier moves no data)",
+        cost=Cost(
+            tree=lambda p: (lg(p), 0.0),  # dissemination
+        ),
     )
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench.backends.copies import copies_of
+from commbench.backends import copies_of
 from commbench.lazy import torch
 from commbench.ops import choose_variants, unavailable
 from commbench.ops.base import MemoryCase, Op, Point
