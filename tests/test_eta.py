@@ -18,13 +18,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from commbench.console.display import Status
+from commbench.ops.args import CollArgs
 from commbench.ops.base import BusFactor, OpSpec, Point
-from commbench.results.display import Status
 from commbench.run import runner
 from commbench.run.config import SweepConfig
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping
-from commbench.run.harness import CollArgs
 from tests.support.fakes import FakeBackend, Recording
 from tests.support.sweeps import sweep_one_rank
 

@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import main
+from commbench.console.display import choose_mode
 from commbench.ops import registry
-from commbench.results.display import choose_mode
 from tests.distributed import REPO
 from tests.support.errors import assert_one_line_error
 from tests.synth_results import Case, synth_run

@@ -7,14 +7,12 @@ it). Two hosts in network namespaces, with a real link between them, are in test
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from commbench.errors import UserError
-from commbench.launcher_env import HOST_ENV
 from commbench.results.reader import read_one
 from commbench.run.config import SweepConfig
 from commbench.run.groups import layout, refusal
@@ -91,7 +89,7 @@ def test_compare_keeps_groups_apart(tmp_path):
 
 
 def _as_host_of_two(backend) -> None:
-    os.environ[HOST_ENV] = f"node{backend.rank // 2}"
+    backend.host = f"node{backend.rank // 2}"  # what COMMBENCH_HOST makes a launched rank report
 
 
 def _members(backend) -> dict[str, object]:
@@ -173,7 +171,7 @@ def test_groups_of_one_rank_are_unavailable_rows_saying_why(tmp_path):
 def _agree_on_uneven_hosts(backend) -> str:
     from commbench.run.config import PeerError, agree
 
-    os.environ[HOST_ENV] = "node0" if backend.rank < 2 else "node1"
+    backend.host = "node0" if backend.rank < 2 else "node1"
     try:
         agree(backend, SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,), group="intra"), None)
     except UserError as exc:

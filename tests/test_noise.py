@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from commbench.results.display import Display
+from commbench.console.display import Display
 from commbench.results.noise import Budget, HostLoad, summarise_noise
-from commbench.results.sink import Measured, Sink
+from commbench.run.sink import Measured, Sink
 
 
 def _row(p50: float, width: float, iters: int, note: str = "") -> dict:

@@ -6,10 +6,10 @@ import pytest
 
 from commbench.ops import choose_variants
 from commbench.ops.all_reduce import AllReduce
+from commbench.ops.args import complete
 from commbench.ops.bucketed_all_reduce import BucketedAllReduce
 from commbench.ops.bucketed_reduce_scatter import BucketedReduceScatter
 from commbench.ops.gradients import DEFAULT_GRADIENTS
-from commbench.run.harness import complete
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
 

@@ -7,9 +7,10 @@ import torch
 
 from commbench.backends.torch_dist import FLAT_ALL_GATHER, FLAT_REDUCE_SCATTER, resolve_api
 from commbench.ops.all_gather import AllGather
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Point
 from commbench.ops.reduce_scatter_base import ReduceScatterBase
-from commbench.run.harness import CollArgs, measure
+from commbench.run.harness import measure
 from commbench.run.watchdog import Watchdog
 from tests.broken_ops import CorruptAllGather, CorruptAllReduce, CorruptReduceScatter
 from tests.distributed import run_ranks

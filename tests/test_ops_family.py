@@ -16,17 +16,17 @@ from commbench.cli import main
 from commbench.errors import UserError
 from commbench.ops import registry
 from commbench.ops.all_gather import AllGather
-from commbench.ops.all_to_all import AllToAll, parse_imbalance, receive_imbalance, uneven_splits
+from commbench.ops.all_to_all import IMBALANCE, AllToAll, receive_imbalance, uneven_splits
+from commbench.ops.args import CollArgs
 from commbench.ops.barrier import Barrier
 from commbench.ops.base import Point
 from commbench.ops.broadcast import Broadcast
 from commbench.ops.gather import Gather
 from commbench.ops.reduce import Reduce
 from commbench.ops.reduce_scatter_base import ReduceScatterBase
-from commbench.ops.rooted import parse_root
+from commbench.ops.rooted import ROOT
 from commbench.ops.scatter import Scatter
 from commbench.ops.sendrecv import SendRecv
-from commbench.run.harness import CollArgs
 from tests import broken_ops
 from tests.distributed import commbench, run_ranks, torchrun
 from tests.op_cases import every_variant, run_cases
@@ -203,11 +203,11 @@ def test_bad_root_and_imbalance_are_one_line_errors(args, fragments):
 
 
 def test_options_parse():
-    assert parse_root(None) == 0 and parse_root("3") == 3
-    assert parse_imbalance(None) == 0.5 and parse_imbalance("0") == 0.0 and parse_imbalance("1.5") == 1.5
+    assert ROOT.value(None) == 0 and ROOT.value("3") == 3 and ROOT.value(3) == 3
+    assert IMBALANCE.value(None) == 0.5 and IMBALANCE.value("0") == 0.0 and IMBALANCE.value("1.5") == 1.5
     for bad in ("-1", "x", "1.5"):
         with pytest.raises(UserError):
-            parse_root(bad)
+            ROOT.value(bad)
     assert Broadcast({"root": "3"}).world_error(4) is None and "--root 4" in Broadcast({"root": "4"}).world_error(4)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.backends.copies import copies_of
+from commbench.backends import copies_of
+from commbench.ops.args import CollArgs, complete
 from commbench.ops.base import MemoryCase, Point
 from commbench.ops.grouped_all_gather import MAX_CHANNELS, GroupedAllGather, channels_for
-from commbench.run.harness import CollArgs, complete
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
 from tests.support.fakes import FakeBackend

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import main
-from commbench.run.overlap import calibrate, flops_of, overlap_fraction, parse_compute, side_for
+from commbench.results.stats import overlap_fraction
+from commbench.run.overlap import calibrate, flops_of, parse_compute, side_for
 from tests.distributed import commbench, run_ranks
 from tests.support.errors import assert_one_line_error
 

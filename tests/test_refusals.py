@@ -78,7 +78,7 @@ REFUSED = [
     (["--op", "bucketed_reduce_scatter", "--bucket-cap-mb", "nan"], ["--bucket-cap-mb 'nan' must be a finite"]),
     (["--op", "bucketed_reduce_scatter", "--bucket-cap-mb", "inf"], ["--bucket-cap-mb 'inf' must be a finite"]),
     (["--op", "bucketed_all_reduce", "--message-size", "0"], ["--message-size '0' must be positive"]),
-    (["--op", "sync_bn", "--batch", "nan"], ["--batch 'nan' must be a whole number"]),
+    (["--op", "sync_bn", "--batch", "nan"], ["--batch 'nan' is not a sample count"]),
     (["-o", ""], ["--output is empty"]),
     # Memory refusals name the op's own workload and the option that sets it, not --max-bytes.
     (["--op", "sync_bn", "--channels", "100000000"], ["sync_bn at C=100000000", "lower --channels, --batch"]),
@@ -135,7 +135,7 @@ def spawned_horovod(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Stand in for the Horovod spawner: record how many ranks would have started."""
     calls: list[int] = []
 
-    def spawn_horovod(cfg: SweepConfig, nproc: int) -> int:
+    def spawn_horovod(cfg: SweepConfig, nproc: int, spawn: Any) -> int:
         calls.append(nproc)
         return ExitCode.OK
 
@@ -231,12 +231,12 @@ def test_validation_imports_no_torch() -> None:
 def test_the_configuration_reaches_the_ranks_whatever_its_size(tmp_path: Path) -> None:
     """It travels on the ranks' stdin: in their environment, 140 KB of options once failed with E2BIG."""
     out = tmp_path / "long.csv"
-    channels = "4," * 70_000  # one channel count, written out long
-    args = ["sweep", "--op", "sync_bn", "--variant", "torch", "--channels", channels, "-n", "1", "-w", "0"]
+    variants = ",".join(["torch"] * 70_000)  # one variant, written out long: 420 KB of configuration
+    args = ["sweep", "--op", "sync_bn", "--channels", "4", "--variant", variants, "-n", "1", "-w", "0"]
     result = CliRunner().invoke(main, [*args, "--no-plot", "-o", str(out)])
     assert result.exit_code == 0, result.output
     rows = pd.read_csv(out)
-    assert set(rows["count"]) == {4} and (rows.status == "ok").all()
+    assert set(rows["count"]) == {4} and set(rows.variant) == {"torch"} and (rows.status == "ok").all()
 
 
 @pytest.mark.slow

@@ -17,10 +17,11 @@ import pytest
 import torch
 
 from commbench.backends.base import Backend
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Point
 from commbench.run import runner
 from commbench.run.config import SweepConfig
-from commbench.run.harness import Case, CollArgs, blocks, planned_iters
+from commbench.run.harness import Case, blocks, planned_iters
 from commbench.run.watchdog import Watchdog
 from tests.distributed import run_ranks
 from tests.support.fakes import TICK_S, FakeBackend, Recording

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from commbench.ops import registry
-from commbench.run.harness import CollArgs
+from commbench.ops.args import CollArgs
 from tests.support.fakes import FakeBackend
 from tests.support.op_table import TABLE
 

@@ -15,11 +15,12 @@ import torch
 import torch.distributed as dist
 
 from commbench.ops.all_reduce import AllReduce
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Point
-from commbench.results.sink import Measured, Sink
-from commbench.run.harness import Case, CollArgs
+from commbench.run.harness import Case
 from commbench.run.heartbeat import STORE_WRITES_PER_S, ProgressBoard, RankRecord
 from commbench.run.overlap import ComputeKernel
+from commbench.run.sink import Measured, Sink
 from commbench.run.watchdog import Watchdog
 from tests.distributed import run_ranks
 

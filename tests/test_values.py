@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from commbench.ops import registry, values
+from commbench.ops.args import CollArgs, complete
 from commbench.ops.base import Op
 from commbench.ops.values import Values, summed
-from commbench.run.harness import CollArgs, complete
 from tests.distributed import run_ranks
 from tests.support.fakes import FakeBackend
 from tests.support.op_table import TABLE, listed
@@ -205,8 +205,7 @@ def _ring_sum_in(dtype, parts):
 def test_half_sums_at_many_ranks_are_not_reported_wrong(ranks):
     """bfloat16 integers are exact to 256: past it (about 24 ranks of values up to 11) each hop of a
     ring rounds, and the tolerance grows with the rank count instead of reporting spurious rows."""
-    from commbench.ops.all_gather import contribution
-    from commbench.ops.values import sum_tolerance, summed
+    from commbench.ops.values import contribution, sum_tolerance, summed
 
     expected = summed([contribution(r) for r in range(ranks)])
     n = 4096
@@ -220,8 +219,7 @@ def test_half_sums_at_many_ranks_are_not_reported_wrong(ranks):
 
 
 def test_a_lost_contribution_is_still_wrong_where_the_sums_are_exact():
-    from commbench.ops.all_gather import contribution
-    from commbench.ops.values import summed
+    from commbench.ops.values import contribution, summed
 
     parts = [contribution(r).at(0, 1000, "cpu").double() for r in range(16)]
     short = _ring_sum_in(torch.bfloat16, parts[:-1])  # one rank's values missing

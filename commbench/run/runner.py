@@ -18,25 +18,26 @@ import torch
 import commbench
 from commbench.backends import load_backend
 from commbench.backends.base import Backend
+from commbench.console.display import Display, choose_mode
 from commbench.errors import ExitCode, UserError
 from commbench.history.store import History, open_run_history
 from commbench.launcher_env import Launch
-from commbench.ops import build_ops, choose_variants, world_error
+from commbench.ops import build_ops, choose_variants, unavailable, world_error
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Op, Point
 from commbench.provenance import layout
-from commbench.results.display import Display, choose_mode
 from commbench.results.noise import Budget
 from commbench.results.schema import resolve_output
-from commbench.results.sink import Measured, Sink
 from commbench.results.stats import Stats
 from commbench.run.config import ONE_RANK_NOTE, Outcome, RunFacts, SweepConfig, agree, share_refusal
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping, form_groups
-from commbench.run.harness import Case, CollArgs, blocks, planned_iters, unavailable
+from commbench.run.harness import Case, blocks, planned_iters
 from commbench.run.heartbeat import ProgressBoard, connect_store
 from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, cpu_note, seconds_of_kernel, side_for
 from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_case, memory_error
+from commbench.run.sink import Measured, Sink
 from commbench.run.watchdog import Watchdog, bounded
 
 TRANSPORT_TIMEOUT_SLACK_S = 10.0

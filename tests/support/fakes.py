@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 import torch
 
 from commbench.backends.base import Backend
+from commbench.ops.args import CollArgs
 from commbench.ops.base import BusFactor, Op, OpSpec, Point
-from commbench.run.harness import CollArgs
 
 
 class FakeBackend(Backend):

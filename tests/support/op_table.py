@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from commbench.run.harness import CollArgs
+from commbench.ops.args import CollArgs
 
 
 def listed(x: Any) -> list[Any]:

@@ -15,13 +15,13 @@ from typing import Any
 
 import pandas as pd
 
+from commbench.console.display import Display
 from commbench.ops.base import Op
-from commbench.results.display import Display
-from commbench.results.sink import Sink
 from commbench.run import runner
 from commbench.run.config import SweepConfig
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping
+from commbench.run.sink import Sink
 from commbench.run.watchdog import Watchdog
 from tests.support.fakes import FakeBackend
 

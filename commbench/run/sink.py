@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import commbench
-from commbench.results import table
-from commbench.results.display import Display, Status
+from commbench.console import table
+from commbench.console.display import Display, Status
 from commbench.results.noise import Budget, HostLoad, summarise_noise
 from commbench.results.schema import COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, CsvAppender, rank_hosts, raw_path
-from commbench.results.stats import Stats, bandwidth_gbps, noisy, percentile
-from commbench.run.overlap import overlap_fraction
-from commbench.run.timers import PERF_COUNTER
+from commbench.results.stats import Stats, bandwidth_gbps, noisy, overlap_fraction, percentile
+from commbench.results.timing import PERF_COUNTER
 
 if TYPE_CHECKING:
     from commbench.history.recorder import RunRecorder
