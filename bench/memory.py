@@ -108,10 +108,11 @@ def rank_main(rank: int, world: int, port: int, queue: Any, cases: list[dict[str
 
 def measure_case(backend: Any, case: dict[str, Any]) -> dict[str, Any]:
     """This rank's figures for one case (see the module's docstring)."""
-    from commbench.backends.copies import copies_of
+    from commbench.backends import copies_of
     from commbench.ops import load_op
+    from commbench.ops.args import CollArgs, complete
     from commbench.ops.base import MemoryCase
-    from commbench.run.harness import CollArgs, complete, measure
+    from commbench.run.harness import measure
     from commbench.run.resources import peak_bytes, reset_peak
     from commbench.run.watchdog import Watchdog
 

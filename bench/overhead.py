@@ -76,8 +76,9 @@ def horovod_bare(backend: Any, out: torch.Tensor, inp: torch.Tensor, window: int
 def measure_pairs(backend: Any, pairs: int, iters: int, window: int) -> list[tuple[float, ...]]:
     """Per size: harness p50, bare p50, and the median, p10 and p90 of the per-pair ratios."""
     from commbench.ops.all_gather import AllGather
+    from commbench.ops.args import CollArgs
     from commbench.ops.base import Point
-    from commbench.run.harness import CollArgs, TimedCase
+    from commbench.run.harness import TimedCase
     from commbench.run.watchdog import Watchdog
 
     bare_for = horovod_bare if backend.name == "horovod" else gloo_bare

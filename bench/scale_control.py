@@ -75,8 +75,9 @@ def rank_main(rank: int, world: int, port: int, queue: Any, reps: int, iters: in
     import torch
 
     from commbench.ops.all_reduce import AllReduce
+    from commbench.ops.args import CollArgs
     from commbench.ops.base import Point
-    from commbench.run.harness import CollArgs, TimedCase, blocks
+    from commbench.run.harness import TimedCase, blocks
     from commbench.run.watchdog import Watchdog
 
     backend = join_group(rank, world, port)

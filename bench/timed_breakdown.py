@@ -49,13 +49,13 @@ def breakdown(backend: Any, size: int, iters: int) -> dict[str, dict[str, float]
     import torch
     import torch.distributed as dist
 
-    import commbench.run.harness as harness
     from commbench.ops.all_gather import AllGather
+    from commbench.ops.args import CollArgs, wait_all
     from commbench.ops.base import Point
     from commbench.run.timers import timer_for
 
     op = AllGather()
-    args = harness.CollArgs(backend=backend, dtype=torch.float32, variant="flat")
+    args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
     op.setup(args, Point.of_size(size))
     op.fill(args)
     timer = timer_for(backend)
@@ -67,7 +67,7 @@ def breakdown(backend: Any, size: int, iters: int) -> dict[str, dict[str, float]
             ("calls.clear", backend.calls.clear),
             ("timer.start", timer.start),
             ("op.issue", lambda: op.issue(args, "comm")),
-            ("wait_all", lambda: harness.wait_all(args)),
+            ("wait_all", lambda: wait_all(args)),
             ("timer.stop", timer.stop),
         ]
     }
@@ -132,16 +132,16 @@ def layers(calls: int) -> dict[str, float]:
     """ns per call of each layer between the op and torch, the torch function a stub."""
     import torch
 
-    import commbench.run.harness as harness
     from commbench.backends.gloo import GlooBackend
     from commbench.ops.all_gather import AllGather
+    from commbench.ops.args import CollArgs, wait_all
     from commbench.ops.base import Point
     from commbench.run.timers import timer_for
 
     done = _Done()
     backend = GlooBackend()
     backend._all_gather_fn = lambda *a, **k: done  # the stub: no collective, no torch
-    args = harness.CollArgs(backend=backend, dtype=torch.float32, variant="flat")
+    args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
     backend.world_size = 1
     op = AllGather()
     op.setup(args, Point.of_size(8))
@@ -152,7 +152,7 @@ def layers(calls: int) -> dict[str, float]:
 
     def issue_and_wait() -> None:
         op.issue(args, "comm")
-        harness.wait_all(args)
+        wait_all(args)
 
     def start_stop() -> None:
         timer.start()

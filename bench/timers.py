@@ -28,6 +28,7 @@ def rank_main(rank: int, world: int, port: int, queue, rounds: int, iters: int) 
 
     import commbench.run.harness as harness
     from commbench.ops.all_reduce import AllReduce
+    from commbench.ops.args import CollArgs
     from commbench.ops.base import Point
     from commbench.run.timers import CudaEventTimer, PerfCounterTimer, cuda_lead
     from commbench.run.watchdog import Watchdog
@@ -42,7 +43,7 @@ def rank_main(rank: int, world: int, port: int, queue, rounds: int, iters: int) 
     op = AllReduce()
     results = []
     for size in SIZES:
-        args = harness.CollArgs(backend=backend, dtype=torch.float32, variant="flat")
+        args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
         op.setup(args, Point.of_size(size))
         p50s: dict[str, list[float]] = {name: [] for name in timers}
         names = list(timers)

@@ -13,11 +13,13 @@ tasks, and where the ranks meet. SLURM's compressed lists are read by commbench/
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import socket
 import sys
 import zlib
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from commbench.errors import UserError
 from commbench.slurm_nodelist import expand_nodelist, tasks_on_node
@@ -52,10 +54,6 @@ LOCAL_RANK_ENV = (
 # Shared by every rank of one Open MPI / PMIx job and different between jobs: seeds the port.
 MPI_JOB_ID_ENV = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
 
-HOROVOD_LAUNCH_HINT = (
-    "--backend horovod needs ranks started by horovodrun or by commbench itself, not torchrun, srun or plain mpirun: use "
-    "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or `commbench sweep --backend horovod --nproc N`"
-)
 # How to set the number of ranks under each launcher, for the refusal of --nproc there.
 RANK_COUNT_OPTION = {
     "torchrun": "--nproc_per_node",
@@ -88,6 +86,7 @@ class Launch:
     master_port: int | None = None
     spawned: bool = False  # started by commbench's own spawner
     attempt: int = 0  # torchrun's restart count: keys in a store it keeps across restarts are per attempt
+    host: str = field(default_factory=socket.gethostname)  # as the rank reports it: HOST_ENV, if set, says
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -136,7 +135,7 @@ def detect(
         }[launch.kind]
         raise UserError(f"{what} {'applies' if len(given) == 1 else 'apply'} under srun or mpirun only; {instead}")
     check_host_override(env)
-    return launch
+    return dataclasses.replace(launch, host=env[HOST_ENV]) if env.get(HOST_ENV) else launch
 
 
 def check_host_override(env: Mapping[str, str]) -> None:

@@ -151,13 +151,13 @@ def backend_interface(
 ) -> tuple[str | None, str | None]:
     """The network interface the backend's traffic uses, and how that was found.
 
-    The backend's own variable when it names one interface (GLOO_SOCKET_IFNAME for gloo,
-    NCCL_SOCKET_IFNAME for nccl, HOROVOD_GLOO_IFACE for horovod); else the route to the master;
-    else, as Gloo itself decides, the interface holding this host name's address.
+    The backend's own variable (its BackendInfo's interface_env: GLOO_SOCKET_IFNAME for gloo,
+    NCCL_SOCKET_IFNAME for nccl, HOROVOD_GLOO_IFACE for horovod) when it names one interface; else
+    the route to the master; else, as Gloo itself decides, the interface holding this host name's address.
     """
-    variable = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME", "horovod": "HOROVOD_GLOO_IFACE"}.get(
-        backend
-    )
+    from commbench.backends import BACKENDS
+
+    variable = BACKENDS[backend].interface_env if backend in BACKENDS else None
     names = set(interface_addresses())
     if variable and (value := environ.get(variable, "").strip()):
         first = value.split(",")[0]

@@ -12,6 +12,7 @@ import torch
 from commbench.ops.all_gather import AllGather
 from commbench.ops.all_reduce import AllReduce
 from commbench.ops.all_to_all import AllToAll
+from commbench.ops.args import CollArgs, complete
 from commbench.ops.barrier import Barrier
 from commbench.ops.base import Op
 from commbench.ops.broadcast import Broadcast
@@ -20,7 +21,6 @@ from commbench.ops.reduce import Reduce
 from commbench.ops.reduce_scatter_base import ReduceScatterBase
 from commbench.ops.scatter import Scatter
 from commbench.ops.sendrecv import SendRecv
-from commbench.run.harness import CollArgs, complete
 
 
 def _bump(result: Any) -> None:

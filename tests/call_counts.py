@@ -20,8 +20,9 @@ from typing import Any
 import torch
 
 from commbench.ops import registry
+from commbench.ops.args import CollArgs, complete, wait_all
 from commbench.ops.base import Op
-from commbench.run.harness import CollArgs, complete, measure, wait_all
+from commbench.run.harness import measure
 from commbench.run.watchdog import Watchdog
 
 # Small workloads that still make the bucketed ops split and flush into several buckets.

@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Op, Point
-from commbench.run.harness import CollArgs, measure
+from commbench.run.harness import measure
 from commbench.run.watchdog import Watchdog
 
 

@@ -12,8 +12,8 @@ import threading
 import torch
 
 from commbench.ops.all_gather import AllGather
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Point
-from commbench.run.harness import CollArgs
 
 HANG_FROM_BYTES = 1024
 

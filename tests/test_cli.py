@@ -11,19 +11,11 @@ from commbench.cli import main
 from commbench.results.schema import COLUMNS
 from commbench.run.config import ONE_RANK_NOTE
 from tests.distributed import commbench, torchrun
+from tests.support.errors import assert_one_line_error
 
 
 def _invoke(*args: str):
     return CliRunner().invoke(main, list(args))
-
-
-def _one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code != 0, result.output
-    assert "Traceback" not in result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.mark.parametrize(
@@ -41,7 +33,7 @@ def _one_line_error(result, *fragments: str) -> None:
     ],
 )
 def test_bad_input_is_one_line(args, fragments):
-    _one_line_error(_invoke("sweep", *args), *fragments)
+    assert_one_line_error(_invoke("sweep", *args), *fragments)
 
 
 def test_nccl_without_a_gpu_says_what_to_do():
@@ -49,19 +41,19 @@ def test_nccl_without_a_gpu_says_what_to_do():
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is usable here")
-    _one_line_error(_invoke("sweep", "--backend", "nccl"), "nccl", "--backend gloo")
+    assert_one_line_error(_invoke("sweep", "--backend", "nccl"), "nccl", "--backend gloo")
 
 
 def test_unwritable_output(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    _one_line_error(_invoke("sweep", "-o", str(blocker / "out.csv")), "cannot create the output folder")
+    assert_one_line_error(_invoke("sweep", "-o", str(blocker / "out.csv")), "cannot create the output folder")
 
 
 def test_existing_output_is_not_overwritten(tmp_path):
     out = tmp_path / "run.csv"
     out.write_text("precious\n")
-    _one_line_error(_invoke("sweep", "-o", str(out)), "already exists", "--overwrite")
+    assert_one_line_error(_invoke("sweep", "-o", str(out)), "already exists", "--overwrite")
     assert out.read_text() == "precious\n"
 
 

@@ -12,8 +12,8 @@ from commbench.analysis.compare import Threshold, compare_runs, mann_whitney_p
 from commbench.cli import main
 from commbench.errors import UserError
 from commbench.results.stats import holm
+from tests.support.errors import assert_one_line_error
 from tests.synth_results import Case, synth_run
-from tests.test_cli import _one_line_error
 
 CASES = [Case("all_gather", "flat"), Case("all_gather", "list"), Case("reduce_scatter_base", "flat")]
 SLOW = 1 << 20  # the size a planted change hits
@@ -164,7 +164,7 @@ def test_wrong_results_in_the_candidate_fail(tmp_path: Path) -> None:
 def test_runs_with_nothing_in_common_is_one_line(tmp_path: Path) -> None:
     base = synth_run(tmp_path / "base.csv", CASES, seed=1)
     cand = synth_run(tmp_path / "cand.csv", CASES, seed=2, world_size=4)
-    _one_line_error(_compare(str(base), str(cand)), "no measured row in common", "world_size 2 vs 4")
+    assert_one_line_error(_compare(str(base), str(cand)), "no measured row in common", "world_size 2 vs 4")
 
 
 @pytest.mark.parametrize(
@@ -177,12 +177,12 @@ def test_runs_with_nothing_in_common_is_one_line(tmp_path: Path) -> None:
 )
 def test_bad_options_are_one_line(tmp_path: Path, args: list[str], fragment: str) -> None:
     base = synth_run(tmp_path / "base.csv", CASES[:1], seed=1, raw=False)
-    _one_line_error(_compare(str(base), str(base), *args), fragment)
+    assert_one_line_error(_compare(str(base), str(base), *args), fragment)
 
 
 def test_missing_baseline_is_one_line(tmp_path: Path) -> None:
     cand = synth_run(tmp_path / "cand.csv", CASES[:1], seed=1, raw=False)
-    _one_line_error(_compare(str(tmp_path / "gone.csv"), str(cand)), "gone.csv does not exist")
+    assert_one_line_error(_compare(str(tmp_path / "gone.csv"), str(cand)), "gone.csv does not exist")
 
 
 def test_threshold_parsing() -> None:
@@ -252,7 +252,7 @@ def test_series_of_fewer_than_four_sizes_are_not_judged_as_a_whole(tmp_path: Pat
 
 def test_an_absolute_series_threshold_is_one_line(tmp_path: Path) -> None:
     base = synth_run(tmp_path / "base.csv", CASES, seed=1)
-    _one_line_error(_compare(str(base), str(base), "--series-threshold", "20"), "takes a percentage")
+    assert_one_line_error(_compare(str(base), str(base), "--series-threshold", "20"), "takes a percentage")
 
 
 def test_a_row_must_stand_out_of_its_series_scatter(tmp_path: Path) -> None:

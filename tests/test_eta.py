@@ -10,7 +10,6 @@ without them once the ops have begun).
 
 from __future__ import annotations
 
-import io
 import math
 import random
 from pathlib import Path
@@ -19,18 +18,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from commbench.console.display import Status
+from commbench.ops.args import CollArgs
 from commbench.ops.base import BusFactor, OpSpec, Point
-from commbench.results.display import Display, Status
-from commbench.results.sink import Sink
 from commbench.run.config import SweepConfig
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping
-from commbench.run.harness import CollArgs
 from commbench.run.plan import SweepPlan, eta_prior
-from commbench.run.rotation import sweep_op
-from commbench.run.session import Session
-from commbench.run.watchdog import Watchdog
-from tests.test_rounds import FakeBackend, Recording
+from tests.support.fakes import FakeBackend, Recording
+from tests.support.sweeps import sweep_one_rank
 
 BARRIER_S = 300e-6  # an untimed barrier before every sample (as on 2 busy cores)
 EXCHANGE_S = 1e-3  # sharing a block's samples between ranks
@@ -114,28 +110,20 @@ def _sweep_with_a_fake_clock(
     the rows of an earlier run, the ETA's prior); every progress status with its time."""
     cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=SIZES)
     backend = machine or Machine()
-    grouping = Grouping("world", 1, backend)
-    instances = [op() for op in ops]
-    plan = SweepPlan(cfg, grouping, instances)
-    prior = eta_prior(plan, before) if before is not None else None
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    progress = SweepProgress(plan.cases(), Plan.of(cfg), clock=lambda: backend.now, prior=prior)
     seen: list[tuple[float, Status]] = []
-    real_status = progress.status
 
-    def status(label: str) -> Status:
-        result = real_status(label)
-        seen.append((backend.now, result))
-        return result
+    def watch(progress: SweepProgress) -> None:
+        real_status = progress.status
 
-    progress.status = status  # type: ignore[method-assign]
-    display = Display("quiet", stream=io.StringIO())  # the table is not what this test reads
-    sink = Sink(tmp_path / "eta.csv", {"run_id": "eta", "mode": cfg.mode, "world_size": 1}, False, False, display)
-    board = type("Board", (), {"step": lambda self, label: None, "rank": 0})()
-    session = Session(cfg, grouping, plan, Watchdog(60, 0), board, progress, sink)
-    for op in instances:
-        sweep_op(session, op, "float32")
-    sink.close()
+        def status(label: str) -> Status:
+            result = real_status(label)
+            seen.append((backend.now, result))
+            return result
+
+        progress.status = status  # type: ignore[method-assign]
+
+    ops_here = [op() for op in ops]
+    _, progress = sweep_one_rank(tmp_path / "eta.csv", cfg, backend, ops_here, watch=watch, before=before)
     return progress, seen, backend.now
 
 

@@ -18,11 +18,11 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import main
+from commbench.console.display import choose_mode
 from commbench.ops import registry
-from commbench.results.display import choose_mode
 from tests.distributed import REPO
+from tests.support.errors import assert_one_line_error
 from tests.synth_results import Case, synth_run
-from tests.test_cli import _one_line_error
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -36,29 +36,31 @@ def _sweep(*args: str, env: dict[str, str] | None = None):
     [("all_gathr", "all_gather"), ("reduce_scatter", "reduce_scatter_base"), ("allreduce", "all_reduce")],
 )
 def test_an_unknown_op_gets_the_nearest_name(given: str, meant: str) -> None:
-    _one_line_error(_sweep("--op", given), f"unknown op '{given}' (did you mean {meant}?); valid ops: all_gather")
+    assert_one_line_error(_sweep("--op", given), f"unknown op '{given}' (did you mean {meant}?); valid ops: all_gather")
 
 
 def test_an_op_named_without_op_is_shown_the_option() -> None:
-    _one_line_error(
+    assert_one_line_error(
         _sweep("all_gather"), "unexpected argument 'all_gather': ops are chosen with --op", "sweep --op all_gather`"
     )
-    _one_line_error(_sweep("all_gathr"), "sweep --op all_gather`")
-    _one_line_error(_sweep("--op", "barrier", "tomorrow"), "unexpected extra argument 'tomorrow'")
+    assert_one_line_error(_sweep("all_gathr"), "sweep --op all_gather`")
+    assert_one_line_error(_sweep("--op", "barrier", "tomorrow"), "unexpected extra argument 'tomorrow'")
 
 
 @pytest.mark.parametrize("sizes", ["8,,16", "8,16,", ",8"])
 def test_an_empty_size_item_is_refused(sizes: str) -> None:
-    _one_line_error(_sweep("--sizes", sizes), f"--sizes '{sizes}' has an empty item")
+    assert_one_line_error(_sweep("--sizes", sizes), f"--sizes '{sizes}' has an empty item")
 
 
 @pytest.mark.parametrize("precision", ["0%", "100%", "-1%"])
 def test_precision_out_of_range_says_what_is_allowed(precision: str) -> None:
-    _one_line_error(_sweep("--precision", precision), "--precision must be more than 0% and less than 100%, such as 2%")
+    assert_one_line_error(
+        _sweep("--precision", precision), "--precision must be more than 0% and less than 100%, such as 2%"
+    )
 
 
 def test_master_addr_with_local_ranks_is_one_plain_sentence() -> None:
-    _one_line_error(
+    assert_one_line_error(
         _sweep("--master-addr", "10.0.0.1"),
         "commbench: error: --master-addr applies under srun or mpirun only; the local ranks commbench starts "
         "always meet on 127.0.0.1, so leave it out",
@@ -67,7 +69,7 @@ def test_master_addr_with_local_ranks_is_one_plain_sentence() -> None:
 
 @pytest.mark.parametrize("host", ["a;b", "node@1", "rack/3"])
 def test_a_host_name_holding_the_csvs_separators_is_refused(host: str) -> None:
-    _one_line_error(_sweep("--op", "barrier", env={"COMMBENCH_HOST": host}), f"COMMBENCH_HOST='{host}' holds")
+    assert_one_line_error(_sweep("--op", "barrier", env={"COMMBENCH_HOST": host}), f"COMMBENCH_HOST='{host}' holds")
 
 
 def test_no_output_folder_is_created_at_the_filesystem_root(tmp_path: Path) -> None:
@@ -80,7 +82,7 @@ def test_no_output_folder_is_created_at_the_filesystem_root(tmp_path: Path) -> N
         if created:
             shutil.rmtree(top)
         assert not created, f"{args[0]} created {top}"
-        _one_line_error(result, f"commbench creates no folder at the filesystem root ({top}); create {top} first")
+        assert_one_line_error(result, f"commbench creates no folder at the filesystem root ({top}); create {top} first")
 
 
 @contextlib.contextmanager

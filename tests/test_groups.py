@@ -7,18 +7,17 @@ it). Two hosts in network namespaces, with a real link between them, are in test
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from commbench.errors import UserError
-from commbench.launcher_env import HOST_ENV
 from commbench.results.reader import read_one
 from commbench.run.config import SweepConfig
 from commbench.run.groups import layout, refusal
 from tests.distributed import commbench, run_ranks
+from tests.support.sweeps import sweep_on_rank
 from tests.synth_results import Case, synth_run
 
 LAYOUTS = [
@@ -90,7 +89,7 @@ def test_compare_keeps_groups_apart(tmp_path):
 
 
 def _as_host_of_two(backend) -> None:
-    os.environ[HOST_ENV] = f"node{backend.rank // 2}"
+    backend.host = f"node{backend.rank // 2}"  # what COMMBENCH_HOST makes a launched rank report
 
 
 def _members(backend) -> dict[str, object]:
@@ -128,16 +127,13 @@ def test_groups_on_four_ranks_as_two_hosts_hold_the_right_ranks():
 
 def _sweep_in_groups(backend, folder: str) -> list[str]:
     """The runner's sweep (agreement, groups, measurement, rows) on this rank, once per kind."""
-    from commbench.launcher_env import detect
-    from commbench.run.runner import run_sweep
-
     _as_host_of_two(backend)
     paths = []
     for kind in ("intra", "inter"):
         path = str(Path(folder) / f"{kind}.csv")
         ops, sizes = ("all_gather", "all_reduce"), (1024, 65536)
         cfg = SweepConfig(backend="gloo", ops=ops, sizes=sizes, iters=2, warmup=1, group=kind, output=path)
-        run_sweep(cfg, detect(), backend)
+        sweep_on_rank(backend, cfg)
         paths.append(path)
     return paths
 
@@ -175,7 +171,7 @@ def test_groups_of_one_rank_are_unavailable_rows_saying_why(tmp_path):
 def _agree_on_uneven_hosts(backend) -> str:
     from commbench.run.config import PeerError, agree
 
-    os.environ[HOST_ENV] = "node0" if backend.rank < 2 else "node1"
+    backend.host = "node0" if backend.rank < 2 else "node1"
     try:
         agree(backend, SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,), group="intra"), None)
     except UserError as exc:

@@ -27,7 +27,7 @@ from commbench.ops import registry
 from tests.call_counts import RESULT_TAG as CALL_COUNTS_TAG
 from tests.distributed import REPO, commbench
 from tests.horovod_cases import RESULT_TAG
-from tests.test_cli import _one_line_error
+from tests.support.errors import assert_one_line_error
 
 # Small workloads: horovod start-up dominates, and CI shares two cores. Uneven tensors make the
 # bucketed ops split and flush; --bucket-cap-mb 0.05 forces several buckets; sync_bn stays tiny.
@@ -169,7 +169,7 @@ def test_horovod_under_torchrun_says_to_use_horovodrun(monkeypatch):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     result = CliRunner().invoke(main, ["sweep", "--backend", "horovod", "--sizes", "8"])
-    _one_line_error(result, "torchrun", "horovodrun -np N --gloo", "--nproc N")
+    assert_one_line_error(result, "torchrun", "horovodrun -np N --gloo", "--nproc N")
 
 
 @pytest.mark.slow
@@ -177,7 +177,7 @@ def test_nproc_under_horovodrun_is_refused(monkeypatch):
     monkeypatch.setenv("HOROVOD_RANK", "0")
     monkeypatch.setenv("HOROVOD_SIZE", "2")
     result = CliRunner().invoke(main, ["sweep", "--backend", "horovod", "--nproc", "2", "--sizes", "8"])
-    _one_line_error(result, "under horovodrun use -np")
+    assert_one_line_error(result, "under horovodrun use -np")
 
 
 @pytest.mark.slow
@@ -187,7 +187,7 @@ def test_missing_horovod_says_how_to_install(monkeypatch):
     real = registry._package_dir
     monkeypatch.setattr(registry, "_package_dir", lambda name: None if name == "horovod" else real(name))
     assert "scripts/install-horovod.sh" in horovod_missing()
-    _one_line_error(CliRunner().invoke(main, ["sweep", "--backend", "horovod"]), "horovod", "install-horovod.sh")
+    assert_one_line_error(CliRunner().invoke(main, ["sweep", "--backend", "horovod"]), "horovod", "install-horovod.sh")
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import pytest
 from commbench.errors import UserError
 from commbench.launcher_env import DEFAULT_PORT, LOCAL, Launch, derived_port, detect, export_torch_env, torch_env
 from commbench.slurm_nodelist import expand_nodelist, parse_nodelist, tasks_on_node
+from tests.support.errors import assert_one_line_error
 
 TORCHRUN = {
     "RANK": "3",
@@ -443,10 +444,10 @@ def _sweep(monkeypatch, env: dict[str, str], args: str) -> Any:
 
 def _cli_error(monkeypatch, env: dict[str, str], args: str) -> str:
     result = _sweep(monkeypatch, env, args)
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("commbench: error: "), result.output
-    return lines[0].removeprefix("commbench: error: ")
+    assert_one_line_error(result, exit_code=2)
+    line = result.output.strip()
+    assert line.startswith("commbench: error: "), line
+    return line.removeprefix("commbench: error: ")
 
 
 def test_nproc_under_srun_or_mpirun_is_refused(monkeypatch):

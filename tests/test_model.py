@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from commbench.analysis.model import ALGORITHMS, Fit, fit_frame, fit_hockney, project
 from commbench.cli import main
 from commbench.results.reader import read_results
+from tests.support.errors import assert_one_line_error
 from tests.synth_results import Case, synth_run
-from tests.test_cli import _one_line_error
 
 # synth_results' model: 100 us + S / 2 GB/s. A quarter-octave sweep, 8 B to 64 MB: 93 sizes.
 SIZES = tuple(sorted({round(8 * 2 ** (k / 4)) for k in range(93)}))
@@ -108,15 +108,15 @@ def test_cli_prints_fits_projections_json_and_charts(tmp_path: Path):
 )
 def test_bad_options_are_one_line(tmp_path: Path, args: list[str], fragment: str):
     path = synth_run(tmp_path / "run.csv", [Case("all_gather", "flat")], seed=1, raw=False)
-    _one_line_error(CliRunner().invoke(main, ["model", str(path), *args]), fragment)
+    assert_one_line_error(CliRunner().invoke(main, ["model", str(path), *args]), fragment)
 
 
 def test_unusable_input_is_one_line(tmp_path: Path):
     one_size = synth_run(tmp_path / "one.csv", [Case("all_gather", "flat", sizes=(1024,))], seed=1, raw=False)
-    _one_line_error(CliRunner().invoke(main, ["model", str(one_size)]), "a fit needs 4 or more sizes")
+    assert_one_line_error(CliRunner().invoke(main, ["model", str(one_size)]), "a fit needs 4 or more sizes")
     other = tmp_path / "other.csv"
     other.write_text("name,value\na,1\n")
-    _one_line_error(CliRunner().invoke(main, ["model", str(other)]), "not a commbench results CSV")
+    assert_one_line_error(CliRunner().invoke(main, ["model", str(other)]), "not a commbench results CSV")
 
 
 def test_times_that_do_not_grow_with_size_print_and_serialise_without_a_beta(tmp_path: Path):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from commbench.results.display import Display
+from commbench.console.display import Display
 from commbench.results.measurement import Measurement
 from commbench.results.noise import Budget, HostLoad, summarise_noise
-from commbench.results.sink import Sink
+from commbench.run.sink import Sink
 
 
 def _row(p50: float, width: float, iters: int, note: str = "") -> dict:

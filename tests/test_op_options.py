@@ -7,8 +7,9 @@ from click.testing import CliRunner
 
 from commbench.cli import main
 from commbench.errors import UserError
-from commbench.ops.bucketed_reduce_scatter import parse_caps_mb
+from commbench.ops.bucketed_reduce_scatter import BUCKET_CAP_MB
 from commbench.units import format_count, parse_count, parse_tensors
+from tests.support.errors import assert_sweep_refuses
 
 
 def test_tensors_expand_in_order():
@@ -29,19 +30,10 @@ def test_counts_round_trip(n):
 
 
 def test_caps():
-    assert parse_caps_mb("1,5,25,0.5,0,5") == (1.0, 5.0, 25.0, 0.5, 0.0)
+    assert BUCKET_CAP_MB.parse("1,5,25,0.5,0,5") == (1.0, 5.0, 25.0, 0.5, 0.0)
     for bad in ("lots", "1,,x", "-1", "nan", "inf", ""):
         with pytest.raises(UserError):
-            parse_caps_mb(bad)
-
-
-def _one_line_error(args: list[str], *fragments: str) -> None:
-    result = CliRunner().invoke(main, ["sweep", *args])
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+            BUCKET_CAP_MB.parse(bad)
 
 
 @pytest.mark.parametrize(
@@ -64,7 +56,7 @@ def _one_line_error(args: list[str], *fragments: str) -> None:
     ],
 )
 def test_bad_op_options_are_one_line_errors(args, fragments):
-    _one_line_error(args, *fragments)
+    assert_sweep_refuses(args, *fragments)
 
 
 def test_list_states_s_for_every_new_op():
@@ -72,3 +64,19 @@ def test_list_states_s_for_every_new_op():
     for name in ("grouped_all_gather", "bucketed_reduce_scatter", "all_reduce", "bucketed_all_reduce"):
         assert f"  {name} " in out
     assert "S = total gathered bytes over the K tensors" in out
+
+
+def test_each_option_is_typed_and_its_default_shown_once_by_click():
+    """The help text states no default itself: click shows the option's own, which parses back to it."""
+    from commbench.ops import op_options
+
+    help_text = " ".join(CliRunner().invoke(main, ["sweep", "--help"]).output.split())
+    for option in op_options():
+        assert "default" not in option.help.replace("(default:", ""), option.flag  # per-op defaults only
+        if option.default is not None:
+            assert option.parse(option.default_text) == option.default
+            assert help_text.count(f"[default: {option.default_text}]") >= 1, option.flag
+            # As a rank receives it: JSON turned the tuple into a list.
+            assert option.value(list(option.default) if isinstance(option.default, tuple) else option.default) == (
+                option.default
+            )

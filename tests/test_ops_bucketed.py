@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from commbench.ops import choose_variants
 from commbench.ops.all_reduce import AllReduce
+from commbench.ops.args import complete
 from commbench.ops.bucketed_all_reduce import BucketedAllReduce
 from commbench.ops.bucketed_reduce_scatter import BucketedReduceScatter
 from commbench.ops.gradients import DEFAULT_GRADIENTS
-from commbench.run.harness import CollArgs, complete
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
 
@@ -58,27 +57,6 @@ def test_calls_per_step_show_the_buckets():
     assert calls["bucketed_1MB"] == 1 and calls["flat"] == 1
     assert 1 < calls["bucketed_0.0001MB"] < 8
     assert calls["bucketed_1e7"] == 1 and calls["bucketed_8"] == 5  # 3x5 -> [5,5] [5,7] [1,33] [33] [4]
-
-
-def test_s_is_the_padded_workload():
-    class FakeBackend:
-        rank, world_size, device = 1, 3, torch.device("cpu")
-
-        def reduce_scatter_flat(self, output, input):
-            raise AssertionError("not called")
-
-        all_reduce = reduce_scatter_flat
-
-    backend = FakeBackend()
-    rs, ar = BucketedReduceScatter(TENSORS), BucketedAllReduce(TENSORS)
-    rs_args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
-    ar_args = CollArgs(backend=backend, dtype=torch.float32, variant="per_tensor")
-    rs.setup(rs_args, rs.points([1])[0])
-    ar.setup(ar_args, ar.points([1])[0])
-    # padded to multiples of 3: 3x6 + 9 + 3 + 2x33 + 6 elements; the all-reduce does not pad.
-    assert rs.size_bytes(rs_args, "comm") == (18 + 9 + 3 + 66 + 6) * 4
-    assert ar.size_bytes(ar_args, "comm") == (15 + 7 + 1 + 66 + 4) * 4
-    assert (rs.bus_factor(3), ar.bus_factor(3)) == pytest.approx((2 / 3, 4 / 3))
 
 
 def test_default_workload_is_modest_and_measured_once():

@@ -5,7 +5,6 @@ nccl-tests in a real sweep's CSV, the uneven splits are seeded, and bad options 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -17,21 +16,23 @@ from commbench.cli import main
 from commbench.errors import UserError
 from commbench.ops import registry
 from commbench.ops.all_gather import AllGather
-from commbench.ops.all_to_all import AllToAll, parse_imbalance, receive_imbalance, uneven_splits
+from commbench.ops.all_to_all import IMBALANCE, AllToAll, receive_imbalance, uneven_splits
+from commbench.ops.args import CollArgs
 from commbench.ops.barrier import Barrier
 from commbench.ops.base import Point
 from commbench.ops.broadcast import Broadcast
 from commbench.ops.gather import Gather
 from commbench.ops.reduce import Reduce
 from commbench.ops.reduce_scatter_base import ReduceScatterBase
-from commbench.ops.rooted import parse_root
+from commbench.ops.rooted import ROOT
 from commbench.ops.scatter import Scatter
 from commbench.ops.sendrecv import SendRecv
-from commbench.run.harness import CollArgs
 from tests import broken_ops
 from tests.distributed import commbench, run_ranks, torchrun
 from tests.op_cases import every_variant, run_cases
-from tests.test_op_options import _one_line_error
+from tests.support.errors import assert_sweep_refuses
+from tests.support.op_table import TABLE
+from tests.support.sweeps import sweep_on_rank
 
 NEW_OPS = (AllToAll, Broadcast, Reduce, Gather, Scatter, SendRecv, Barrier)
 ROOTED = (Broadcast, Reduce, Gather, Scatter)
@@ -132,47 +133,19 @@ def test_splits_follow_the_imbalance():
     assert uneven_splits(4, 1000, 0.5, seed=7) == uneven_splits(4, 1000, 0.5, seed=7)
 
 
-class _FakeBackend:
-    def __init__(self, n: int, rank: int = 0) -> None:
-        self.rank, self.world_size, self.device = rank, n, torch.device("cpu")
-
-
-@pytest.mark.parametrize("n", [2, 3, 4])
-def test_s_per_op_as_nccl_tests_defines_it(n):
-    size = 1 << 16
-    for op_cls, variant, multiple in (
-        (AllToAll, "single", n),
-        (AllToAll, "uneven", n),
-        (Broadcast, "flat", 1),
-        (Reduce, "flat", 1),
-        (Gather, "flat", n),
-        (Scatter, "flat", n),
-        (SendRecv, "pair", 1),
-    ):
-        op = op_cls()
-        args = CollArgs(backend=_FakeBackend(n), dtype=torch.float32, variant=variant)
-        op.setup(args, Point.of_size(size))
-        assert args.count % multiple == 0 and abs(args.count * 4 - size) < 4 * multiple
-        assert op.size_bytes(args, "comm") == args.count * 4
-    barrier = Barrier()
-    args = CollArgs(backend=_FakeBackend(n), dtype=torch.float32, variant="barrier")
-    (point,) = barrier.points([8, 1024, 1 << 20])  # one point whatever the sizes
-    barrier.setup(args, point)
-    assert barrier.size_bytes(args, "comm") == 0 and barrier.bus_factor(n) is None
-
-
-# busbw / algbw as nccl-tests defines it, per op; None: latency only, both columns empty.
-FACTORS = {
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "sendrecv": lambda n: 1.0,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter_base": lambda n: (n - 1) / n,
-    "barrier": None,
-}
+# The ops of a family sweep; their S and bus factor as nccl-tests defines them are TABLE's.
+FAMILY = (
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "sendrecv",
+    "barrier",
+    "all_gather",
+    "reduce_scatter_base",
+)
+FACTORS = {op: TABLE[op].factor for op in FAMILY}
 
 
 @pytest.mark.slow
@@ -226,15 +199,15 @@ def test_a_real_sweeps_csv_has_the_bus_factor_of_each_op(n, tmp_path):
     ],
 )
 def test_bad_root_and_imbalance_are_one_line_errors(args, fragments):
-    _one_line_error(args, *fragments)
+    assert_sweep_refuses(args, *fragments)
 
 
 def test_options_parse():
-    assert parse_root(None) == 0 and parse_root("3") == 3
-    assert parse_imbalance(None) == 0.5 and parse_imbalance("0") == 0.0 and parse_imbalance("1.5") == 1.5
+    assert ROOT.value(None) == 0 and ROOT.value("3") == 3 and ROOT.value(3) == 3
+    assert IMBALANCE.value(None) == 0.5 and IMBALANCE.value("0") == 0.0 and IMBALANCE.value("1.5") == 1.5
     for bad in ("-1", "x", "1.5"):
         with pytest.raises(UserError):
-            parse_root(bad)
+            ROOT.value(bad)
     assert Broadcast({"root": "3"}).world_error(4) is None and "--root 4" in Broadcast({"root": "4"}).world_error(4)
 
 
@@ -260,9 +233,6 @@ def test_every_new_op_is_registered_with_its_variants():
     for name, variants in expected.items():
         assert registry()[name].variants == variants
     assert "inplace" in registry()["all_gather"].variants and "inplace" in registry()["reduce_scatter_base"].variants
-    for name, spec in ((n, registry()[n].spec) for n in expected):
-        if spec.bus_factor is not None:
-            assert math.isclose(spec.bus_factor(4), FACTORS[name](4))
 
 
 def test_list_shows_s_and_the_factor_of_every_new_op():
@@ -275,24 +245,9 @@ def test_list_shows_s_and_the_factor_of_every_new_op():
     assert "variants: flat, list, inplace" in out
 
 
-FAMILY = (
-    "all_to_all",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-    "sendrecv",
-    "barrier",
-    "all_gather",
-    "reduce_scatter_base",
-)
-
-
 def _family_in_groups(backend, folder: str, root: str) -> list[str]:
     """The runner's sweep of the family in intra and inter groups of four ranks as two hosts of two."""
-    from commbench.launcher_env import detect
     from commbench.run.config import PeerError, SweepConfig
-    from commbench.run.runner import run_sweep
     from tests.test_groups import _as_host_of_two
 
     _as_host_of_two(backend)
@@ -304,7 +259,7 @@ def _family_in_groups(backend, folder: str, root: str) -> list[str]:
             backend="gloo", ops=FAMILY, sizes=(1024,), iters=2, warmup=1, group=kind, output=path, op_options=options
         )
         try:
-            run_sweep(cfg, detect(), backend)
+            sweep_on_rank(backend, cfg, options)
             outcomes.append(path)
         except UserError as exc:
             outcomes.append(f"UserError: {exc.format_message()}")

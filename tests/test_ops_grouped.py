@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commbench.backends.copies import copies_of
+from commbench.backends import copies_of
+from commbench.ops.args import CollArgs, complete
 from commbench.ops.base import MemoryCase, Point
 from commbench.ops.grouped_all_gather import MAX_CHANNELS, GroupedAllGather, channels_for
-from commbench.run.harness import CollArgs, complete
 from tests.distributed import run_ranks
 from tests.op_cases import every_variant, run_cases
+from tests.support.fakes import FakeBackend
 
 
 @pytest.mark.slow
@@ -46,17 +47,13 @@ def test_channels_follow_the_requested_size(size, n, channels):
     assert channels_for(size, 4, n) == channels
 
 
-def test_s_is_the_gathered_bytes_of_the_syncbn_shapes():
-    class FakeBackend:
-        rank, world_size, device = 0, 4, torch.device("cpu")
-
+def test_the_default_workload_is_the_syncbn_shapes():
+    """count, mean and invstd: tensors of 1, C and C elements, C = S / (2 x element size x n)."""
     op = GroupedAllGather()
-    args = CollArgs(backend=FakeBackend(), dtype=torch.float32, variant="separate")
+    args = CollArgs(backend=FakeBackend(rank=0, world_size=4), dtype=torch.float32, variant="separate")
     op.setup(args, Point.of_size(4096))
     c = 4096 // (2 * 4 * 4)
     assert [t.numel() for t in args.input] == [1, c, c]
-    assert op.size_bytes(args, "comm") == (1 + 2 * c) * 4 * 4
-    assert op.bus_factor(4) == pytest.approx(0.75)
 
 
 def test_unavailable_variants_say_why():

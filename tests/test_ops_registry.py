@@ -3,10 +3,6 @@ place its facts live; options it declares reach the command line by themselves."
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +11,10 @@ from click.testing import CliRunner
 
 from commbench.cli import main
 from commbench.ops import build_ops, load_op, op_options, registry, spec_of
-from commbench.ops.base import Op, OpOption, OpSpec
+from commbench.ops.base import Op, OpSpec
+from commbench.ops.options import OpOption, Tensors
 from tests.distributed import REPO
+from tests.package_copy import copy_package
 
 
 def test_every_op_module_is_registered_under_its_spec_name():
@@ -42,7 +40,7 @@ def test_two_different_declarations_of_one_flag_are_a_bug(monkeypatch):
             "S",
             registry()["all_gather"].spec.bus_factor,
             ("flat",),
-            options=(OpOption("--tensors", "other meaning"),),
+            options=(OpOption("--tensors", "other meaning", Tensors()),),
         )
 
     monkeypatch.setitem(registry(), "clash", Clash)
@@ -66,25 +64,13 @@ def test_plugins_load_by_module_and_class_and_bad_ones_are_one_line():
 @pytest.mark.slow
 def test_a_new_op_is_one_module_and_no_other_edit(tmp_path: Path):
     """Copy the package, drop in a copy of all_reduce under a new name: list and sweep pick it up."""
-    shutil.copytree(REPO / "commbench", tmp_path / "commbench", ignore=shutil.ignore_patterns("__pycache__"))
+    run = copy_package(tmp_path)
     source = (REPO / "commbench" / "ops" / "all_reduce.py").read_text()
     renamed = source.replace('name="all_reduce"', 'name="all_reduce_copy"').replace(
         "class AllReduce(", "class AllReduceCopy("
     )
     assert renamed != source
     (tmp_path / "commbench" / "ops" / "all_reduce_copy.py").write_text(renamed)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "commbench", *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-
     listed = run("list")
     assert listed.returncode == 0 and "  all_reduce_copy " in listed.stdout, listed.stdout + listed.stderr
     out = tmp_path / "run.csv"

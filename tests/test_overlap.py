@@ -11,9 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import main
-from commbench.run.overlap import calibrate, flops_of, overlap_fraction, parse_compute, side_for
+from commbench.results.stats import overlap_fraction
+from commbench.run.overlap import calibrate, flops_of, parse_compute, side_for
 from tests.distributed import commbench, run_ranks
-from tests.test_cli import _one_line_error
+from tests.support.errors import assert_one_line_error
 
 
 @pytest.mark.parametrize(
@@ -64,7 +65,7 @@ def test_calibration_agrees_across_ranks():
 
 @pytest.mark.parametrize("value", ["lots", "-1", "0", "1e40"])
 def test_bad_compute_is_one_line(value):
-    _one_line_error(CliRunner().invoke(main, ["sweep", "--overlap", "--compute", value]), "--compute")
+    assert_one_line_error(CliRunner().invoke(main, ["sweep", "--overlap", "--compute", value]), "--compute")
 
 
 @pytest.mark.slow

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from commbench.cli import main
 from commbench.results.reader import complete_records
 from commbench.results.schema import COLUMNS
+from tests.support.errors import assert_one_line_error
 from tests.synth_results import Case, synth_run
-from tests.test_cli import _one_line_error
 
 CASES = [Case("all_gather", "flat"), Case("reduce_scatter_base", "flat")]
 ROWS = 2 * 4  # two cases at synth_results' four sizes
@@ -82,7 +82,7 @@ def test_plot_report_and_model_ignore_a_partial_last_row(
 def test_a_file_cut_inside_its_header_is_one_line(tmp_path: Path) -> None:
     cut = tmp_path / "cut.csv"
     cut.write_text(",".join(COLUMNS)[:100])
-    _one_line_error(CliRunner().invoke(main, ["model", str(cut)]), "ends inside its header line")
+    assert_one_line_error(CliRunner().invoke(main, ["model", str(cut)]), "ends inside its header line")
 
 
 def test_complete_records_finds_where_the_partial_record_starts() -> None:

@@ -20,8 +20,8 @@ from commbench.cli.execute import chart_after
 from commbench.results.reader import read_results
 from commbench.results.schema import COLUMNS
 from commbench.run.config import Outcome, SweepConfig
+from tests.support.errors import assert_one_line_error
 from tests.synth_results import SIZES, Case, synth_run
-from tests.test_cli import _one_line_error
 
 CASES = [
     Case("all_gather", "flat"),
@@ -201,7 +201,9 @@ def _write(path: Path, text: str) -> Path:
 )
 def test_unusable_input_is_one_line(tmp_path: Path, make, fragments: list[str]) -> None:
     path = make(tmp_path)
-    _one_line_error(CliRunner().invoke(main, ["plot", str(path), "-o", str(tmp_path / "out")]), str(path), *fragments)
+    assert_one_line_error(
+        CliRunner().invoke(main, ["plot", str(path), "-o", str(tmp_path / "out")]), str(path), *fragments
+    )
 
 
 def test_version_1_files_read_with_the_new_columns_empty(tmp_path: Path) -> None:
@@ -228,18 +230,18 @@ def test_missing_some_columns_names_them(run_csv: Path, tmp_path: Path) -> None:
     trimmed = [",".join(c for i, c in enumerate(line.split(",")) if i not in drop) for line in lines]
     path = _write(tmp_path / "trimmed.csv", "\n".join(trimmed) + "\n")
     result = CliRunner().invoke(main, ["plot", str(path)])
-    _one_line_error(result, "lacks required column(s) busbw_gbps, status")
+    assert_one_line_error(result, "lacks required column(s) busbw_gbps, status")
     assert "not a commbench" not in result.output
 
 
 def test_unwritable_output_folder_is_one_line(run_csv: Path, tmp_path: Path) -> None:
     blocker = _write(tmp_path / "afile", "x")
-    _one_line_error(
+    assert_one_line_error(
         CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker / "charts")]),
         "cannot create the output folder",
     )
-    _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker)]), "is a file")
-    _one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", ""]), "--output is empty")
+    assert_one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", str(blocker)]), "is a file")
+    assert_one_line_error(CliRunner().invoke(main, ["plot", str(run_csv), "-o", ""]), "--output is empty")
 
 
 @pytest.mark.slow

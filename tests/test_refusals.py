@@ -27,7 +27,7 @@ from commbench.errors import ExitCode
 from commbench.run.config import SweepConfig
 from tests.distributed import REPO, torchrun
 from tests.distributed import commbench as commbench_process
-from tests.test_cli import _one_line_error
+from tests.support.errors import assert_one_line_error
 
 QUICK = ("--op", "all_gather", "--sizes", "8", "-n", "1", "-w", "0", "--no-plot")
 
@@ -78,7 +78,7 @@ REFUSED = [
     (["--op", "bucketed_reduce_scatter", "--bucket-cap-mb", "nan"], ["--bucket-cap-mb 'nan' must be a finite"]),
     (["--op", "bucketed_reduce_scatter", "--bucket-cap-mb", "inf"], ["--bucket-cap-mb 'inf' must be a finite"]),
     (["--op", "bucketed_all_reduce", "--message-size", "0"], ["--message-size '0' must be positive"]),
-    (["--op", "sync_bn", "--batch", "nan"], ["--batch 'nan' must be a whole number"]),
+    (["--op", "sync_bn", "--batch", "nan"], ["--batch 'nan' is not a sample count"]),
     (["-o", ""], ["--output is empty"]),
     # Memory refusals name the op's own workload and the option that sets it, not --max-bytes.
     (["--op", "sync_bn", "--channels", "100000000"], ["sync_bn at C=100000000", "lower --channels, --batch"]),
@@ -95,7 +95,7 @@ def test_refused_in_one_line_before_a_rank_is_spawned(
     args: list[str], fragments: list[str], spawned: list, small_host: None
 ) -> None:
     result = CliRunner().invoke(main, ["sweep", *args])
-    _one_line_error(result, "commbench: error: ", *fragments)
+    assert_one_line_error(result, "commbench: error: ", *fragments)
     assert result.exit_code == ExitCode.USAGE
     assert spawned == []
 
@@ -104,7 +104,7 @@ def test_refused_in_one_line_before_a_rank_is_spawned(
 def test_an_output_that_cannot_be_created_is_refused_before_spawning(spawned: list) -> None:
     # /proc passes a permission check for root, yet no file can be created in it.
     result = CliRunner().invoke(main, ["sweep", *QUICK, "-o", "/proc/commbench-x.csv"])
-    _one_line_error(result, "cannot write /proc/commbench-x.csv")
+    assert_one_line_error(result, "cannot write /proc/commbench-x.csv")
     assert spawned == []
 
 
@@ -113,7 +113,7 @@ def test_nccl_ranks_beyond_the_visible_gpus_are_refused(spawned: list, monkeypat
     monkeypatch.setitem(commbench.backends.BACKENDS, "nccl", nccl)
     monkeypatch.setattr(commbench.run.launch, "visible_gpus", lambda: 1)
     result = CliRunner().invoke(main, ["sweep", "--backend", "nccl", "--nproc", "2", *QUICK])
-    _one_line_error(result, "--nproc 2 needs 2 GPUs with nccl (one per rank), but 1 is visible", "--backend gloo")
+    assert_one_line_error(result, "--nproc 2 needs 2 GPUs with nccl (one per rank), but 1 is visible", "--backend gloo")
     assert spawned == []
 
 
@@ -135,7 +135,7 @@ def spawned_horovod(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Stand in for the Horovod spawner: record how many ranks would have started."""
     calls: list[int] = []
 
-    def spawn_horovod(cfg: SweepConfig, nproc: int) -> int:
+    def spawn_horovod(cfg: SweepConfig, nproc: int, spawn: Any) -> int:
         calls.append(nproc)
         return ExitCode.OK
 
@@ -145,7 +145,7 @@ def spawned_horovod(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_horovod_ranks_beyond_the_visible_gpus_are_refused(fake_gpus: Any, spawned_horovod: list[int]) -> None:
     result = CliRunner().invoke(main, ["sweep", "--backend", "horovod", "--nproc", "3", *QUICK])
-    _one_line_error(result, "--nproc 3 needs 3 GPUs with horovod (one per rank), but 2 are visible", "--nproc 2")
+    assert_one_line_error(result, "--nproc 3 needs 3 GPUs with horovod (one per rank), but 2 are visible", "--nproc 2")
     assert spawned_horovod == []
 
 
@@ -231,12 +231,12 @@ def test_validation_imports_no_torch() -> None:
 def test_the_configuration_reaches_the_ranks_whatever_its_size(tmp_path: Path) -> None:
     """It travels on the ranks' stdin: in their environment, 140 KB of options once failed with E2BIG."""
     out = tmp_path / "long.csv"
-    channels = "4," * 70_000  # one channel count, written out long
-    args = ["sweep", "--op", "sync_bn", "--variant", "torch", "--channels", channels, "-n", "1", "-w", "0"]
+    variants = ",".join(["torch"] * 70_000)  # one variant, written out long: 420 KB of configuration
+    args = ["sweep", "--op", "sync_bn", "--channels", "4", "--variant", variants, "-n", "1", "-w", "0"]
     result = CliRunner().invoke(main, [*args, "--no-plot", "-o", str(out)])
     assert result.exit_code == 0, result.output
     rows = pd.read_csv(out)
-    assert set(rows["count"]) == {4} and (rows.status == "ok").all()
+    assert set(rows["count"]) == {4} and set(rows.variant) == {"torch"} and (rows.status == "ok").all()
 
 
 @pytest.mark.slow

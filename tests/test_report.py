@@ -12,8 +12,8 @@ from commbench.analysis.charts.plot import build_charts
 from commbench.analysis.model import fit_frame, model_charts
 from commbench.cli import main
 from commbench.results.reader import read_results
+from tests.support.errors import assert_one_line_error
 from tests.synth_results import Case, synth_run
-from tests.test_cli import _one_line_error
 from tests.test_plotting import CASES
 
 
@@ -72,11 +72,11 @@ def test_report_in_svg_and_default_name(runs: list[Path]) -> None:
 def test_unwritable_report_destination_is_one_line(runs: list[Path], tmp_path: Path) -> None:
     blocker = tmp_path / "afile"
     blocker.write_text("x")
-    _one_line_error(
+    assert_one_line_error(
         CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(blocker / "sub" / "r.html")]),
         "cannot create the output folder",
     )
-    _one_line_error(CliRunner().invoke(main, ["report", str(runs[0]), "-o", ""]), "--output is empty")
+    assert_one_line_error(CliRunner().invoke(main, ["report", str(runs[0]), "-o", ""]), "--output is empty")
 
 
 def test_a_folder_as_destination_gets_the_default_name_inside(runs: list[Path], tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_a_folder_as_destination_gets_the_default_name_inside(runs: list[Path], 
 
 
 def test_report_of_a_missing_file_is_one_line(tmp_path: Path) -> None:
-    _one_line_error(
+    assert_one_line_error(
         CliRunner().invoke(main, ["report", str(tmp_path / "gone.csv"), "-o", str(tmp_path / "r.html")]),
         "does not exist",
     )

@@ -10,25 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pandas as pd
 import pytest
 import torch
 
 from commbench.backends.base import Backend
-from commbench.ops.base import BusFactor, Op, OpSpec, Point
-from commbench.results.display import Display
-from commbench.results.sink import Sink
+from commbench.ops.args import CollArgs
+from commbench.ops.base import Point
 from commbench.run.config import SweepConfig
-from commbench.run.eta import Plan, SweepProgress
-from commbench.run.groups import Grouping
-from commbench.run.harness import CollArgs, TimedCase, blocks, planned_iters
-from commbench.run.plan import SweepPlan, rotation_groups
-from commbench.run.rotation import sweep_op
-from commbench.run.session import Session
+from commbench.run.harness import TimedCase, blocks, planned_iters
+from commbench.run.plan import rotation_groups
 from commbench.run.watchdog import Watchdog
 from tests.distributed import run_ranks
+from tests.support.fakes import TICK_S, FakeBackend, Recording
+from tests.support.sweeps import sweep_one_rank
 
 # -- the iteration count ---------------------------------------------------------------------------
 
@@ -78,82 +75,11 @@ def test_ranks_agree_on_the_iteration_count_when_one_clock_reads_slower() -> Non
     assert b0 == b1 == [2, 1, 0]  # blocks of 2 and 1 samples; the check found nothing wrong
 
 
-# -- a fake transport and a recording op --------------------------------------------------------------
-
-
-class FakeBackend(Backend):
-    """One rank with a clock that moves only when an op advances it."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.now = 0.0
-
-    def init(self, timeout_s: float, launch: Any) -> None: ...
-    def close(self) -> None: ...
-    def version(self) -> str:
-        return "fake"
-
-    def all_gather_flat(self, output, input):  # pragma: no cover - the recording op calls none
-        raise NotImplementedError
-
-    all_gather_list = reduce_scatter_flat = reduce_scatter_list = all_gather_flat
-
-    def all_reduce(self, tensor):  # pragma: no cover
-        raise NotImplementedError
-
-    def barrier(self) -> None: ...
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        return [obj]
-
-    def clock(self) -> float:
-        return self.now
-
-
-TICK_S = 2.0**-13
-
-
-class Recording(Op):
-    """An op whose every iteration advances the fake clock by 2^-13 s x (1 + S / 1 KiB), times a factor
-    that `slow` may set per (variant, size, visit); every iteration is logged. Powers of two keep
-    the fake clock's arithmetic exact."""
-
-    spec = OpSpec(
-        name="recording",
-        summary="records the order of its iterations",
-        s_definition="S = size",
-        bus_factor=BusFactor("1", lambda n: 1.0),
-        variants=("a", "b"),
-    )
-    log: ClassVar[list[tuple[str, int]]] = []
-    slow: ClassVar[dict[tuple[str, int, int], float]] = {}
-
-    def setup(self, args: CollArgs, point: Point) -> None:
-        args.count = point.size_bytes // 4
-        args.state = {"visit": -1, "size": point.size_bytes}
-
-    def fill(self, args: CollArgs) -> None: ...
-
-    def issue(self, args: CollArgs, phase: str) -> None:
-        key = (args.variant, args.state["size"])
-        visit = args.state["visit"]
-        self.log.append(key)
-        factor = self.slow.get((*key, visit), 1.0)
-        args.backend.now += TICK_S * (1 + args.state["size"] / 1024) * factor
-
-    def before(self, args: CollArgs, phase: str) -> None: ...
-
-    def wrong(self, args: CollArgs, phase: str) -> int:
-        return 0
-
-
 def _sweep_fake(tmp_path: Path, **config: Any) -> tuple[pd.DataFrame, list[list[tuple[str, int]]]]:
     """The runner's sweep of the recording op over 8, 1K and 4K on the fake backend; returns the rows
     written and the visits in order (each a list of the iterations it ran)."""
-    # --raw: rank 0 keeps the per-rank samples, which the sink below writes.
+    # --raw: rank 0 keeps the per-rank samples, which the sink writes.
     cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8, 1024, 4096), raw=True, **config)
-    backend, op = FakeBackend(), Recording()
     Recording.log = []
     visits: list[list[tuple[str, int]]] = []
     real_block = TimedCase.block
@@ -164,20 +90,11 @@ def _sweep_fake(tmp_path: Path, **config: Any) -> tuple[pd.DataFrame, list[list[
         real_block(case, iters, round_index, check)
         visits.append(Recording.log[start : start + iters])
 
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "fake.csv"
-    sink = Sink(path, {"run_id": "fake", "mode": cfg.mode, "world_size": 1}, False, True, Display("quiet"))
-    board = type("Board", (), {"step": lambda self, label: None, "rank": 0})()
-    grouping = Grouping("world", 1, backend)
-    plan = SweepPlan(cfg, grouping, [op])
-    progress = SweepProgress(plan.cases(), Plan.of(cfg), clock=lambda: backend.now)
-    session = Session(cfg, grouping, plan, Watchdog(60, 0), board, progress, sink)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(TimedCase, "block", block)
-        sweep_op(session, op, "float32")
+        rows, progress = sweep_one_rank(tmp_path / "fake.csv", cfg, FakeBackend(), [Recording()])
     assert progress.done == progress.total == 6
-    sink.close()
-    return pd.read_csv(path), visits
+    return rows, visits
 
 
 def test_rounds_visit_every_case_in_rotation_and_pool_their_samples(tmp_path: Path) -> None:

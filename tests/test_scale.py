@@ -15,12 +15,13 @@ import torch
 import torch.distributed as dist
 
 from commbench.ops.all_reduce import AllReduce
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Point
 from commbench.results.measurement import Measurement
-from commbench.results.sink import Sink
-from commbench.run.harness import CollArgs, TimedCase
+from commbench.run.harness import TimedCase
 from commbench.run.heartbeat import STORE_WRITES_PER_S, ProgressBoard, RankRecord
 from commbench.run.overlap import ComputeKernel
+from commbench.run.sink import Sink
 from commbench.run.watchdog import Watchdog
 from tests.distributed import run_ranks
 

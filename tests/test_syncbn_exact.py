@@ -1,11 +1,7 @@
 """SyncBatchNorm is exact: every strategy, every case of issue 4, on 2 and 3 real Gloo ranks, against
 torch.nn.BatchNormXd applied (in float64) to the concatenation of every rank's batch.
 
-Tolerances (|ours - reference| <= atol + rtol * |reference|), by the input's dtype:
-  float64:  1e-9 / 1e-9   everything
-  float32:  1e-4 / 1e-5   output, grad_input, running stats; grad_weight/bias sums over ranks 1e-4 / 1e-4
-  float16:  1e-2 / 1e-2   output and grad_input (stored in float16); float32 statistics as float32
-  bfloat16: 2e-2 / 6e-2   output and grad_input (stored in bfloat16); float32 statistics as float32
+Tolerances by dtype: tests/support/tolerance.py.
 """
 
 from __future__ import annotations
@@ -19,12 +15,7 @@ import torch
 from commbench.syncbn import STRATEGY_NAMES, SyncBatchNorm
 from commbench.syncbn.strategies import STRATEGIES
 from tests.distributed import run_ranks
-
-# (rtol, atol) for tensors stored in the input dtype, and for float32/float64 statistics and grad sums.
-VALUE_TOL = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 6e-2)}
-STAT_TOL = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-5), "float16": (1e-4, 1e-5), "bfloat16": (1e-4, 1e-5)}
-# grad_weight / grad_bias summed over ranks (sums of many products: a looser absolute bound in float32).
-GRAD_SUM_TOL = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "float16": (1e-4, 1e-4), "bfloat16": (1e-4, 1e-4)}
+from tests.support.tolerance import GRAD_SUM_TOL, STAT_TOL, VALUE_TOL, close
 
 
 @dataclass(frozen=True)
@@ -119,16 +110,6 @@ def _local(t: torch.Tensor, case: Case) -> torch.Tensor:
     return t
 
 
-def _close(
-    what: str, actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, float], failures: list[str]
-) -> None:
-    a, e = actual.detach().double(), expected.detach().double()
-    if a.shape != e.shape:
-        failures.append(f"{what}: shape {tuple(a.shape)} != {tuple(e.shape)}")
-    elif not torch.allclose(a, e, rtol=tol[0], atol=tol[1]):
-        failures.append(f"{what}: max |diff| {(a - e).abs().max().item():.3g} (rtol {tol[0]}, atol {tol[1]})")
-
-
 def _run_case(backend: Any, case_no: int, case: Case, strategy: str) -> tuple[list[str], list[tuple[list[float], ...]]]:
     """Train `steps` steps on this rank and on the reference; returns failures and per-step grads."""
     rank, world = backend.rank, backend.world_size
@@ -157,7 +138,7 @@ def _run_case(backend: Any, case_no: int, case: Case, strategy: str) -> tuple[li
     if case.dtype == "float64":
         ours = ours.double()
     ours.load_state_dict(ref.state_dict())
-    vtol, stol = VALUE_TOL[case.dtype], STAT_TOL[case.dtype]
+    vtol, stol = VALUE_TOL[getattr(torch, case.dtype)], STAT_TOL[getattr(torch, case.dtype)]
     spec = STRATEGIES[strategy]
     stat_bytes = 8 if case.dtype == "float64" else 4
 
@@ -178,8 +159,8 @@ def _run_case(backend: Any, case_no: int, case: Case, strategy: str) -> tuple[li
         y.backward(_local(batches[rank][1], case))
         bwd = counting.take()
         where = f"{label} step {step}"
-        _close(f"{where} output", y, y_ref[mine], vtol, failures)
-        _close(f"{where} grad_input", x.grad, x_all.grad[mine], vtol, failures)
+        close(failures, f"{where} output", y, y_ref[mine], vtol)
+        close(failures, f"{where} grad_input", x.grad, x_all.grad[mine], vtol)
         if y.dtype != x.dtype:
             failures.append(f"{where} output dtype {y.dtype} != {x.dtype}")
         layout = torch.channels_last if ndim == 4 else torch.channels_last_3d
@@ -201,8 +182,8 @@ def _run_case(backend: Any, case_no: int, case: Case, strategy: str) -> tuple[li
                 tuple(t.double().tolist() for t in (ours.weight.grad, ours.bias.grad, ref.weight.grad, ref.bias.grad))
             )
         if case.track:
-            _close(f"{where} running_mean", ours.running_mean, ref.running_mean, stol, failures)
-            _close(f"{where} running_var", ours.running_var, ref.running_var, stol, failures)
+            close(failures, f"{where} running_mean", ours.running_mean, ref.running_mean, stol)
+            close(failures, f"{where} running_var", ours.running_var, ref.running_var, stol)
             if int(ours.num_batches_tracked) != int(ref.num_batches_tracked):
                 failures.append(
                     f"{where} num_batches_tracked {int(ours.num_batches_tracked)} != {int(ref.num_batches_tracked)}"
@@ -217,7 +198,7 @@ def _run_case(backend: Any, case_no: int, case: Case, strategy: str) -> tuple[li
         # With running statistics both use them; without, each rank normalises its own batch
         # (torch.nn.SyncBatchNorm's eval behaviour), which is the reference on this rank's batch alone.
         expected = ref(x.double())
-        _close(f"{label} eval output", y, expected, vtol, failures)
+        close(failures, f"{label} eval output", y, expected, vtol)
         if counting.take() != (0, 0) or sum(backend.calls.values()) != calls_before:
             failures.append(f"{label} eval mode communicated")
     return failures, grads
@@ -254,7 +235,7 @@ def test_every_strategy_matches_batchnorm_on_the_whole_batch(world):
     # grad_weight / grad_bias are per rank; their sum over ranks is the whole batch's gradient.
     for key, steps in results[0]["grads"].items():
         case = CASES[key[0]]
-        tol = GRAD_SUM_TOL[case.dtype]
+        tol = GRAD_SUM_TOL[getattr(torch, case.dtype)]
         for step, (_, _, ref_w, ref_b) in enumerate(steps):
             sum_w = sum(torch.tensor(r["grads"][key][step][0], dtype=torch.float64) for r in results)
             sum_b = sum(torch.tensor(r["grads"][key][step][1], dtype=torch.float64) for r in results)

@@ -4,7 +4,7 @@ The ranks here are threads sharing an in-process communicator (ThreadComm), so a
 ranks, one of them empty, costs milliseconds. The plain reference is the textbook arithmetic in
 float64 on the whole batch: two-pass statistics, (x - mean) * invstd * weight + bias, and
 grad_input = (dy - mean(dy) - (x - mean) invstd^2 mean(dy (x - mean))) * invstd * weight.
-Tolerances are those of tests/test_syncbn_exact.py (float64 to 1e-9).
+Tolerances are tests/support/tolerance.py's, as tests/test_syncbn_exact.py uses them (float64 to 1e-9).
 """
 
 from __future__ import annotations
@@ -21,25 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from commbench.syncbn import STRATEGY_NAMES, SyncBatchNorm, stats
 from commbench.syncbn.stats import chan_merge, local_stats, merge_from_invstd, stat_dtype
+from tests.support.tolerance import GRAD_SUM_TOL, STAT_TOL, VALUE_TOL, close
 
-VALUE_TOL = {
-    torch.float64: (1e-9, 1e-9),
-    torch.float32: (1e-4, 1e-5),
-    torch.float16: (1e-2, 1e-2),
-    torch.bfloat16: (2e-2, 6e-2),
-}
-STAT_TOL = {
-    torch.float64: (1e-9, 1e-9),
-    torch.float32: (1e-4, 1e-5),
-    torch.float16: (1e-4, 1e-5),
-    torch.bfloat16: (1e-4, 1e-5),
-}
-GRAD_SUM_TOL = {
-    torch.float64: (1e-9, 1e-9),
-    torch.float32: (1e-4, 1e-4),
-    torch.float16: (1e-4, 1e-4),
-    torch.bfloat16: (1e-4, 1e-4),
-}
 DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -207,16 +190,6 @@ def _plain_reference(
     return {"rows": rows, "mean": mean, "unbiased_var": var * n / (n - 1)}
 
 
-def _close(
-    failures: list[str], what: str, actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, float]
-) -> None:
-    a, e = actual.detach().double(), expected.detach().double()
-    if a.shape != e.shape:
-        failures.append(f"{what}: shape {tuple(a.shape)} != {tuple(e.shape)}")
-    elif not torch.allclose(a, e, rtol=tol[0], atol=tol[1]):
-        failures.append(f"{what}: max |diff| {(a - e).abs().max().item():.3g} (rtol {tol[0]}, atol {tol[1]})")
-
-
 def _check_case(case_no: int, case: Case, strategy: str) -> list[str]:
     batches = _batches(case, case_no)
     channels, ndim = case.rest[0], len(case.rest) + 1
@@ -240,8 +213,8 @@ def _check_case(case_no: int, case: Case, strategy: str) -> list[str]:
         y.backward(dy)
         expected = ref["rows"][rank]
         vtol = VALUE_TOL[case.dtype]
-        _close(failures, f"{label} output", y, expected["output"], vtol)
-        _close(failures, f"{label} grad_input", x.grad, expected["grad_input"], vtol)
+        close(failures, f"{label} output", y, expected["output"], vtol)
+        close(failures, f"{label} grad_input", x.grad, expected["grad_input"], vtol)
         if y.dtype != case.dtype or x.grad.dtype != case.dtype:
             failures.append(f"{label} dtypes {y.dtype} {x.grad.dtype}")
         if case.layout == "channels_last":
@@ -249,12 +222,12 @@ def _check_case(case_no: int, case: Case, strategy: str) -> list[str]:
             if not (y.is_contiguous(memory_format=fmt) and x.grad.is_contiguous(memory_format=fmt)):
                 failures.append(f"{label} lost the channels_last layout")
         if case.affine:
-            _close(failures, f"{label} grad_weight", bn.weight.grad, expected["grad_weight"], GRAD_SUM_TOL[case.dtype])
-            _close(failures, f"{label} grad_bias", bn.bias.grad, expected["grad_bias"], GRAD_SUM_TOL[case.dtype])
+            close(failures, f"{label} grad_weight", bn.weight.grad, expected["grad_weight"], GRAD_SUM_TOL[case.dtype])
+            close(failures, f"{label} grad_bias", bn.bias.grad, expected["grad_bias"], GRAD_SUM_TOL[case.dtype])
         stol = STAT_TOL[case.dtype]
         # running = 0.9 * (0, 1) + 0.1 * (mean, unbiased variance)
-        _close(failures, f"{label} running_mean", bn.running_mean, 0.1 * ref["mean"], stol)
-        _close(failures, f"{label} running_var", bn.running_var, 0.9 + 0.1 * ref["unbiased_var"], stol)
+        close(failures, f"{label} running_mean", bn.running_mean, 0.1 * ref["mean"], stol)
+        close(failures, f"{label} running_var", bn.running_var, 0.9 + 0.1 * ref["unbiased_var"], stol)
         return failures
 
     return [f for rank_failures in run_threads(len(case.batches), rank_fn) for f in rank_failures]

@@ -14,8 +14,9 @@ import torch
 
 from commbench.errors import UserError
 from commbench.ops import choose_variants
+from commbench.ops.args import CollArgs
 from commbench.ops.sync_bn import NATIVE_HOROVOD, NATIVE_TORCH, SyncBN
-from commbench.run.harness import CollArgs, measure
+from commbench.run.harness import measure
 from commbench.run.watchdog import Watchdog
 from commbench.syncbn import SyncBatchNorm
 from commbench.syncbn.instrument import native_calls, recording
@@ -95,29 +96,13 @@ def test_a_corrupted_sync_bn_result_is_caught():
     assert wrong == {"forward": 2, "backward": 2, "forward_backward": 4}
 
 
-def test_s_is_the_bytes_each_phase_communicates():
-    class FakeBackend:
-        rank, world_size, device = 0, 4, torch.device("cpu")
-
-    op = SyncBN({"channels": "100"})
-    args = CollArgs(backend=FakeBackend(), dtype=torch.float32, variant="torch")
-    args.count = 100
-    assert op.size_bytes(args, "forward") == 201 * 4 * 4
-    assert op.size_bytes(args, "backward") == 200 * 4
-    assert op.size_bytes(args, "forward_backward") == 201 * 16 + 800
-    args.variant, args.dtype = "allreduce", torch.float64
-    assert op.size_bytes(args, "forward") == 201 * 8
-    args.dtype = torch.bfloat16  # statistics stay float32
-    assert op.size_bytes(args, "backward") == 200 * 4
-
-
 @pytest.mark.parametrize(
     "options, message",
     [
         ({"channels": "32,x"}, "--channels 'x' is not a channel count"),
         ({"channels": "0"}, "--channels '0' is not a channel count"),
-        ({"batch": "-1"}, "--batch '-1' must be a whole number >= 1"),
-        ({"spatial": "two"}, "--spatial 'two' must be a whole number >= 1"),
+        ({"batch": "-1"}, "--batch '-1' is not a sample count: give a whole number >= 1"),
+        ({"spatial": "two"}, "--spatial 'two' is not a height: give a whole number >= 1"),
         ({"batch": "1", "spatial": "1"}, "at least 2 values per channel per rank"),
     ],
 )
@@ -253,7 +238,7 @@ def test_syncbn_command_prints_the_comparison_and_charts_it(tmp_path):
     [
         (("syncbn", "--strategy", "torch,nccl"), "unknown strategy 'nccl'; valid strategies: torch, torch_legacy"),
         (("syncbn", "--channels", "32,-1"), "--channels '-1' is not a channel count"),
-        (("sweep", "--op", "sync_bn", "--batch", "0"), "--batch '0' must be a whole number >= 1"),
+        (("sweep", "--op", "sync_bn", "--batch", "0"), "--batch '0' is not a sample count: give a whole number >= 1"),
     ],
 )
 def test_bad_command_lines_are_one_line_errors(argv, message):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from commbench.results.table import Table
+from commbench.console.table import Table
 
 ROW = {
     "op": "bucketed_reduce_scatter",

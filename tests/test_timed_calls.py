@@ -15,8 +15,8 @@ from commbench.backends.base import Backend
 from commbench.backends.torch_dist import FLAT_ALL_GATHER
 from commbench.ops import registry
 from commbench.ops.all_gather import AllGather
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Point
-from commbench.run.harness import CollArgs
 from tests.call_counts import differences
 from tests.distributed import run_ranks
 

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from commbench.backends.base import Binding
+from commbench.ops.args import CollArgs
 from commbench.results.reader import read_one
 from commbench.results.schema import COLUMNS
-from commbench.run.harness import CollArgs, measure
+from commbench.results.timing import CUDA_EVENT, PERF_COUNTER
+from commbench.run.harness import measure
 from commbench.run.timers import (
-    CUDA_EVENT,
     LEAD_CYCLES,
-    PERF_COUNTER,
     CudaEventTimer,
     PerfCounterTimer,
     cuda_lead,

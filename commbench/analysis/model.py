@@ -8,21 +8,22 @@ one, and is made robust with Huber's loss by iteratively reweighted least square
 disturbed size cannot pull the line.
 
 A projection turns the fitted collective into per-message link parameters through the textbook cost
-model of an algorithm at the measured world size, then evaluates the same model at other world
-sizes: T(p, S) = A(p) a + B(p) S b. It is a model, not a measurement (docs/model.md lists the
+model of an algorithm at the measured world size (each op's spec carries its own: OpSpec.cost),
+then evaluates the same model at other world sizes: T(p, S) = A(p) a + B(p) S b. It is a model, not a measurement (docs/model.md lists the
 formulas, their sources and their limits).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 
 from commbench.errors import UserError
+from commbench.ops import spec_of
+from commbench.ops.base import ALGORITHMS
 from commbench.results.reader import ok_rows
 from commbench.results.schema import LAYOUT_KEY, key_without
 from commbench.units import format_size
@@ -32,36 +33,6 @@ MIN_R2 = 0.9  # below this the line does not describe the data: no projection fr
 HUBER_K = 1.345  # 95% efficiency under normal errors
 # A fit's line: the row key without the size, in one run (on its backend).
 FIT_KEY = ("run", *key_without("size_bytes", *LAYOUT_KEY), "backend", *LAYOUT_KEY)
-
-
-def _lg(p: int) -> float:
-    return float(math.ceil(math.log2(p))) if p > 1 else 0.0
-
-
-# (latency coefficient A(p), bandwidth coefficient B(p)) of T = A(p) alpha + B(p) S beta, with S as
-# commbench defines it per op (the collective's total bytes). Reductions' compute (gamma) is folded
-# into the per-byte term.
-Coefficients = Callable[[int], tuple[float, float]]
-ALGORITHMS: dict[str, dict[str, Coefficients]] = {
-    "ring": {
-        "all_gather": lambda p: (p - 1, (p - 1) / p),
-        "reduce_scatter_base": lambda p: (p - 1, (p - 1) / p),
-        "all_reduce": lambda p: (2 * (p - 1), 2 * (p - 1) / p),
-        "broadcast": lambda p: (_lg(p) + p - 1, 2 * (p - 1) / p),  # scatter + all_gather
-        "all_to_all": lambda p: (p - 1, (p - 1) / p),  # pairwise exchange
-    },
-    "tree": {
-        "all_gather": lambda p: (_lg(p), (p - 1) / p),  # recursive doubling
-        "reduce_scatter_base": lambda p: (_lg(p), (p - 1) / p),  # recursive halving
-        "all_reduce": lambda p: (2 * _lg(p), 2 * (p - 1) / p),  # Rabenseifner
-        "broadcast": lambda p: (_lg(p), _lg(p)),  # binomial tree
-        "reduce": lambda p: (_lg(p), _lg(p)),  # binomial tree
-        "gather": lambda p: (_lg(p), (p - 1) / p),  # binomial
-        "scatter": lambda p: (_lg(p), (p - 1) / p),  # binomial
-        "all_to_all": lambda p: (_lg(p), _lg(p) / 2),  # Bruck
-        "barrier": lambda p: (_lg(p), 0.0),  # dissemination
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -207,7 +178,8 @@ class Projection:
 def project(fit: Fit, algorithm: str, world_size: int, max_size_bytes: int) -> Projection | str:
     """The projection, or why there is none (no formula for the op, a fit too poor to extrapolate)."""
     op, measured = fit.key[1], int(fit.key[7])
-    coefficients = ALGORITHMS[algorithm].get(op)
+    spec = spec_of(op)
+    coefficients = None if spec is None else spec.cost.of(algorithm)
     if coefficients is None:
         return f"{op}: the {algorithm} model has no formula for it"
     if not fit.fits:

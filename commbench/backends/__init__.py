@@ -1,4 +1,12 @@
-"""The backend registry. Availability is judged without importing torch, so `commbench list` stays fast."""
+"""The backend registry: one BackendInfo line per transport, holding every fact about it that is
+needed before one of its ranks runs.
+
+Adding a backend is its module (a Backend subclass) plus one line here: its name, where its class
+lives, what `commbench list` and `--backend`'s help say, how to tell cheaply whether it can run
+here, what it copies inside its calls (memory estimates), whether each local rank takes a GPU, who
+starts its ranks and which launchers may. Nothing here imports torch, so `commbench list` and
+`--help` stay fast; what loads later is named by import path and loaded when it is needed.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +17,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from commbench.backends import copies
+from commbench.backends.copies import Copies
 from commbench.errors import UserError
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
+
+    Spawn = Callable[..., int]  # commbench's spawner: spawn(cfg, nproc, rank_env=None) -> exit code
 
 
 def _package_dir(name: str) -> Path | None:
@@ -58,36 +70,117 @@ def horovod_missing() -> str | None:
     return None
 
 
+HOROVOD_LAUNCH_HINT = (
+    "--backend horovod needs ranks started by horovodrun or by commbench itself, not torchrun, srun or plain mpirun: use "
+    "`horovodrun -np N --gloo commbench sweep --backend horovod ...` or `commbench sweep --backend horovod --nproc N`"
+)
+
+
+def never() -> bool:
+    return False
+
+
+def always() -> bool:
+    return True
+
+
+def horovod_on_gpus() -> bool:
+    """Horovod built with NCCL where CUDA works takes a GPU per rank; without NCCL it moves host
+    tensors through Gloo. Loads Horovod (and torch) only where CUDA is usable."""
+    if cuda_missing() is not None:
+        return False
+    from commbench.backends import horovod
+
+    return horovod.horovod_on_gpus()
+
+
 @dataclass(frozen=True)
 class BackendInfo:
-    """A transport: where its code lives and how to tell, cheaply, whether it can run here."""
+    """A transport's facts, known before any of its ranks runs.
+
+    spawner: None when commbench's own spawner starts local ranks (torch's env:// rendezvous on
+    loopback); else "module:function" taking (cfg, nproc, spawn) that prepares what the transport's
+    ranks need (Horovod's rendezvous server) and calls spawn(cfg, nproc, rank_env=...), commbench's
+    spawner, which it is handed so that it imports nothing of the launcher's. launchers: the
+    launcher kinds (commbench.launcher_env.KINDS) whose ranks it can run, None for every kind; a
+    rank under another is refused with launch_hint.
+    """
 
     name: str
-    target: str
-    summary: str
-    missing: Callable[[], str | None]
+    target: str  # "module:Class" of its Backend subclass
+    summary: str  # `commbench list` and --backend's help
+    missing: Callable[[], str | None]  # why it cannot run here, or None; cheap and torch-free
+    copies: Copies  # what it allocates inside its calls (commbench.backends.copies): no default, so none is forgotten
+    gpu_per_rank: Callable[[], bool] = never  # whether each local rank takes a GPU of its own
+    interface_env: str | None = None  # the variable that names its network interface (provenance)
+    spawner: str | None = None
+    launchers: tuple[str, ...] | None = None
+    launch_hint: str = ""
+
+    def load(self) -> type[Backend]:
+        """The Backend subclass (imports its module, and torch)."""
+        return _resolve(self.target)
+
+    def spawn(self, cfg: Any, nproc: int, spawn: Spawn) -> int:
+        """Start nproc local ranks with this transport's spawner, or with `spawn` itself (cfg: the
+        run's SweepConfig, which this layer passes on without reading, so it names no run/ type)."""
+        return spawn(cfg, nproc) if self.spawner is None else _resolve(self.spawner)(cfg, nproc, spawn)
+
+    def launcher_error(self, kind: str) -> str | None:
+        """Why a rank started by this launcher kind cannot run this transport, or None."""
+        return None if self.launchers is None or kind in self.launchers else self.launch_hint
 
 
 BACKENDS: dict[str, BackendInfo] = {
     info.name: info
     for info in (
         BackendInfo(
-            "gloo", "commbench.backends.gloo:GlooBackend", "torch.distributed over Gloo (CPU tensors)", torch_missing
+            "gloo",
+            "commbench.backends.gloo:GlooBackend",
+            "torch.distributed over Gloo (CPU tensors)",
+            torch_missing,
+            copies.gloo,
+            interface_env="GLOO_SOCKET_IFNAME",
         ),
         BackendInfo(
             "nccl",
             "commbench.backends.nccl:NcclBackend",
             "torch.distributed over NCCL (one GPU per rank)",
             cuda_missing,
+            copies.nccl,
+            gpu_per_rank=always,
+            interface_env="NCCL_SOCKET_IFNAME",
         ),
         BackendInfo(
             "horovod",
             "commbench.backends.horovod:HorovodBackend",
             "Horovod (horovod.torch; Gloo on CPU, NCCL when built with it)",
             horovod_missing,
+            copies.horovod,
+            gpu_per_rank=horovod_on_gpus,
+            interface_env="HOROVOD_GLOO_IFACE",
+            spawner="commbench.run.horovod_launch:spawn_horovod",
+            launchers=("horovodrun",),
+            launch_hint=HOROVOD_LAUNCH_HINT,
         ),
     )
 }
+
+
+def _resolve(path: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def copies_of(backend: str) -> Copies:
+    """The copies function of a backend by name; none for a name this registry does not hold."""
+    info = BACKENDS.get(backend)
+    return copies.no_copies if info is None else info.copies
+
+
+def backends_help() -> str:
+    """--backend's help: the registered backends and the default."""
+    return f"{', '.join(BACKENDS)} (default: nccl when a GPU is usable, else gloo)."
 
 
 def default_backend() -> str:
@@ -106,5 +199,4 @@ def check_backend(name: str) -> BackendInfo:
 
 
 def load_backend(name: str) -> type[Backend]:
-    module_name, _, attr = check_backend(name).target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    return check_backend(name).load()

@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
-from commbench.launcher_env import HOST_ENV
-
 if TYPE_CHECKING:
     from commbench.launcher_env import Launch
 
@@ -95,6 +93,7 @@ class Backend(ABC):
         self.node_rank: int | None = 0  # None where the launcher does not say
         self.world_size = 1
         self.local_rank: int | None = 0  # None where the launcher does not say
+        self.host = socket.gethostname()  # init() takes the Launch's (which COMMBENCH_HOST may set)
         self.device = torch.device("cpu")
         self.calls: Counter[str] = Counter()
         # Collective calls since init, never cleared: published by the heartbeat so a timeout can
@@ -306,5 +305,4 @@ class Backend(ABC):
 
     def node_info(self) -> dict[str, Any]:
         """Where this rank runs, for provenance and diagnosis."""
-        host = os.environ.get(HOST_ENV) or socket.gethostname()
-        return {"rank": self.rank, "host": host, "node_rank": self.node_rank, "pid": os.getpid()}
+        return {"rank": self.rank, "host": self.host, "node_rank": self.node_rank, "pid": os.getpid()}

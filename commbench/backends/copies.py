@@ -1,7 +1,7 @@
 """What each transport allocates inside its calls beyond the caller's tensors, for memory estimates.
 
 Torch-free, so the launching process can estimate a sweep's memory before it starts a rank. One
-function per backend: copies(call, full_bytes, world_size, in_flight) -> bytes, where call names the
+function per backend, named by its BackendInfo (commbench/backends/__init__.py): copies(call, full_bytes, world_size, in_flight) -> bytes, where call names the
 Backend method (all_gather_list, ...), full_bytes is the call's larger side (the gathered output,
 the reduce-scatter input, the all-reduce buffer, what a rank sends or receives at most) and
 in_flight how many such calls are issued before any completes.
@@ -61,8 +61,3 @@ def horovod(call: str, full_bytes: int, world_size: int, in_flight: int) -> int:
 def no_copies(call: str, full_bytes: int, world_size: int, in_flight: int) -> int:
     """A transport that declares none (a plugin's, a test double's)."""
     return 0
-
-
-def copies_of(backend: str) -> Copies:
-    """The copies function of a backend by name."""
-    return {"gloo": gloo, "nccl": nccl, "horovod": horovod}.get(backend, no_copies)

@@ -30,7 +30,7 @@ class GlooBackend(TorchDistBackend):
     """torch.distributed over Gloo; tensors live in host memory, or (--device cuda) on a GPU, which
     Gloo stages through host memory for the collectives it supports on CUDA."""
 
-    name = "gloo"
+    name = transport = "gloo"
 
     def __init__(self, device: str = "cpu") -> None:
         super().__init__()

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from commbench.backends import BACKENDS
 from commbench.backends.base import Backend, Work
 from commbench.backends.devices import bind_own_gpu
 from commbench.errors import UserError
-from commbench.launcher_env import HOROVOD_LAUNCH_HINT
 
 if TYPE_CHECKING:
     from commbench.launcher_env import Launch
@@ -236,8 +236,8 @@ class HorovodBackend(Backend):
 
     # -- life cycle ---------------------------------------------------------------------------
     def init(self, timeout_s: float, launch: Launch) -> None:
-        if launch.kind != "horovodrun":
-            raise UserError(HOROVOD_LAUNCH_HINT)
+        if (hint := BACKENDS[self.name].launcher_error(launch.kind)) is not None:
+            raise UserError(hint)
         # Gloo's own timeout on connecting and on each operation; commbench's watchdog covers waits.
         os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(max(1, int(timeout_s))))
         self.hvd = hvd = import_horovod()
@@ -248,7 +248,7 @@ class HorovodBackend(Backend):
             torch.set_num_threads(1)
         hvd.init()
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
-        self.node_rank = hvd.cross_rank()
+        self.node_rank, self.host = hvd.cross_rank(), launch.host
         if on_gpus(hvd):
             self.device = bind_own_gpu(self.local_rank, hvd.local_size(), self.name)
 

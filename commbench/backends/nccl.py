@@ -20,7 +20,7 @@ DUPLICATE_GPU = "Duplicate GPU detected"
 class NcclBackend(TorchDistBackend):
     """torch.distributed over NCCL; each rank binds its own GPU before the process group exists."""
 
-    name = "nccl"
+    name = transport = "nccl"
     reduce_keeps_non_root = True  # ncclReduce reads the non-root buffers and writes only the root's
 
     def select_device(self, launch: Launch) -> torch.device:

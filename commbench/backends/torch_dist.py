@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -38,6 +38,9 @@ def resolve_api(candidates: tuple[str, ...]) -> str:
 class TorchDistBackend(Backend):
     """torch.distributed with one process group spanning every rank."""
 
+    # torch.distributed's name of the transport (init_process_group's backend); a subclass under
+    # another commbench name keeps its parent's.
+    transport: ClassVar[str]
     grouping = "coalesced"
     torch_process_group = True
     binds = True  # every collective goes through bound_or_called()
@@ -64,10 +67,10 @@ class TorchDistBackend(Backend):
         # The rendezvous (MASTER_ADDR, MASTER_PORT) comes from the environment, as torchrun sets it
         # (under srun and mpirun, start() exports it from the Launch first).
         self.rank, self.world_size = launch.rank, launch.world_size
-        self.local_rank, self.node_rank = launch.local_rank, launch.node_rank
+        self.local_rank, self.node_rank, self.host = launch.local_rank, launch.node_rank, launch.host
         self.device = self.select_device(launch)
         dist.init_process_group(
-            backend=self.name,
+            backend=self.transport,
             rank=self.rank,
             world_size=self.world_size,
             timeout=datetime.timedelta(seconds=timeout_s),

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from commbench.backends import backends_help
 from commbench.errors import UserError
 from commbench.run.config import (
     DEFAULT_MAX_ITERS,
@@ -62,9 +63,7 @@ def _fraction(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 launch_options = _compose(
-    click.option(
-        "--backend", default=None, help="gloo, nccl, horovod (default: nccl when a GPU is usable, else gloo)."
-    ),
+    click.option("--backend", default=None, help=backends_help()),
     click.option(
         "--nproc",
         type=int,

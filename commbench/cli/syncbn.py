@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from commbench.cli.execute import chart_after, execute
+from commbench.cli.op_options import op_flag
 from commbench.cli.options import (
     build_config,
     history_options,
@@ -21,14 +22,9 @@ from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 
 
 @click.command()
-@click.option(
-    "--channels",
-    default="32,64,128,256,512,1024,2048",
-    show_default=True,
-    help="Channel counts C to sweep, comma-separated.",
-)
-@click.option("--batch", default="8", show_default=True, help="Samples per rank N of the (N, C, H, W) input.")
-@click.option("--spatial", default="8", show_default=True, help="Height = width of the input.")
+@op_flag(CHANNELS)
+@op_flag(BATCH)
+@op_flag(SPATIAL)
 @click.option(
     "--strategy",
     "strategies",
@@ -40,9 +36,9 @@ from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 @history_options
 @plot_option
 def syncbn(
-    channels: str,
-    batch: str,
-    spatial: str,
+    channels: tuple[int, ...],
+    batch: int,
+    spatial: int,
     strategies: tuple[str, ...],
     nproc: int | None,
     master_addr: str | None,

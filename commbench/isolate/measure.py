@@ -21,11 +21,12 @@ import torch
 
 from commbench.backends.base import Backend
 from commbench.ops import build_ops
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Point
 from commbench.results.stats import Stats, bandwidth_gbps
 from commbench.run.config import SweepConfig
 from commbench.run.groups import group_view
-from commbench.run.harness import CollArgs, TimedCase, blocks, planned_iters
+from commbench.run.harness import TimedCase, blocks, planned_iters
 from commbench.run.overlap import calibrate, seconds_of_kernel
 from commbench.run.watchdog import Watchdog
 

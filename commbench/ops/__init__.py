@@ -11,9 +11,16 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError, did_you_mean
-from commbench.ops.base import Op, OpOption, OpSpec
+from commbench.ops.base import Op, OpSpec
+from commbench.ops.options import OpOption
+
+if TYPE_CHECKING:
+    import torch
+
+    from commbench.backends.base import Backend
 
 
 @functools.cache
@@ -82,7 +89,7 @@ def choose_variants(offered: Sequence[str], wanted: Sequence[str]) -> tuple[str,
     return chosen or tuple(offered)
 
 
-def build_ops(names: Sequence[str], options: Mapping[str, str], variants: Sequence[str]) -> list[Op]:
+def build_ops(names: Sequence[str], options: Mapping[str, Any], variants: Sequence[str]) -> list[Op]:
     """Instantiate the selected ops, so bad options fail with one line before any rank starts.
 
     A --variant name must belong to at least one selected op; the error lists the valid ones.
@@ -100,3 +107,8 @@ def build_ops(names: Sequence[str], options: Mapping[str, str], variants: Sequen
 def world_error(ops: Sequence[Op], world_size: int) -> str | None:
     """The first selected op's reason it cannot run on world_size ranks (`--root 4` on 4 ranks), or None."""
     return next((e for op in ops if (e := op.world_error(world_size)) is not None), None)
+
+
+def unavailable(op: Op, variant: str, backend: Backend, dtype: torch.dtype) -> str | None:
+    """Why this case cannot run (the transport, the op's dtype, the variant), or None when it can."""
+    return backend.dtype_unavailable(dtype) or op.dtype_unavailable(dtype) or op.unavailable(variant, backend)

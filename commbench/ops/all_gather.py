@@ -8,22 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
-from commbench.ops.values import Values, chunk_temporaries
+from commbench.ops.base import GATHER_FACTOR, Call, Cost, MemoryCase, Op, OpSpec, Point, elements_for, lg
+from commbench.ops.values import chunk_temporaries, contribution, gathered_wrong
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
-
-
-def contribution(rank: int) -> Values:
-    """Rank r's input at index j: (3r + j) % 11 + 1, small integers exact in every dtype."""
-    return Values(lambda j: (j + 3 * rank) % 11 + 1, period=11, largest=11)
-
-
-def gathered_wrong(parts: list[Any]) -> int:
-    """Wrong elements of a gathered result: part r must hold rank r's contribution."""
-    return sum(contribution(r).wrong(part) for r, part in enumerate(parts))
+    from commbench.ops.args import CollArgs
 
 
 class AllGather(Op):
@@ -35,6 +25,10 @@ class AllGather(Op):
         s_definition="S = gathered output bytes = per-rank count x element size x n",
         bus_factor=GATHER_FACTOR,
         variants=("flat", "list", "inplace"),
+        cost=Cost(
+            ring=lambda p: (p - 1, (p - 1) / p),
+            tree=lambda p: (lg(p), (p - 1) / p),  # recursive doubling
+        ),
     )
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:

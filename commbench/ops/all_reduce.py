@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.all_gather import contribution
-from commbench.ops.base import REDUCE_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
-from commbench.ops.values import chunk_temporaries, summed
+from commbench.ops.base import REDUCE_FACTOR, Call, Cost, MemoryCase, Op, OpSpec, Point, elements_for, lg
+from commbench.ops.values import chunk_temporaries, contribution, summed
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 class AllReduce(Op):
@@ -22,6 +21,10 @@ class AllReduce(Op):
         s_definition="S = count x element size",
         bus_factor=REDUCE_FACTOR,
         variants=("flat",),
+        cost=Cost(
+            ring=lambda p: (2 * (p - 1), 2 * (p - 1) / p),
+            tree=lambda p: (2 * lg(p), 2 * (p - 1) / p),  # Rabenseifner
+        ),
     )
 
     def memory_bytes(self, case: MemoryCase, point: Point) -> int:

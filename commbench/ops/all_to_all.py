@@ -15,37 +15,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from commbench.errors import UserError
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpOption, OpSpec, Point, elements_for
+from commbench.ops.base import GATHER_FACTOR, Call, Cost, MemoryCase, Op, OpSpec, Point, elements_for, lg
+from commbench.ops.options import Number, OpOption
 from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 SPLITS_SEED = 0
-DEFAULT_IMBALANCE = 0.5
 IMBALANCE = OpOption(
     "--imbalance",
     "all_to_all uneven: the skew of the per-peer splits, the sigma of log-normal destination weights; "
-    f"0 splits evenly, 0.5 is moderate (on 2-8 ranks the busiest receives 1.4-1.9x the mean), 1 is strong. [default: {DEFAULT_IMBALANCE}]",
+    "0 splits evenly, 0.5 is moderate (on 2-8 ranks the busiest receives 1.4-1.9x the mean), 1 is strong.",
+    Number(0.0, "the skew of the uneven splits, 0 (even) or more, e.g. 0.5"),
+    default=0.5,
 )
-
-
-def parse_imbalance(text: str | None) -> float:
-    """--imbalance as a finite number >= 0; anything else is a one-line error."""
-    if text is None or str(text).strip() == "":
-        return DEFAULT_IMBALANCE
-    try:
-        value = float(text)
-    except ValueError:
-        raise UserError(
-            f"--imbalance {text!r} is not a number: give the skew of the uneven splits, 0 (even) or more, e.g. 0.5"
-        ) from None
-    if not 0 <= value < math.inf:
-        raise UserError(f"--imbalance {text!r} must be a finite number >= 0 (0 splits evenly)")
-    return value
 
 
 def uneven_splits(world_size: int, per_rank: int, imbalance: float, seed: int = SPLITS_SEED) -> list[list[int]]:
@@ -106,11 +92,15 @@ class AllToAll(Op):
         variants=("single", "list", "uneven"),
         baseline="single",
         options=(IMBALANCE,),
+        cost=Cost(
+            ring=lambda p: (p - 1, (p - 1) / p),  # pairwise exchange
+            tree=lambda p: (lg(p), lg(p) / 2),  # Bruck
+        ),
     )
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self.imbalance = parse_imbalance(self.options.get(IMBALANCE.key))
+        self.imbalance: float = self.value(IMBALANCE)
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:
         return backend.missing("all_to_all_list" if variant == "list" else "all_to_all_single")

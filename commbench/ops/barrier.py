@@ -10,11 +10,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from commbench.ops.base import Call, MemoryCase, Op, OpSpec, Point
+from commbench.ops.args import CollArgs, wait_all
+from commbench.ops.base import Call, Cost, MemoryCase, Op, OpSpec, Point, lg
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
 
 # The check holds the last rank back this long before it enters; a rank that leaves the barrier
 # in under half of it did not wait for that rank. Long enough to dwarf scheduling noise after the
@@ -32,6 +32,9 @@ class Barrier(Op):
         bus_factor=None,
         variants=("barrier",),
         workload_knobs="nothing (the barrier moves no data)",
+        cost=Cost(
+            tree=lambda p: (lg(p), 0.0),  # dissemination
+        ),
     )
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:
@@ -65,8 +68,6 @@ class Barrier(Op):
             time.sleep(CHECK_DELAY_S)
         start = time.perf_counter()
         self.issue(args, phase)
-        for work in args.wait_objs:
-            work.wait()
-        args.wait_objs.clear()
+        wait_all(args)
         waited = time.perf_counter() - start
         return int(args.rank != late and waited < CHECK_DELAY_S / 2)

@@ -15,19 +15,21 @@ iteration is a fixed list of backend calls says so (calls()): the harness then b
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from commbench.backends.copies import Copies, no_copies
 from commbench.lazy import torch
+from commbench.ops.options import OpOption
 from commbench.units import format_size
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 @dataclass(frozen=True)
@@ -45,22 +47,29 @@ GATHER_FACTOR = BusFactor("(n-1)/n", lambda n: (n - 1) / n)
 REDUCE_FACTOR = BusFactor("2(n-1)/n", lambda n: 2 * (n - 1) / n)
 UNIT_FACTOR = BusFactor("1", lambda n: 1.0)
 
+# (latency coefficient A(p), bandwidth coefficient B(p)) of T(p, S) = A(p) alpha + B(p) S beta on p
+# ranks, with S as the op defines it; a reduction's compute (gamma) is folded into the per-byte term.
+Coefficients = Callable[[int], tuple[float, float]]
+
+
+def lg(p: int) -> float:
+    """ceil(log2 p): the rounds of a tree or recursive-doubling algorithm on p ranks (0 on one)."""
+    return float(math.ceil(math.log2(p))) if p > 1 else 0.0
+
 
 @dataclass(frozen=True)
-class OpOption:
-    """A command-line option an op reads (`--tensors`, `--channels`): declared once, rendered by the CLI.
+class Cost:
+    """The op's textbook cost model under each algorithm `commbench model` projects with (its
+    --algorithm choices are this class's fields); None: the algorithm has no formula for the op."""
 
-    Several ops may read one option; they then share one OpOption object, so one flag keeps one
-    meaning. Values reach the op as typed strings in `Op.options[key]`; the op parses them in
-    __init__, which runs once before any rank starts, so a bad value is a one-line error.
-    """
+    ring: Coefficients | None = None
+    tree: Coefficients | None = None
 
-    flag: str  # "--bucket-cap-mb"
-    help: str
+    def of(self, algorithm: str) -> Coefficients | None:
+        return getattr(self, algorithm)
 
-    @property
-    def key(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
+
+ALGORITHMS = tuple(f.name for f in fields(Cost))
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,8 @@ class OpSpec:
     # The options that set the op's workload, named when a workload cannot fit in memory.
     workload_knobs: str = "--max-bytes or --sizes"
     options: tuple[OpOption, ...] = ()
+    # How T scales with n for `commbench model`'s projections (docs/model.md lists the sources).
+    cost: Cost = Cost()
 
 
 @dataclass(frozen=True)
@@ -185,8 +196,14 @@ class Op(ABC):
         if "spec" in cls.__dict__:
             cls.name, cls.variants, cls.phases = cls.spec.name, cls.spec.variants, cls.spec.phases
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options = dict(options or {})
+
+    def value(self, option: OpOption) -> Any:
+        """The typed value of an option the op reads: as given (CLI, Python or a rank's JSON), or its default.
+
+        Read in __init__, which runs before any rank starts, so a bad value is a one-line error."""
+        return option.value(self.options.get(option.key))
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:
         """Why a variant cannot run on this backend, or None when it can."""

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.all_gather import contribution
-from commbench.ops.base import UNIT_FACTOR, Call, MemoryCase, OpSpec, Point, elements_for
+from commbench.ops.base import UNIT_FACTOR, Call, Cost, MemoryCase, OpSpec, Point, elements_for, lg
 from commbench.ops.rooted import ROOT, RootedOp
-from commbench.ops.values import chunk_temporaries
+from commbench.ops.values import chunk_temporaries, contribution
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 class Broadcast(RootedOp):
@@ -19,11 +18,15 @@ class Broadcast(RootedOp):
 
     spec = OpSpec(
         name="broadcast",
-        summary="the root's tensor is copied to every rank, in place (--root, default 0)",
+        summary="the root's tensor is copied to every rank, in place (--root)",
         s_definition="S = count x element size",
         bus_factor=UNIT_FACTOR,
         variants=("flat",),
         options=(ROOT,),
+        cost=Cost(
+            ring=lambda p: (lg(p) + p - 1, 2 * (p - 1) / p),  # scatter + all_gather
+            tree=lambda p: (lg(p), lg(p)),  # binomial tree
+        ),
     )
     collective = "broadcast"
 

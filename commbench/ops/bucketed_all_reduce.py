@@ -7,23 +7,25 @@ elements (per dtype, apex's message_size), all-reduces each, divides by n and co
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import REDUCE_FACTOR, MemoryCase, OpOption, OpSpec, Point
+from commbench.ops.base import REDUCE_FACTOR, MemoryCase, OpSpec, Point
 from commbench.ops.bucketer import AllReduceBucketer, average_, buckets_of
 from commbench.ops.gradients import TENSORS, GradientStep, gradient_values
+from commbench.ops.options import Count, Listed, OpOption
 from commbench.ops.values import Values, chunk_temporaries, summed
-from commbench.units import format_count, parse_count
+from commbench.units import format_count
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
-DEFAULT_MESSAGE_SIZES = "256K,1M,1e7"
 MESSAGE_SIZE = OpOption(
     "--message-size",
     "bucketed_all_reduce: minimum elements per all-reduce bucket (apex's message_size), one variant "
-    f"bucketed_<M> each, e.g. 256K,1e7. [default: {DEFAULT_MESSAGE_SIZES}]",
+    "bucketed_<M> each, e.g. 256K,1e7.",
+    Listed(Count()),
+    default=(256 << 10, 1 << 20, 10**7),
 )
 
 
@@ -36,16 +38,15 @@ class BucketedAllReduce(GradientStep):
         "bucketed_<M> per --message-size in elements",
         s_definition="S = the whole workload's bytes (one step)",
         bus_factor=REDUCE_FACTOR,
-        variants=("per_tensor", *(f"bucketed_{m}" for m in DEFAULT_MESSAGE_SIZES.split(","))),
+        variants=("per_tensor", *(f"bucketed_{format_count(m)}" for m in MESSAGE_SIZE.default)),
         baseline="per_tensor",
         workload_knobs="--tensors",
         options=(TENSORS, MESSAGE_SIZE),
     )
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        text = self.options.get(MESSAGE_SIZE.key) or DEFAULT_MESSAGE_SIZES
-        sizes = [parse_count(m, MESSAGE_SIZE.flag) for m in [m.strip() for m in text.split(",") if m.strip()] or [text]]
+        sizes: tuple[int, ...] = self.value(MESSAGE_SIZE)
         # per_tensor is the same reducer with one tensor per bucket (message size 1).
         self.message_sizes = {"per_tensor": 1, **{f"bucketed_{format_count(m)}": m for m in sizes}}
         self.variants = tuple(self.message_sizes)

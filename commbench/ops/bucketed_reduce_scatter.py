@@ -8,42 +8,25 @@ every gradient, summed over ranks. One iteration reduces the whole workload, one
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from commbench.errors import UserError
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, HEAP_LIMIT, MemoryCase, OpOption, OpSpec, Point
+from commbench.ops.base import GATHER_FACTOR, HEAP_LIMIT, MemoryCase, OpSpec, Point
 from commbench.ops.bucketer import ReduceScatterBucketer
 from commbench.ops.gradients import TENSORS, GradientStep, gradient_values, padded
+from commbench.ops.options import Listed, Number, OpOption
 from commbench.ops.values import chunk_temporaries, summed
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
-DEFAULT_CAPS_MB = "1,5,25,100"
 BUCKET_CAP_MB = OpOption(
     "--bucket-cap-mb",
     "bucketed_reduce_scatter: bucket caps in MB (2**20 bytes), one variant bucketed_<cap>MB each; "
-    f"0 disables bucketing. [default: {DEFAULT_CAPS_MB}]",
+    "0 disables bucketing.",
+    Listed(Number(0.0, "megabytes such as 1,5,25,100 (0 disables bucketing)")),
+    default=(1.0, 5.0, 25.0, 100.0),
 )
-
-
-def parse_caps_mb(text: str) -> tuple[float, ...]:
-    """'1,5,25' -> (1.0, 5.0, 25.0); 0 disables bucketing, negatives are refused."""
-    caps: list[float] = []
-    for item in [c.strip() for c in str(text).split(",") if c.strip()] or [str(text)]:
-        try:
-            cap = float(item)
-        except ValueError:
-            raise UserError(
-                f"--bucket-cap-mb {item!r} is not a number: give megabytes such as 1,5,25,100 (0 disables bucketing)"
-            ) from None
-        if not cap >= 0 or cap == float("inf"):
-            raise UserError(
-                f"--bucket-cap-mb {item!r} must be a finite number of megabytes >= 0 (0 disables bucketing)"
-            )
-        caps.append(cap)
-    return tuple(dict.fromkeys(caps))
 
 
 class BucketedReduceScatter(GradientStep):
@@ -55,15 +38,15 @@ class BucketedReduceScatter(GradientStep):
         "transformer), one step per iteration; bucketed_<cap>MB per --bucket-cap-mb",
         s_definition="S = the whole workload's bytes per rank, each tensor padded to a multiple of n (one step)",
         bus_factor=GATHER_FACTOR,
-        variants=("per_tensor", *(f"bucketed_{c}MB" for c in DEFAULT_CAPS_MB.split(",")), "flat"),
+        variants=("per_tensor", *(f"bucketed_{c:g}MB" for c in BUCKET_CAP_MB.default), "flat"),
         baseline="per_tensor",
         workload_knobs="--tensors or --bucket-cap-mb",
         options=(TENSORS, BUCKET_CAP_MB),
     )
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        caps = parse_caps_mb(self.options.get(BUCKET_CAP_MB.key) or DEFAULT_CAPS_MB)
+        caps: tuple[float, ...] = self.value(BUCKET_CAP_MB)
         self.caps_mb = {f"bucketed_{c:g}MB": c for c in caps}
         self.variants = ("per_tensor", *self.caps_mb, "flat")
 

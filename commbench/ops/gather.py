@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.all_gather import contribution, gathered_wrong
-from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, OpSpec, Point, elements_for
+from commbench.ops.base import GATHER_FACTOR, Call, Cost, MemoryCase, OpSpec, Point, elements_for, lg
 from commbench.ops.rooted import ROOT, RootedOp
-from commbench.ops.values import chunk_temporaries
+from commbench.ops.values import chunk_temporaries, contribution, gathered_wrong
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 class Gather(RootedOp):
@@ -19,11 +18,14 @@ class Gather(RootedOp):
 
     spec = OpSpec(
         name="gather",
-        summary="every rank contributes count/n elements; the root receives all of them (--root, default 0)",
+        summary="every rank contributes count/n elements; the root receives all of them (--root)",
         s_definition="S = gathered bytes at the root = per-rank count x element size x n",
         bus_factor=GATHER_FACTOR,
         variants=("flat",),
         options=(ROOT,),
+        cost=Cost(
+            tree=lambda p: (lg(p), (p - 1) / p),  # binomial
+        ),
     )
     collective = "gather"
 

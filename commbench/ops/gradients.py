@@ -7,14 +7,15 @@ are derived independently of any bucketing bookkeeping.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from commbench.ops.base import Op, OpOption, Point
+from commbench.ops.base import Op, Point
+from commbench.ops.options import OpOption, Tensors
 from commbench.ops.values import Values
-from commbench.units import TENSORS_SYNTAX, format_size, parse_tensors
+from commbench.units import TENSORS_SYNTAX, format_size
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 def transformer_gradients(layers: int = 2, width: int = 256, vocab: int = 8191) -> tuple[int, ...]:
@@ -44,12 +45,8 @@ TENSORS = OpOption(
     f"The tensors each rank contributes, in elements: {TENSORS_SYNTAX} (K, M, G are 1024 powers). "
     "grouped_all_gather gathers them together (default: SyncBN's 1,C,C with C swept from the sizes); "
     f"bucketed_reduce_scatter and bucketed_all_reduce reduce them as one gradient step (default: {DEFAULT_GRADIENTS_TEXT}).",
+    Tensors(),  # no default of its own: each op that reads it has its own
 )
-
-
-def tensors_option(options: Mapping[str, str], default: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    """The `--tensors` element counts, or default when the option was not given."""
-    return parse_tensors(options[TENSORS.key]) if options.get(TENSORS.key) else default
 
 
 def padded(numel: int, world_size: int) -> int:
@@ -65,9 +62,9 @@ def gradient_values(rank: int, tensor: int, numel: int) -> Values:
 class GradientStep(Op):
     """An op whose one iteration reduces the whole gradient workload; S is the workload, one size."""
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self.numels = tensors_option(self.options, DEFAULT_GRADIENTS)
+        self.numels: tuple[int, ...] = self.value(TENSORS) or DEFAULT_GRADIENTS
 
     def points(self, requested: Sequence[int]) -> list[Point]:
         # A fixed workload: S is its size, whatever was requested.

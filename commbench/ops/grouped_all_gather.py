@@ -8,16 +8,16 @@ result whose row r is rank r's tensor k.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
 from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpSpec, Point, bind_calls
-from commbench.ops.gradients import TENSORS, tensors_option
+from commbench.ops.gradients import TENSORS
 from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 MAX_CHANNELS = 4096  # the widest SyncBatchNorm layers in common models; keeps the default sweep short
 
@@ -48,9 +48,9 @@ class GroupedAllGather(Op):
         options=(TENSORS,),
     )
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self.numels = tensors_option(self.options, None)  # None: the SyncBN shapes, C swept
+        self.numels: tuple[int, ...] | None = self.value(TENSORS)  # None: the SyncBN shapes, C swept
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:
         if variant not in ("coalesced", "grouped"):

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.all_gather import contribution
-from commbench.ops.base import UNIT_FACTOR, Call, MemoryCase, OpSpec, Point, elements_for
+from commbench.ops.base import UNIT_FACTOR, Call, Cost, MemoryCase, OpSpec, Point, elements_for, lg
 from commbench.ops.rooted import ROOT, RootedOp
-from commbench.ops.values import chunk_temporaries, summed
+from commbench.ops.values import chunk_temporaries, contribution, summed
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 class Reduce(RootedOp):
@@ -19,11 +18,14 @@ class Reduce(RootedOp):
 
     spec = OpSpec(
         name="reduce",
-        summary="sum over ranks into the root's tensor, in place (--root, default 0)",
+        summary="sum over ranks into the root's tensor, in place (--root)",
         s_definition="S = count x element size",
         bus_factor=UNIT_FACTOR,
         variants=("flat",),
         options=(ROOT,),
+        cost=Cost(
+            tree=lambda p: (lg(p), lg(p)),  # binomial tree
+        ),
     )
     collective = "reduce"
 

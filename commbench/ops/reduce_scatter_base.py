@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.base import GATHER_FACTOR, Call, Cost, MemoryCase, Op, OpSpec, Point, elements_for, lg
 from commbench.ops.values import Values, chunk_temporaries, summed
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 def shard_values(rank: int, s: int, shard: int) -> Values:
@@ -30,6 +30,10 @@ class ReduceScatterBase(Op):
         s_definition="S = full input bytes per rank = shard count x element size x n",
         bus_factor=GATHER_FACTOR,
         variants=("flat", "list", "inplace"),
+        cost=Cost(
+            ring=lambda p: (p - 1, (p - 1) / p),
+            tree=lambda p: (lg(p), (p - 1) / p),  # recursive halving
+        ),
     )
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:

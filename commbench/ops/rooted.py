@@ -7,30 +7,22 @@ run (nccl-tests' `-r`): nothing rotates it between iterations.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from commbench.errors import UserError
-from commbench.ops.base import Op, OpOption
+from commbench.ops.base import Op
+from commbench.ops.options import OpOption, Whole
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 ROOT = OpOption(
     "--root",
     "broadcast, reduce, gather, scatter: the rank that sends (broadcast, scatter) or receives (reduce, gather) "
-    "the whole buffer, from 0 to n-1; fixed for the run. [default: 0]",
+    "the whole buffer, from 0 to n-1; fixed for the run.",
+    Whole(0, "a rank", "a whole number from 0 to n-1"),
+    default=0,
 )
-
-
-def parse_root(text: str | None) -> int:
-    """The --root value as a rank number; not a whole number >= 0 is a one-line error."""
-    if text is None or str(text).strip() == "":
-        return 0
-    item = str(text).strip()
-    if not item.isdigit():
-        raise UserError(f"--root {item!r} is not a rank: give a whole number from 0 to n-1 (the default is 0)")
-    return int(item)
 
 
 class RootedOp(Op):
@@ -41,9 +33,9 @@ class RootedOp(Op):
     def unavailable(self, variant: str, backend: Backend) -> str | None:
         return backend.missing(self.collective)
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self.root = parse_root(self.options.get(ROOT.key))
+        self.root: int = self.value(ROOT)
 
     def world_error(self, world_size: int) -> str | None:
         if self.root >= world_size:

@@ -11,13 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.all_gather import contribution
 from commbench.ops.base import UNIT_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
-from commbench.ops.values import chunk_temporaries
+from commbench.ops.values import chunk_temporaries, contribution
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 
 def peers(variant: str, rank: int, world_size: int) -> tuple[int, int] | None:

@@ -15,21 +15,25 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.lazy import torch
-from commbench.ops.base import BusFactor, MemoryCase, Op, OpOption, OpSpec, Point, count_wrong
+from commbench.ops.base import BusFactor, MemoryCase, Op, OpSpec, Point, count_wrong
+from commbench.ops.options import Listed, OpOption, Whole
 from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 from commbench.syncbn.instrument import recording
 
 if TYPE_CHECKING:
-    from commbench.run.harness import CollArgs
+    from commbench.ops.args import CollArgs
 
 NATIVE_TORCH, NATIVE_HOROVOD = NATIVE_VARIANTS
 # The messages of the native layers are those of the strategy they implement (for S).
 _NATIVE_PATTERN = {NATIVE_TORCH: "torch", NATIVE_HOROVOD: "horovod"}
-DEFAULT_CHANNELS = (32, 256, 2048)
-DEFAULT_BATCH, DEFAULT_SPATIAL = 4, 8
-CHANNELS = OpOption("--channels", "sync_bn: channel counts C to sweep, comma-separated. [default: 32,256,2048]")
-BATCH = OpOption("--batch", f"sync_bn: samples per rank N. [default: {DEFAULT_BATCH}]")
-SPATIAL = OpOption("--spatial", f"sync_bn: height = width of the (N, C, H, W) input. [default: {DEFAULT_SPATIAL}]")
+CHANNELS = OpOption(
+    "--channels",
+    "sync_bn: channel counts C to sweep, comma-separated.",
+    Listed(Whole(1, "a channel count", "whole numbers >= 1 such as 32,256,2048"), sort=True),
+    default=(32, 256, 2048),
+)
+BATCH = OpOption("--batch", "sync_bn: samples per rank N.", Whole(1, "a sample count"), default=4)
+SPATIAL = OpOption("--spatial", "sync_bn: height = width of the (N, C, H, W) input.", Whole(1, "a height"), default=8)
 
 
 def _tolerance(dtype: Any) -> tuple[float, float]:
@@ -40,31 +44,6 @@ def _tolerance(dtype: Any) -> tuple[float, float]:
         torch.float16: (1e-2, 2e-2),
         torch.bfloat16: (2e-2, 8e-2),
     }[dtype]
-
-
-def _positive_int(options: Mapping[str, str], option: OpOption, default: int) -> int:
-    text = options.get(option.key)
-    if not text:
-        return default
-    try:
-        value = int(str(text))
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise UserError(f"{option.flag} {text!r} must be a whole number >= 1")
-    return value
-
-
-def _channels(options: Mapping[str, str]) -> tuple[int, ...]:
-    items = [c.strip() for c in options.get(CHANNELS.key, "").split(",") if c.strip()] or [
-        str(c) for c in DEFAULT_CHANNELS
-    ]
-    channels = []
-    for item in items:
-        if not item.isdigit() or int(item) < 1:
-            raise UserError(f"--channels {item!r} is not a channel count: give whole numbers >= 1 such as 32,256,2048")
-        channels.append(int(item))
-    return tuple(sorted(set(channels)))
 
 
 @dataclass
@@ -99,11 +78,11 @@ class SyncBN(Op):
         options=(CHANNELS, BATCH, SPATIAL),
     )
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self.channels = _channels(self.options)
-        self.batch = _positive_int(self.options, BATCH, DEFAULT_BATCH)
-        self.spatial = _positive_int(self.options, SPATIAL, DEFAULT_SPATIAL)
+        self.channels: tuple[int, ...] = self.value(CHANNELS)
+        self.batch: int = self.value(BATCH)
+        self.spatial: int = self.value(SPATIAL)
         if self.batch * self.spatial**2 < 2:
             raise UserError("sync_bn needs at least 2 values per channel per rank: raise --batch or --spatial")
 

@@ -112,3 +112,15 @@ def summed(parts: Sequence[Values]) -> Values:
     period = math.lcm(*(p.period for p in parts if p.period)) if all(p.period for p in parts) else None
     largest = None if any(p.largest is None for p in parts) else sum(p.largest or 0.0 for p in parts)
     return Values(lambda i: sum(p.formula(i) for p in parts), period, largest, sum(p.terms for p in parts))
+
+
+# The value pattern of the ops that move one tensor per rank (all_gather, all_reduce, broadcast, reduce,
+# gather, scatter, sendrecv): one formula, so each op's check is the others'.
+def contribution(rank: int) -> Values:
+    """Rank r's input at index j: (3r + j) % 11 + 1, small integers exact in every dtype."""
+    return Values(lambda j: (j + 3 * rank) % 11 + 1, period=11, largest=11)
+
+
+def gathered_wrong(parts: list[Any]) -> int:
+    """Wrong elements of a gathered result: part r must hold rank r's contribution."""
+    return sum(contribution(r).wrong(part) for r, part in enumerate(parts))

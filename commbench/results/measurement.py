@@ -1,6 +1,6 @@
 """One measurement record: what a case measured and what came out.
 
-The timed loop (commbench/run/harness.py) returns it and the sink (commbench/results/sink.py)
+The timed loop (commbench/run/harness.py) returns it and the sink (commbench/run/sink.py)
 writes it as a row; nothing copies it field by field in between.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from commbench.run.timers import PERF_COUNTER
+from commbench.results.timing import PERF_COUNTER
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Measurement:
     apis: str  # the API names those calls used
     window: int
     note: str = ""
-    timer: str = PERF_COUNTER  # how the samples were timed (commbench/run/timers.py)
+    timer: str = PERF_COUNTER  # how the samples were timed (commbench/results/timing.py)
     # --overlap: per round, the compute kernel alone and the op with the kernel run beside it.
     compute_rounds_us: Sequence[Sequence[float]] = ()
     overlapped_rounds_us: Sequence[Sequence[float]] = ()

@@ -28,7 +28,7 @@ from commbench.results.schema import (
     ROW_KEY,
     SCHEMA_VERSION,
 )
-from commbench.run.timers import PERF_COUNTER
+from commbench.results.timing import PERF_COUNTER
 
 # What charts, reports and compare actually use. A CSV that has these reads even when the writer
 # later grows optional columns; every other column of COLUMNS is filled in as empty when absent.

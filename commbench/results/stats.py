@@ -129,6 +129,19 @@ def bandwidth_gbps(size_bytes: int, time_us: float, bus_factor: float | None) ->
     return algbw, algbw * bus_factor
 
 
+def overlap_fraction(comm_us: float, compute_us: float, overlapped_us: float) -> float:
+    """The share of the shorter of the two that was hidden behind the longer, in [0, 1]; NaN if unknown.
+
+    overlap = (comm + compute - overlapped) / min(comm, compute), clipped: 1 is perfect hiding
+    (overlapped = max(comm, compute)), 0 none (overlapped = comm + compute). --overlap's rows
+    (commbench/run/overlap.py measures the three times; docs/overlap.md says how to read it).
+    """
+    shorter = min(comm_us, compute_us)
+    if not shorter > 0 or any(map(math.isnan, (comm_us, compute_us, overlapped_us))):
+        return math.nan
+    return min(1.0, max(0.0, (comm_us + compute_us - overlapped_us) / shorter))
+
+
 # Standard error of a median relative to that of a mean, for roughly normal samples: sqrt(pi/2).
 _MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 

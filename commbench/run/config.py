@@ -79,7 +79,7 @@ class SweepConfig:
     overwrite: bool = False
     raw: bool = False
     timeout: float = 300.0
-    op_options: dict[str, str] = field(default_factory=dict)
+    op_options: dict[str, Any] = field(default_factory=dict)  # typed values (OpOption.value), JSON-able
     variants: tuple[str, ...] = ()  # --variant: only these, for each op that has any of them
     group: str = "world"  # --group: world, intra or inter (commbench/run/groups.py)
     device: str = "auto"  # --device: where gloo's tensors live (cpu, or cuda); the others choose their own

@@ -17,7 +17,8 @@ rate where none has been seen yet.
 
 A case not timed yet is predicted, first, from the last run of the same fingerprint in the results
 history (its p50 for the same op, variant, phase, dtype and size), scaled by how this run's timed
-cases compare with that run's (the median ratio: a machine busier today is busier for every op);
+cases of similar sizes compare with that run's (the median ratio: a machine busier today is busier
+for every op, and more so for latency-bound sizes);
 without a history, from the cases timed so far: the same op at the nearest sizes (interpolated on log
 scales, or beyond the largest along the line through the two largest: latency plus a cost per byte),
 else the median of the other ops' predictions at that size, else its time budget. The first is what
@@ -36,7 +37,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from commbench.results.display import Status
+from commbench.console.display import Status
 
 if TYPE_CHECKING:
     from commbench.run.config import SweepConfig
@@ -190,23 +191,29 @@ class SweepProgress:
         """Expected seconds per sample of a case not timed yet; None when nothing is known."""
         before = self.prior.get((op, size))
         if before is not None:
-            return before * self._drift()
+            return before * self._drift(size)
         own = self._predict_in(op, size)
         if own is not None:
             return own
         others = [t for name in self.timed if (t := self._predict_in(name, size)) is not None]
         return statistics.median(others) if others else None
 
-    def _drift(self) -> float:
-        """How this run's timed cases compare with the prior's: the median ratio (1 before any)."""
+    def _drift(self, size: int) -> float:
+        """How this run's timed cases compare with the prior's at about this size: the median ratio
+        over the timed cases within SIMILAR_SIZE of it, else over those of the nearest timed size
+        (1 before any). By size, because a busy machine slows a latency-bound size more than a
+        bandwidth-bound one."""
         ratios = [
-            t / self.prior[(op, size)]
+            (abs(math.log(max(timed, 1) / max(size, 1))), t / self.prior[(op, timed)])
             for op, by_size in self.timed.items()
-            for size, times in by_size.items()
-            if (op, size) in self.prior
+            for timed, times in by_size.items()
+            if (op, timed) in self.prior
             for t in times
         ]
-        return statistics.median(ratios) if ratios else 1.0
+        if not ratios:
+            return 1.0
+        reach = max(math.log(SIMILAR_SIZE), min(distance for distance, _ in ratios))
+        return statistics.median(ratio for distance, ratio in ratios if distance <= reach)
 
     def _curve(self, op: str) -> tuple[list[int], list[float]]:
         """The op's timed sizes, ascending, and the median planned sample time at each."""

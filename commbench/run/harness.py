@@ -1,5 +1,5 @@
-"""The runColl harness (PARAM comms' pattern): a holder of a collective's arguments, a completion
-step that waits on every outstanding wait object, and the timed loop with its correctness check.
+"""The runColl harness (PARAM comms' pattern): the timed loop with its correctness check, over the
+arguments and the completion step the ops define (commbench/ops/args.py).
 
 The harness never names an op: everything op-specific goes through the Op contract.
 """
@@ -9,13 +9,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
-import torch
-
-from commbench.backends.base import Backend, Work
+from commbench.backends.base import Backend
+from commbench.ops.args import CollArgs, complete
 from commbench.results.measurement import Measurement
 from commbench.run.overlap import ComputeKernel
 from commbench.run.timers import timer_for
@@ -25,89 +23,6 @@ if TYPE_CHECKING:
     from commbench.run.watchdog import Watchdog
 
 T = TypeVar("T")
-
-
-@dataclass
-class CollArgs:
-    """Everything one collective call needs, plus the list of outstanding wait objects."""
-
-    backend: Backend
-    dtype: torch.dtype
-    variant: str
-    async_op: bool = True
-    wait_objs: list[Work] = field(default_factory=list)
-    count: int = 0
-    input: Any = None
-    output: Any = None
-    expected: Any = None
-    state: Any = None  # op-private (a bucketer, a module, ...)
-
-    @property
-    def rank(self) -> int:
-        return self.backend.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.backend.world_size
-
-    @property
-    def device(self) -> torch.device:
-        return self.backend.device
-
-    @property
-    def element_size(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
-
-    def issue(self, work: Work | list[Work]) -> None:
-        """Keep an async op's wait object (or a batch's list of them) for complete(); wait at once otherwise."""
-        for each in work if isinstance(work, list) else [work]:
-            if self.async_op:
-                self.wait_objs.append(each)
-            else:
-                each.wait()
-
-    def prepared(self, bound: Sequence[tuple[Callable[[], Any], bool]]) -> Callable[[], None]:
-        """One op iteration of bound calls (Backend.bind) as one closure that issues them in order and
-        hands their wait objects over as issue() does, and does nothing else. Each call is paired
-        with True when it returns a list of wait objects (a batch of transfers)."""
-        one, many = (self.wait_objs.append, self.wait_objs.extend) if self.async_op else (_wait, _wait_each)
-        steps = [(call, many if batch else one) for call, batch in bound]
-        if len(steps) == 1:
-            call, keep = steps[0]
-            return lambda: keep(call())
-
-        def iteration() -> None:
-            for call, keep in steps:
-                keep(call())
-
-        return iteration
-
-
-def _wait(work: Work) -> None:
-    work.wait()
-
-
-def _wait_each(works: list[Work]) -> None:
-    for work in works:
-        work.wait()
-
-
-def unavailable(op: Op, variant: str, backend: Backend, dtype: torch.dtype) -> str | None:
-    """Why this case cannot run (the transport, the op's dtype, the variant), or None when it can."""
-    return backend.dtype_unavailable(dtype) or op.dtype_unavailable(dtype) or op.unavailable(variant, backend)
-
-
-def wait_all(args: CollArgs) -> None:
-    """Wait on every outstanding wait object (on CUDA, the current stream then waits for them)."""
-    for work in args.wait_objs:
-        work.wait()
-    args.wait_objs.clear()
-
-
-def complete(args: CollArgs) -> None:
-    """Wait on every outstanding wait object, then let the device drain."""
-    wait_all(args)
-    args.backend.synchronize()
 
 
 def _step(op: Op, args: CollArgs, phase: str, window: int) -> None:

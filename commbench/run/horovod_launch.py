@@ -3,7 +3,8 @@
 `commbench sweep --backend horovod --nproc N` does what `horovodrun -np N --gloo` does on one
 host, without its per-line output prefixes: it serves Horovod's Gloo rendezvous (an HTTP key-value
 store) on 127.0.0.1, gives each rank the HOROVOD_* slot variables, and hands the ranks to
-commbench's own spawner, so failures, timeouts and Ctrl-C behave as for the other backends.
+commbench's own spawner (which the launcher passes in: the horovod BackendInfo names this module's
+spawn_horovod), so failures, timeouts and Ctrl-C behave as for the other backends.
 
 Nothing here imports torch or horovod.torch; only the spawn path imports horovod's runner.
 """
@@ -17,13 +18,13 @@ from typing import TYPE_CHECKING
 from commbench.errors import UserError
 
 if TYPE_CHECKING:
+    from commbench.backends import Spawn
     from commbench.run.config import SweepConfig
 
 
-def spawn_horovod(cfg: SweepConfig, nproc: int) -> int:
-    """Serve the Gloo rendezvous on loopback and spawn nproc Horovod ranks; returns the exit code."""
-    from commbench.run.launch import spawn
-
+def spawn_horovod(cfg: SweepConfig, nproc: int, spawn: Spawn) -> int:
+    """Serve the Gloo rendezvous on loopback and spawn nproc Horovod ranks with `spawn` (commbench's
+    spawner, handed in by the launcher, so this module does not import it); returns the exit code."""
     try:
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
         from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer

@@ -24,9 +24,9 @@ from typing import IO, Any
 
 import click
 
+from commbench.console.display import PROGRESS_MARK, Display, Status
 from commbench.errors import ExitCode, UserError
 from commbench.launcher_env import (
-    HOROVOD_LAUNCH_HINT,
     LAUNCHER_PID_ENV,
     RANK_COUNT_OPTION,
     TORCH_ENV_KINDS,
@@ -34,7 +34,6 @@ from commbench.launcher_env import (
     export_torch_env,
 )
 from commbench.ops import world_error
-from commbench.results.display import PROGRESS_MARK, Display, Status
 from commbench.results.paths import resolve_output
 from commbench.run.config import ONE_RANK_NOTE, Outcome, SweepConfig
 
@@ -50,17 +49,10 @@ def visible_gpus() -> int:
 
 
 def gpu_per_rank(backend: str) -> bool:
-    """True when each local rank of this backend takes a GPU of its own: nccl, and Horovod built
-    with NCCL where CUDA works (a Horovod without NCCL moves host tensors through Gloo)."""
-    from commbench.backends import cuda_missing
+    """True when each local rank of this backend takes a GPU of its own (its BackendInfo says)."""
+    from commbench.backends import BACKENDS
 
-    if backend == "nccl":
-        return True
-    if backend == "horovod" and cuda_missing() is None:
-        from commbench.backends.horovod import horovod_on_gpus
-
-        return horovod_on_gpus()
-    return False
+    return BACKENDS[backend].gpu_per_rank()
 
 
 def default_nproc(backend: str) -> int:
@@ -74,11 +66,13 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
     Before a rank is spawned, everything this process can know is checked: the output file, the
     host's cores and memory against the ranks and the sweep, the GPUs against nccl ranks.
     """
+    from commbench.backends import BACKENDS
     from commbench.run.worker import run_worker
 
+    info = BACKENDS[cfg.backend]
     if launch.is_rank:
-        if cfg.backend == "horovod" and launch.kind != "horovodrun":
-            raise UserError(HOROVOD_LAUNCH_HINT)
+        if (hint := info.launcher_error(launch.kind)) is not None:
+            raise UserError(hint)
         if nproc is not None:
             how = RANK_COUNT_OPTION[launch.kind]
             raise UserError(f"--nproc is for spawning local ranks; under {launch.kind} use {how} instead")
@@ -101,12 +95,7 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
     # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
     cfg = dataclasses.replace(cfg, output=str(path.resolve()))
     click.echo(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
-    if cfg.backend == "horovod":
-        from commbench.run.horovod_launch import spawn_horovod
-
-        code = spawn_horovod(cfg, nproc)
-    else:
-        code = spawn(cfg, nproc)
+    code = info.spawn(cfg, nproc, spawn)  # the transport's own spawner, if it has one, wraps ours
     return Outcome(code, Path(cfg.output))
 
 

@@ -9,7 +9,8 @@ matmul uses torch's intra-op threads, so the two compete for the same cores.
     overlap = (comm + compute - overlapped) / min(comm, compute), clipped to [0, 1]
 
 1 is perfect hiding (overlapped = max(comm, compute)), 0 none (overlapped = comm + compute).
-docs/overlap.md says how to read it and what it is not.
+docs/overlap.md says how to read it and what it is not; the row's fraction is
+commbench/results/stats.py's overlap_fraction.
 """
 
 from __future__ import annotations
@@ -34,14 +35,6 @@ PROBE_MIN_S = 5e-4
 # Device memory the memory check reserves for an auto-sized matmul (its three matrices): the
 # calibration never picks a larger side, so the check, made before it runs, still holds.
 AUTO_KERNEL_BYTES = 256 << 20
-
-
-def overlap_fraction(comm_us: float, compute_us: float, overlapped_us: float) -> float:
-    """The share of the shorter of the two that was hidden behind the longer, in [0, 1]; NaN if unknown."""
-    shorter = min(comm_us, compute_us)
-    if not shorter > 0 or any(map(math.isnan, (comm_us, compute_us, overlapped_us))):
-        return math.nan
-    return min(1.0, max(0.0, (comm_us + compute_us - overlapped_us) / shorter))
 
 
 def parse_compute(text: str) -> str:

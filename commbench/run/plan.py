@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from commbench.ops import choose_variants
+from commbench.ops import choose_variants, unavailable
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Op, Point
 from commbench.run.config import SweepConfig, op_points
 from commbench.run.groups import Grouping
-from commbench.run.harness import CollArgs, TimedCase, unavailable
+from commbench.run.harness import TimedCase
 from commbench.run.resources import memory_case
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench.backends.copies import copies_of
+from commbench.backends import copies_of
 from commbench.lazy import torch
-from commbench.ops import choose_variants
+from commbench.ops import choose_variants, unavailable
 from commbench.ops.base import MemoryCase, Op, Point
 from commbench.run.config import DTYPE_BYTES, SweepConfig, op_points
 from commbench.run.overlap import overlap_bytes
@@ -107,8 +107,6 @@ def memory_error(ops: Sequence[Op], cfg: SweepConfig, backend: Backend, local_ra
     local rank is resident by then and out of what is available, and only the cases that run on this
     backend count. RUNTIME_GROWTH_BYTES is what a rank still adds while it measures.
     """
-    from commbench.run.harness import unavailable
-
     device = backend.device
     on_host = device.type != "cuda"
 

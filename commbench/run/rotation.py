@@ -8,11 +8,12 @@ import dataclasses
 
 import torch
 
+from commbench.ops.args import CollArgs
 from commbench.ops.base import Op, Point
 from commbench.results.measurement import Measurement
 from commbench.run.config import ONE_RANK_NOTE
 from commbench.run.failures import CollectiveFailure, first_sentence, refused_everywhere
-from commbench.run.harness import CollArgs, TimedCase
+from commbench.run.harness import TimedCase
 from commbench.run.iterations import visit
 from commbench.run.overlap import cpu_note
 from commbench.run.plan import RotationEntry

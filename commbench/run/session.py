@@ -13,16 +13,15 @@ import torch
 
 import commbench
 from commbench.backends.base import Backend
+from commbench.console.display import Display, choose_mode
 from commbench.errors import UserError
 from commbench.history.store import History, open_run_history
 from commbench.launcher_env import Launch
 from commbench.ops import world_error
 from commbench.ops.base import Op
 from commbench.provenance import layout
-from commbench.results.display import Display, choose_mode
 from commbench.results.noise import Budget
 from commbench.results.paths import resolve_output
-from commbench.results.sink import Sink
 from commbench.run.config import ONE_RANK_NOTE, RunFacts, SweepConfig, agree, share_refusal
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping, form_groups
@@ -30,6 +29,7 @@ from commbench.run.heartbeat import ProgressBoard, connect_store
 from commbench.run.plan import SweepPlan, eta_prior
 from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_error
+from commbench.run.sink import Sink
 from commbench.run.watchdog import Watchdog
 
 

@@ -19,7 +19,7 @@ return is kept after the stop (add()), so nothing but the mark itself sits insid
   c10d); with it the collective is already queued when the start event fires, as in nccl-tests'
   back-to-back launches. What a sample still includes: each rank's skew leaving the barrier.
 
-Which timer made a row is its `timer` column (TIMERS).
+Which timer made a row is its `timer` column (TIMERS, commbench/results/timing.py).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+from commbench.results.timing import CUDA_EVENT, PERF_COUNTER
+
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
 
-PERF_COUNTER, CUDA_EVENT = "perf_counter", "cuda_event"
-TIMERS = (PERF_COUNTER, CUDA_EVENT)
 # GPU clock cycles of the delay queued before each start event: about 50 us at an H100's or H200's
 # 1.98 GHz (100 us at 1 GHz), longer than the launch path of a collective it hides.
 LEAD_CYCLES = 100_000

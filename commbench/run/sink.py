@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import commbench
-from commbench.results import table
-from commbench.results.display import Display, Status
+from commbench.console import table
+from commbench.console.display import Display, Status
 from commbench.results.measurement import Measurement
 from commbench.results.noise import Budget, HostLoad, summarise_noise
 from commbench.results.paths import raw_path
 from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, rank_hosts
-from commbench.results.stats import Stats, bandwidth_gbps, noisy, percentile
+from commbench.results.stats import Stats, bandwidth_gbps, noisy, overlap_fraction, percentile
 from commbench.results.writer import CsvAppender
-from commbench.run.overlap import overlap_fraction
 
 if TYPE_CHECKING:
     from commbench.history.recorder import RunRecorder
