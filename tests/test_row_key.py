@@ -31,7 +31,8 @@ module = importlib.util.module_from_spec(spec)
 sys.modules[name] = module
 exec(compile(text, spec.origin, "exec"), module.__dict__)
 from commbench.analysis import compare, history_gate, model, speedup, syncbn_table, trend
-from commbench.results import reader, sink
+from commbench.results import reader
+from commbench.run import sink
 keys = {
     "row": module.ROW_KEY,
     "raw samples": module.RAW_COLUMNS,
