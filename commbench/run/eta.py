@@ -15,14 +15,14 @@ grows with the size too: the wall time of every visit is kept with its size, and
 is scaled by what visits of similar sizes (within 4x) took per unit of cost, or by the whole run's
 rate where none has been seen yet.
 
-A case not timed yet is predicted, first, from the last run of the same fingerprint in the results
-history (its p50 for the same op, variant, phase, dtype and size), scaled by how this run's timed
-cases of similar sizes compare with that run's (the median ratio: a machine busier today is busier
-for every op, and more so for latency-bound sizes);
-without a history, from the cases timed so far: the same op at the nearest sizes (interpolated on log
-scales, or beyond the largest along the line through the two largest: latency plus a cost per byte),
-else the median of the other ops' predictions at that size, else its time budget. The first is what
-makes the ETA hold in a mix of ops: an op not reached yet can cost 8x what the ops before it did. Sizes are the cases' memory estimates (Op.memory_bytes), which every op has before anything
+A case not timed yet is predicted from the same op's timed sizes (interpolated on log scales, or
+beyond the largest along the line through the two largest: latency plus a cost per byte); for an op
+not timed yet, from the last run of the same fingerprint in the results history (its p50 for the
+same op, variant, phase, dtype and size), scaled by how this run's timed cases of similar sizes
+compare with that run's (a machine busier today is busier for every op, and more so at
+latency-bound sizes); without a history, from the median of the other ops' predictions at that
+size, else its time budget. The history is what makes the ETA hold in a mix of ops: an op not
+reached yet can cost 8x what the ops before it did. Sizes are the cases' memory estimates (Op.memory_bytes), which every op has before anything
 is allocated and which grow with the work: bytes for the collectives, C for sync_bn.
 """
 
@@ -97,6 +97,8 @@ class _Visit:
 SIMILAR_SIZE = 4.0
 # ... once this many of them have been seen; before, the whole run's rate stands in.
 SIMILAR_VISITS = 3
+# The prior's drift is taken over at least this many timed cases, the nearest in size.
+DRIFT_CASES = 8
 
 
 class SweepProgress:
@@ -189,31 +191,31 @@ class SweepProgress:
 
     def _predict(self, op: str, size: int) -> float | None:
         """Expected seconds per sample of a case not timed yet; None when nothing is known."""
+        own = self._predict_in(op, size)
+        if own is not None:  # the op's own timed sizes: fresher than any earlier run
+            return own
         before = self.prior.get((op, size))
         if before is not None:
             return before * self._drift(size)
-        own = self._predict_in(op, size)
-        if own is not None:
-            return own
         others = [t for name in self.timed if (t := self._predict_in(name, size)) is not None]
         return statistics.median(others) if others else None
 
     def _drift(self, size: int) -> float:
         """How this run's timed cases compare with the prior's at about this size: the median ratio
-        over the timed cases within SIMILAR_SIZE of it, else over those of the nearest timed size
-        (1 before any). By size, because a busy machine slows a latency-bound size more than a
-        bandwidth-bound one."""
-        ratios = [
+        over the timed cases within SIMILAR_SIZE of it, and at least the DRIFT_CASES nearest (1
+        before any). By size, because a busy machine slows a latency-bound size more than a
+        bandwidth-bound one; over several cases, because one is a warm-up sample or two."""
+        ratios = sorted(
             (abs(math.log(max(timed, 1) / max(size, 1))), t / self.prior[(op, timed)])
             for op, by_size in self.timed.items()
             for timed, times in by_size.items()
             if (op, timed) in self.prior
             for t in times
-        ]
+        )
         if not ratios:
             return 1.0
-        reach = max(math.log(SIMILAR_SIZE), min(distance for distance, _ in ratios))
-        return statistics.median(ratio for distance, ratio in ratios if distance <= reach)
+        near = [ratio for distance, ratio in ratios if distance <= math.log(SIMILAR_SIZE)]
+        return statistics.median(near if len(near) >= DRIFT_CASES else [r for _, r in ratios[:DRIFT_CASES]])
 
     def _curve(self, op: str) -> tuple[list[int], list[float]]:
         """The op's timed sizes, ascending, and the median planned sample time at each."""
