@@ -3,7 +3,7 @@
 # SLURM's daemons and clients (slurm-wlm) and MUNGE (munge), iproute2 and util-linux for the
 # two-host test (ip netns, tc, unshare), and PostgreSQL's server (postgresql: initdb and pg_ctl, under
 # /usr/lib/postgresql/<version>/bin) for the history tests' throwaway server. Debian/Ubuntu, as root (or through sudo).
-# The packages' own services are not started: tests/slurm_cluster.py runs private daemons.
+# The packages' own services are not started: tests/support/slurm_cluster.py runs private daemons.
 set -euo pipefail
 
 say() { echo "install-cluster-tools: $*" >&2; }

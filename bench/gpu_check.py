@@ -198,7 +198,7 @@ def main() -> int:
 
     # 1. NCCL correctness: every op and variant, blocking and non-blocking, float32, float16,
     #    bfloat16 and int64, 8 B to 1 MB, checked (the native SyncBatchNorm layers included).
-    pytest_step(check, "nccl-ops", "tests/test_nccl.py", "-k", "every_op")
+    pytest_step(check, "nccl-ops", "tests/backends/test_nccl.py", "-k", "every_op")
 
     # 2. The large sizes, float32, checked: 64 MB and 256 MB named (a -e 256M -f 4 sweep from 8 B stops at 128 MB).
     csv = out / "sweep-nccl.csv"
@@ -215,7 +215,7 @@ def main() -> int:
         check.say("one-rank-note", "passed" if alone else "failed", f"timer {timers}; one-rank warning shown: {alone}")
 
     # 3. SyncBatchNorm's backward through the CUDA kernels against torch's BatchNorm, every dtype and layout.
-    pytest_step(check, "syncbn-cuda", "tests/test_syncbn_cuda_contract.py")
+    pytest_step(check, "syncbn-cuda", "tests/syncbn/test_syncbn_cuda_contract.py")
 
     # 4. The syncbn command on nccl, the native torch.nn.SyncBatchNorm included.
     csv = out / "syncbn-nccl.csv"
@@ -255,7 +255,13 @@ def main() -> int:
 
     # 6. The CUDA halves of the timer and device tests: events on the stream, one GPU per rank.
     pytest_step(
-        check, "cuda-tests", "tests/test_nccl.py", "-k", "not every_op", "tests/test_timers.py", "tests/test_devices.py"
+        check,
+        "cuda-tests",
+        "tests/backends/test_nccl.py",
+        "-k",
+        "not every_op",
+        "tests/run/test_timers.py",
+        "tests/backends/test_devices.py",
     )
 
     # 7. CUDA events (with and without the lead-in delay) against synchronise + perf_counter.

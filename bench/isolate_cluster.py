@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from commbench.isolate.report import draw
 from commbench.isolate.schedule import circle_rounds
-from tests.test_isolate_hosts import HEALTHY, HOSTS, SLOW, hosts_sh, isolate, shape, verdict_lines
+from tests.isolate.test_isolate_hosts import HEALTHY, HOSTS, SLOW, hosts_sh, isolate, shape, verdict_lines
 from tests.test_two_hosts import netns_unavailable
 
 PROJECTED_HOSTS = (8, 64, 1024)

@@ -11,11 +11,11 @@ driving them from a few threads. Each simulated rank does what a rank does to th
 
 Each world size gets a fresh server; its connections are made once (and their time reported),
 then two heartbeat policies run on them, one after the other:
-- bounded (commbench now): the interval a ProgressBoard takes at this world size
+- bounded (commbench now): the interval a Heartbeat takes at this world size
   (commbench.run.heartbeat.heartbeat_gap_s, i.e. world / STORE_WRITES_PER_S seconds, at least the
   watchdog's 1 s), every record published at the gap (the most case starts can add); a diagnosis
   elects one rank (add) that reads every record twice (check + get) and leaves the result
-  (set); the others look for that key (check, every ProgressBoard.poll_s) and read it (get).
+  (set); the others look for that key (check, every Heartbeat.poll_s) and read it (get).
 - per-second (commbench before): one record per rank per second; every rank reads every record
   for its diagnosis. O(world^2) reads cannot be simulated at 8,192 ranks on one host, so
   --old-readers ranks read every record and the total is projected (labelled).
@@ -303,7 +303,7 @@ def main() -> None:
             )
     print(
         f"# diagnosis (bounded): the elected rank's reads take about {READ_S_PER_RANK * 1e3:g} ms per rank in "
-        "ProgressBoard.diagnosis_s; the wait between its two reads is not simulated"
+        "Heartbeat.diagnosis_s; the wait between its two reads is not simulated"
     )
 
 

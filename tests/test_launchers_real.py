@@ -2,7 +2,7 @@
 
 Each run must write the same rows (op, variant, size, world size) as torchrun does with the same
 options. mpirun is Debian's openmpi-bin; srun runs on a one-host SLURM cluster brought up for
-the module (tests/slurm_cluster.py), which needs root. Everything stays on loopback: Open MPI's
+the module (tests/support/slurm_cluster.py), which needs root. Everything stays on loopback: Open MPI's
 own daemons are held to `lo`, and the cluster's daemons listen on 127.0.0.1.
 .ci/install-cluster-tools.sh installs the tools.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.distributed import REPO, rendezvous_store, torchrun
+from tests.support.distributed import REPO, rendezvous_store, torchrun
 
 pytestmark = pytest.mark.slow
 
@@ -151,7 +151,7 @@ def test_srun_environment_set_by_hand_writes_the_rows_torchrun_writes(tmp_path):
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     """A one-host SLURM cluster for this module; skipped, with what failed, when it cannot come up."""
-    from tests.slurm_cluster import SlurmCluster, SlurmUnavailable, missing_tools
+    from tests.support.slurm_cluster import SlurmCluster, SlurmUnavailable, missing_tools
 
     if os.geteuid() != 0:
         pytest.skip("a throwaway SLURM cluster needs root (munged, slurmctld and slurmd run as root)")

@@ -13,7 +13,7 @@ import pytest
 
 from commbench import provenance
 from commbench.provenance import collect_host, comparable, differences, fingerprint, layout, transport_variables
-from tests.distributed import REPO
+from tests.support.distributed import REPO
 
 
 def test_transport_variables_are_chosen_by_prefix_and_secrets_hidden():

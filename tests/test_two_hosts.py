@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.distributed import REPO
+from tests.support.distributed import REPO
 
 SCRIPT = REPO / "scripts" / "two-hosts.sh"
 PREFIX = "cbt"  # hosts cbt1 and cbt2, so a developer's own cbh1/cbh2 from the script are left alone

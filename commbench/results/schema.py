@@ -40,7 +40,7 @@ COLUMNS = (
     *"fingerprint env_file".split(),  # the run's fingerprint and its hosts' <stem>.env.json (docs/history.md)
 )
 
-# The row key, defined here once; every other key is derived from it (tests/test_row_key.py).
+# The row key, defined here once; every other key is derived from it (tests/results/test_row_key.py).
 # CASE_KEY: what a row of one run measures; a run writes one row per value of it.
 CASE_KEY = ("op", "variant", "phase", "dtype", "mode", "size_bytes")
 # LAYOUT_KEY: how the run's ranks were laid out, the same on every row of a run; rows of two runs

@@ -104,7 +104,7 @@ def read_record(store: Store, rank: int) -> RankRecord | None:
     return RankRecord(**json.loads(store.get(key)))
 
 
-class ProgressBoard:
+class Heartbeat:
     """Publishes this rank's record in the background; diagnose() names the peers at fault."""
 
     def __init__(

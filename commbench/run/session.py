@@ -25,7 +25,7 @@ from commbench.results.paths import resolve_output
 from commbench.run.config import ONE_RANK_NOTE, RunFacts, SweepConfig, agree, share_refusal
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping, form_groups
-from commbench.run.heartbeat import ProgressBoard, connect_store
+from commbench.run.heartbeat import Heartbeat, connect_store
 from commbench.run.plan import SweepPlan, eta_prior
 from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_error
@@ -42,7 +42,7 @@ class Session:
     grouping: Grouping  # grouping.backend: the ranks an op sees
     plan: SweepPlan
     watchdog: Watchdog
-    board: ProgressBoard
+    board: Heartbeat
     progress: SweepProgress
     sink: Sink | None = None
     path: Path | None = None  # rank 0's CSV
@@ -71,7 +71,7 @@ def open_session(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[O
     lead = backend.rank == 0
     watchdog = Watchdog(cfg.timeout, backend.rank)
     store = connect_store(launch, min(cfg.timeout, 30.0))
-    board = ProgressBoard(
+    board = Heartbeat(
         store, backend.rank, backend.world_size, watchdog.poll_s, local=lambda: (backend.issued, watchdog.label)
     )
     watchdog.diagnose = lambda: timed_out(board, watchdog)
@@ -169,7 +169,7 @@ def in_groups(grouping: Grouping) -> str:
     return "" if grouping.kind == "world" else f", --group {grouping.kind} (groups of {grouping.size})"
 
 
-def timed_out(board: ProgressBoard, watchdog: Watchdog) -> str:
+def timed_out(board: Heartbeat, watchdog: Watchdog) -> str:
     """The watchdog's diagnosis: name the peers at fault, then tell them this rank is leaving."""
     detail = board.diagnose()
     board.finish(f"timed out in {watchdog.label}")

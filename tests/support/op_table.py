@@ -1,5 +1,5 @@
 """Every registered op's S and bus factor as nccl-tests defines them, and options that keep its
-workload small: one row per op, which tests/test_s_and_bus_factor.py holds to the registry."""
+workload small: one row per op, which tests/ops/test_s_and_bus_factor.py holds to the registry."""
 
 from __future__ import annotations
 

@@ -1,0 +1,129 @@
+"""The HTML report: self-contained, with every chart, every table and the provenance."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from commbench.analysis.charts.plot import build_charts
+from commbench.analysis.model import fit_frame, model_charts
+from commbench.cli import main
+from commbench.results.reader import read_results
+from tests.analysis.test_plotting import CASES
+from tests.support.errors import assert_one_line_error
+from tests.support.synth_results import Case, synth_run
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> list[Path]:
+    return [
+        synth_run(tmp_path / "a.csv", CASES, seed=1, raw=False),
+        synth_run(tmp_path / "b.csv", CASES[:2], seed=2, raw=False, host="otherhost"),
+    ]
+
+
+@pytest.mark.slow
+def test_report_holds_every_chart_and_table(runs: list[Path], tmp_path: Path) -> None:
+    out = tmp_path / "out" / "report.html"
+    result = CliRunner().invoke(main, ["report", *map(str, runs), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    frame = read_results(runs)
+    charts = build_charts(frame) + model_charts(frame, fit_frame(frame)[0])
+    images = re.findall(r"<img alt='([^']+)' src='data:image/png;base64,", page)
+    assert images == [c.name for c in charts] and page.count("<img") == len(charts) == 5
+    assert images[-2:] == ["all_gather-comm-model", "grouped_all_gather-comm-model"]
+    # provenance, the model's fits, one table per (op, phase) measured (all_gather, grouped_all_gather), the unavailable rows
+    assert page.count("<table") == 5
+    headings = re.findall(r"<h3 id='([^']+)'>([^<]+)</h3>", page)
+    assert [text for _, text in headings] == [
+        "all_gather · comm",  # charts
+        "grouped_all_gather · comm",
+        "all_gather · comm",  # results
+        "grouped_all_gather · comm",
+        "Not measured",
+    ]
+    # The contents list links every heading, and every link lands.
+    contents = page[page.index("<nav class='toc'>") : page.index("</nav>")]
+    for anchor, _ in headings + re.findall(r"<h2 id='([^']+)'>([^<]+)</h2>", page):
+        assert f"href='#{anchor}'" in contents and page.count(f"id='{anchor}'") == 1
+    for fact in (
+        "commbench sweep --seed 1",
+        "commbench sweep --seed 2",
+        "testhost",
+        "otherhost",
+        "2.13.0+cpu",
+        "gloo test",
+    ):
+        assert fact in page
+    assert "http" not in page.replace("http-equiv", "")  # nothing fetched from elsewhere
+
+
+def test_report_in_svg_and_default_name(runs: list[Path]) -> None:
+    result = CliRunner().invoke(main, ["report", str(runs[0]), "--format", "svg"])
+    assert result.exit_code == 0, result.output
+    page = runs[0].with_suffix(".html").read_text()
+    assert page.count("data:image/svg+xml;base64,") == 3 + 2  # results and model charts
+
+
+def test_unwritable_report_destination_is_one_line(runs: list[Path], tmp_path: Path) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    assert_one_line_error(
+        CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(blocker / "sub" / "r.html")]),
+        "cannot create the output folder",
+    )
+    assert_one_line_error(CliRunner().invoke(main, ["report", str(runs[0]), "-o", ""]), "--output is empty")
+
+
+def test_a_folder_as_destination_gets_the_default_name_inside(runs: list[Path], tmp_path: Path) -> None:
+    for given, folder in ((tmp_path, tmp_path), (f"{tmp_path}/new/", tmp_path / "new")):
+        result = CliRunner().invoke(main, ["report", str(runs[0]), "-o", str(given)])
+        assert result.exit_code == 0, result.output
+        assert result.output.strip() == str(folder / runs[0].with_suffix(".html").name)
+        assert (folder / runs[0].with_suffix(".html").name).read_text().startswith("<!doctype html>")
+
+
+def test_report_of_a_missing_file_is_one_line(tmp_path: Path) -> None:
+    assert_one_line_error(
+        CliRunner().invoke(main, ["report", str(tmp_path / "gone.csv"), "-o", str(tmp_path / "r.html")]),
+        "does not exist",
+    )
+
+
+def test_a_run_with_only_wrong_rows_still_reports_its_table(tmp_path: Path) -> None:
+    path = synth_run(tmp_path / "w.csv", [Case("all_gather", "flat", status="wrong")], seed=1, raw=False)
+    out = tmp_path / "w.html"
+    assert CliRunner().invoke(main, ["report", str(path), "-o", str(out)]).exit_code == 0
+    page = out.read_text()
+    assert page.count("<img") == 0 and page.count("<table") == 2 and ">wrong<" in page
+
+
+def test_numbers_read_as_people_write_them_noisy_rows_are_marked_and_refused_fits_apart(tmp_path: Path) -> None:
+    from commbench.analysis.report import build_report, format_bandwidth, format_time_us, significant
+
+    assert [format_time_us(v) for v in (812.3, 1234.5, 2.5e6, 0.412)] == ["812 µs", "1.23 ms", "2.5 s", "0.412 µs"]
+    assert [format_bandwidth(v) for v in (2.309e-05, 0.84, 2.3149)] == ["23.1 KB/s", "840 MB/s", "2.31 GB/s"]
+    assert significant(45_678.0) == "45,700" and significant(0.0001234) == "0.000123"
+    # A barrier (no bandwidth), a noisy row, and an op whose times do not follow a line.
+    cases = [
+        Case("barrier", "barrier", sizes=(0,), latency_only=True),
+        Case("all_gather", "flat", factors_by_size={8: 9.0, 1024: 0.2, 65536: 7.0, 1 << 20: 0.1}),
+    ]
+    run = synth_run(tmp_path / "a.csv", cases, seed=3, raw=False)
+    frame = read_results([run])
+    frame.loc[frame["size_bytes"] == 1024, "note"] = "noisy: p50 interval 30% wide"
+    noisy_csv = tmp_path / "noisy.csv"
+    frame.drop(columns=["run", "source"]).to_csv(noisy_csv, index=False)
+    page = build_report([noisy_csv])
+    text = re.sub(r"data:image/\w+;base64,[A-Za-z0-9+/=]+", "", page)
+    assert "NaN" not in text and not re.search(r"\de[-+]\d", text)  # no NaN, no scientific notation
+    assert text.count("<tr class='noisy'>") == 1 and "1 of 5 rows are noisy" in text
+    assert " µs</td>" in text and re.search(r"[KMG]B/s</td>", text)
+    refused = text[text.index("id='refused-fits'") :]
+    assert "all_gather" in refused[: refused.index("</table>")] and "the line does not describe the data" in refused
+    # The only fit is refused: no table of fits beside it, where its R² would stand next to good ones.
+    assert "<table>" not in text[text.index("id='latency-bandwidth-model'") : text.index("id='refused-fits'")]

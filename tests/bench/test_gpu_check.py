@@ -1,0 +1,148 @@
+"""bench/gpu-check.sh and bench/gpu_check.py without a GPU: one line saying so and exit 0 where no GPU
+exists (CI runs it this way, so it cannot rot); a loud failure where a GPU exists that torch cannot
+use; step budgets that fit in 5 minutes, and a step past its budget killed with every process it
+started, its output logged as text."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.support.distributed import REPO
+
+NO_GPU_LINE = (
+    "gpu-check: no usable CUDA GPU here (or torch is missing or a CPU build): nothing to check; run it on a GPU machine"
+)
+
+
+def _script(env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(REPO / "bench" / "gpu-check.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable, **(env or {})},
+    )
+
+
+def _fake_nvidia_smi(tmp_path: Path) -> str:
+    """A PATH whose nvidia-smi lists one GPU and driver 550.54.15."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        "  *-L*) echo 'GPU 0: NVIDIA H200 (UUID: GPU-0000)';;\n"
+        "  *driver_version*) echo '550.54.15';;\n"
+        "esac\n"
+    )
+    smi.chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is usable here: the script would run the check")
+@pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="an NVIDIA driver is here: the script must fail")
+def test_without_a_gpu_the_check_says_so_in_one_line():
+    proc = _script()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines() == [NO_GPU_LINE]
+    assert proc.stderr == ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is usable here")
+def test_a_gpu_that_torch_cannot_use_fails_loudly_with_the_versions(tmp_path):
+    proc = _script({"PATH": _fake_nvidia_smi(tmp_path)})
+    assert proc.returncode == 1 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("gpu-check: failed: this machine has an NVIDIA GPU (driver 550.54.15)")
+    assert f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none: a CPU build'}) cannot use it" in lines[0]
+
+
+def test_a_gpu_with_torch_missing_fails_loudly_too(tmp_path):
+    broken = tmp_path / "site" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open shared object file')\n")
+    proc = _script({"PATH": _fake_nvidia_smi(tmp_path), "PYTHONPATH": str(tmp_path / "site")})
+    assert proc.returncode == 1
+    assert "torch cannot be imported (ImportError: libcudart.so.13" in proc.stderr
+    assert "driver 550.54.15" in proc.stderr
+
+
+def _gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_steps_fit_in_five_minutes_in_the_order_of_what_they_prove():
+    check = _gpu_check()
+    assert check.LIMIT_S == sum(check.BUDGETS.values()) <= 300
+    steps = list(check.BUDGETS)
+    assert steps[:2] == ["nccl-ops", "nccl-large"] and steps[-1] == "gloo-cuda"
+    assert steps.index("syncbn-cuda") < steps.index("timers") < steps.index("memory-cuda") < steps.index("gloo-cuda")
+    source = (REPO / "bench" / "gpu_check.py").read_text()
+    # the steps run in the budget table's order
+    calls = [source.index(f'"{name}"', source.index("def main")) for name in steps]
+    assert calls == sorted(calls)
+    assert (REPO / "docs" / "gpu.md").read_text().count("| ") > 0
+    for name, seconds in check.BUDGETS.items():
+        assert f"| {name} | {seconds} |" in (REPO / "docs" / "gpu.md").read_text(), name
+
+
+def test_a_step_past_its_budget_is_killed_with_every_process_it_started(tmp_path, monkeypatch, capsys):
+    """The step starts a grandchild in its own session (as commbench starts its ranks); both die."""
+    check = _gpu_check()
+    monkeypatch.setitem(check.BUDGETS, "nccl-ops", 6)
+    pid_file = tmp_path / "pid"
+    step = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "print('half-way', flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    runner = check.Check(tmp_path)
+    began = time.monotonic()
+    assert runner.run("nccl-ops", [sys.executable, "-c", step]) is None
+    assert time.monotonic() - began < 60
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{grandchild}").exists() or "Z" in Path(f"/proc/{grandchild}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the step's grandchild outlived the step")
+    runner.log.close()
+    log = (tmp_path / "gpu-check.log").read_text()
+    assert "half-way" in log and "b'" not in log and "killed after 6 s" in log
+    assert capsys.readouterr().out.strip() == (
+        "gpu-check: nccl-ops         failed  timed out after 6 s (its budget); killed with its processes"
+    )
+
+
+def test_syncbn_vs_torch_judges_agreement_and_reports_the_ratios(tmp_path, capsys):
+    """The time ratios against cuDNN's kernels are figures beside their targets, not verdicts; the
+    outputs and gradients must agree."""
+    check = _gpu_check()
+    runner = check.Check(tmp_path)
+    ratios = "syncbn compute: worst fwd 1.45 (target 1.2), fwd+bwd 1.31 (target 1.1)"
+    for agreement, verdict in (("3.2e-06", "passed"), ("0.002", "failed")):
+        out = f"# table\nsyncbn compute: agreement {agreement}\n{ratios}\n"
+        check.syncbn_verdict(runner, check.Finished(0, out, ""))
+        line = capsys.readouterr().out.strip()
+        assert line.split()[1:3] == ["syncbn-vs-torch", verdict], line
+        assert "fwd 1.45 (target 1.2), fwd+bwd 1.31 (target 1.1)" in line
+    check.syncbn_verdict(runner, check.Finished(1, "", "Traceback ...\nRuntimeError: boom\n"))
+    assert capsys.readouterr().out.strip().endswith("failed  exit 1: RuntimeError: boom")
+    runner.log.close()

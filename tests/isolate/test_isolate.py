@@ -1,0 +1,231 @@
+"""`commbench isolate` without a cluster: the circle schedule, the robust rule on synthetic
+clusters, the confirmation plans, the host checks, the verdict's text and chart, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from itertools import combinations
+
+import pandas as pd
+import pytest
+
+from commbench.isolate.cluster import Cluster
+from commbench.isolate.report import draw, format_verdict
+from commbench.isolate.schedule import byes, circle_rounds, pack
+from commbench.isolate.verdict import (
+    confirmed_link,
+    confirmed_node,
+    low_outliers,
+    plan_link,
+    plan_node,
+    robust_bar,
+    suspects,
+)
+from tests.support.distributed import commbench
+from tests.support.fake_hosts import run_on_fake_hosts
+
+
+@pytest.mark.parametrize("n", range(2, 66))
+def test_circle_schedule_meets_every_pair_once_in_n_minus_1_rounds(n):
+    rounds = circle_rounds(n)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    met = [pair for r in rounds for pair in r]
+    assert sorted(met) == list(combinations(range(n), 2))  # every pair exactly once
+    for r in rounds:
+        hosts = [h for pair in r for h in pair]
+        assert len(hosts) == len(set(hosts))  # no host in two pairs of a round
+        assert len(r) == n // 2
+        assert len(byes(n, r)) == n % 2  # odd n: exactly one host sits each round out
+    if n % 2:
+        assert sorted(h for r in rounds for h in byes(n, r)) == list(range(n))  # each host sits out once
+
+
+def test_pack_puts_no_host_twice_in_a_round():
+    pairs = [(0, 1), (0, 2), (1, 2), (3, 4), (0, 3)]
+    rounds = pack(pairs)
+    assert sorted(p for r in rounds for p in r) == sorted(pairs)
+    for r in rounds:
+        hosts = [h for p in r for h in p]
+        assert len(hosts) == len(set(hosts))
+
+
+def _pairs(speeds: list[float], noise: float = 0.0, seed: int = 0) -> dict[tuple[int, int], float]:
+    """A cluster whose pair bandwidth is the slower host's speed, times noise."""
+    rng = random.Random(seed)
+    return {
+        (a, b): min(speeds[a], speeds[b]) * (1 + rng.uniform(-noise, noise))
+        for a, b in combinations(range(len(speeds)), 2)
+    }
+
+
+@pytest.mark.parametrize(("n", "slow"), [(8, 1), (8, 2), (8, 3), (16, 7), (64, 31), (5, 1)])
+def test_the_robust_rule_names_the_slow_hosts_and_only_them(n, slow):
+    """One, two and N/2-1 slow hosts (a quarter of the speed), with 5% noise on every pair."""
+    speeds = [1.0] * (n - slow) + [0.25] * slow
+    found = suspects(range(n), _pairs(speeds, noise=0.05), 0.2)
+    assert sorted(found.nodes) == list(range(n - slow, n))
+    assert found.links == []
+
+
+def test_a_slow_host_does_not_drag_the_bar_toward_itself():
+    scores = {h: 1.0 for h in range(7)} | {7: 0.1}
+    bar, low = low_outliers(scores)
+    assert bar.median == 1.0 and bar.mad == 0.0 and low == [7]
+    # A mean and standard deviation bar, which the slow host itself widens, would not catch it.
+    assert statistics.fmean(scores.values()) - 3 * statistics.stdev(scores.values()) < scores[7]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_healthy_cluster_with_noise_names_nothing(seed):
+    found = suspects(range(16), _pairs([1.0] * 16, noise=0.15, seed=seed), 0.2)
+    assert found.nodes == [] and found.links == []
+
+
+def test_the_noise_bound_widens_the_bar_in_a_noisy_cluster():
+    """Hosts that scatter by +-30% around the median: a host 25% below it is within their noise,
+    though beyond the threshold alone."""
+    scattered = [0.7, 0.8, 0.9, 1.0, 1.0, 1.0, 1.0, 1.1, 1.2, 1.3]
+    bar = robust_bar([*scattered, 0.75], threshold=0.2)
+    assert bar.median == 1.0 and bar.k * 1.4826 * bar.mad > 0.2 * bar.median  # the noise sets the margin
+    assert not bar.low(0.75) and bar.median - 0.75 > 0.2 * bar.median
+    assert bar.low(0.5)
+
+
+def test_a_slow_link_between_healthy_hosts_is_a_link_not_a_host():
+    bw = _pairs([1.0] * 6, noise=0.03)
+    bw[(1, 4)] = 0.3
+    found = suspects(range(6), bw, 0.2)
+    assert found.nodes == [] and found.links == [(1, 4)]
+
+
+def test_confirmation_clears_a_burst_and_keeps_a_real_fault():
+    scores = {0: 1.0, 1: 1.0, 2: 1.0, 3: 0.3}
+    bar, _ = low_outliers(scores)
+    plan = plan_node(3, scores, {3})
+    assert plan.suspect_pairs == [(0, 3), (1, 3)] and plan.reference_pairs == [(0, 1)]
+    slow_again = {(0, 3): 0.3, (1, 3): 0.31, (0, 1): 1.0}
+    fine_now = {(0, 3): 0.3, (1, 3): 0.97, (0, 1): 1.0}  # one partner says it is fine: a burst
+    assert confirmed_node(plan, slow_again, 0.2, bar)
+    assert not confirmed_node(plan, fine_now, 0.2, bar)
+    link = plan_link(0, 1, {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}, set())
+    assert link.suspect_pairs == [(0, 1)] and set(link.reference_pairs) == {(0, 2), (1, 3)}
+    assert confirmed_link(link, {(0, 1): 0.25, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
+    assert not confirmed_link(link, {(0, 1): 0.9, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
+
+
+def test_hosts_that_cannot_be_paired_are_refused_in_one_line():
+    assert "2 or more hosts" in Cluster.of(["a", "a"]).refusal()
+    uneven = Cluster.of(["a", "a", "b"]).refusal()
+    assert "a: 2, b: 1" in uneven and "\n" not in uneven
+    cluster = Cluster.of(["a", "b", "a", "b"])
+    assert cluster.refusal() is None and cluster.pair_ranks(0, 1) == [0, 1, 2, 3]
+    assert cluster.ranks == ((0, 2), (1, 3)) and cluster.rank_name(3) == "b:1"
+
+
+def test_isolate_on_one_host_exits_2_with_one_line(tmp_path):
+    result = commbench("isolate", "--nproc", "2", "-o", str(tmp_path / "one.csv"), "--size", "64K", timeout=120)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("commbench: error:")]
+    assert len(errors) == 1 and "2 or more hosts" in errors[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--threshold", "120%"], "--threshold"),
+        (["--size", "4"], "--size"),
+        (["--json", "/nonexistent/x.json"], "--json"),
+    ],
+)
+def test_bad_isolate_options_are_one_line_errors(args, message):
+    result = commbench("isolate", *args, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def _verdict() -> dict:
+    hosts = ["n1", "n2", "n3", "n4"]
+    pairs = [
+        [a, b, 0.25 if "n4" in (a, b) else (0.4 if {a, b} == {"n1", "n2"} else 1.0)] for a, b in combinations(hosts, 2)
+    ]
+    bar = {"median": 1.0, "mad": 0.0, "margin": 0.2, "cut": 0.8}
+    return {
+        "hosts": hosts,
+        "ranks": {str(i): f"{h}:0" for i, h in enumerate(hosts)},
+        "size_bytes": 131072,
+        "latency_bytes": 8,
+        "threshold": 0.2,
+        "k": 3.0,
+        "round_seconds": [1.0, 1.0, 1.0],
+        "host": {
+            "scores": {"n1": 1.0, "n2": 1.0, "n3": 1.0, "n4": 0.25},
+            "bar": bar,
+            "suspects": ["n4"],
+            "confirmations": {
+                "n4": {"pairs": [["n1", "n4", 0.25], ["n2", "n4", 0.26]], "references": [["n1", "n2", 0.98]]}
+            },
+            "link_bar": {"median": 1.0, "mad": 0.0, "margin": 0.2, "cut": 0.8},
+            "link_suspects": [["n1", "n2", 0.4]],
+            "link_confirmations": {
+                "n1-n2": {"pairs": [["n1", "n2", 0.41]], "references": [["n1", "n3", 1.0], ["n2", "n3", 1.0]]}
+            },
+            "pairs": pairs,
+            "flagged": ["n4"],
+            "flagged_links": [["n1", "n2"]],
+        },
+        "local": None,
+        "compute": {
+            "gflops": {"n1:0": 10.0, "n2:0": 10.0, "n3:0": 2.0, "n4:0": 10.0},
+            "flops": 2e9,
+            "bar": {"median": 10.0, "mad": 0.0, "margin": 2.0, "cut": 8.0},
+            "suspects": [2],
+            "reference": 0,
+            "beside_gflops": {"2": [[5.0, 20.0], [6.0, 19.0]]},
+            "flagged": [2],
+        },
+        "bisect": None,
+        "flagged_hosts": ["n4"],
+        "flagged_links": [["n1", "n2"]],
+        "flagged_ranks": [2],
+    }
+
+
+def test_the_verdict_names_each_culprit_with_its_evidence(tmp_path):
+    text = format_verdict(_verdict())
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    assert "n4 0.25 GB/s -75% SLOW HOST (re-measured n1-n4 0.25, n2-n4 0.26 GB/s against n1-n2 0.98)" in lines
+    assert "n3 1 GB/s +0% ok" in lines
+    assert "link n1-n2: 0.40 of what both reach elsewhere" in text and "SLOW LINK" in text
+    assert "n3:0: 2 GFLOP/s; re-timed beside n1:0: 5 vs 20, 6 vs 19: COMPUTE STRAGGLER" in text
+    assert text.splitlines()[-1] == "# isolate: 1 slow host(s): n4; 1 slow link(s): n1-n2; 1 slow rank(s): n3:0"
+    png = draw(_verdict(), tmp_path / "m.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    json.dumps(_verdict())  # what --json writes
+
+
+@pytest.mark.slow
+def test_isolate_end_to_end_on_hosts_named_by_commbench_host(tmp_path):
+    """Two hosts of two ranks each over loopback, named through COMMBENCH_HOST (no root needed):
+    host pairs exchange local rank i with local rank i, local pairs are measured, every output is written."""
+    out = tmp_path / "iso.csv"
+    results = run_on_fake_hosts(
+        ["h0", "h0", "h1", "h1"],
+        *("isolate", "-o", str(out), "--json", str(tmp_path / "v.json"), "--size", "64K", "--iters", "5", "-w", "1"),
+        timeout=240,
+    )
+    codes = [r.returncode for r in results]
+    verdict = json.loads((tmp_path / "v.json").read_text())
+    flagged = verdict["flagged_hosts"] or verdict["flagged_links"] or verdict["flagged_ranks"]
+    assert codes == [1 if flagged else 0] * 4, results[0].stderr[-2000:]
+    assert verdict["hosts"] == ["h0", "h1"] and set(verdict) >= {"flagged_hosts", "flagged_links", "flagged_ranks"}
+    rows = pd.read_csv(out)
+    host = rows[rows.kind == "host_pair"]
+    assert list(host.size_bytes) == [65536, 8] and set(host.ranks_a) == {"0;1"} and set(host.ranks_b) == {"2;3"}
+    local = rows[rows.kind == "local_pair"]
+    assert sorted(zip(local.host_a, local.host_b)) == [("h0:0", "h0:1")] * 2 + [("h1:0", "h1:1")] * 2
+    assert (rows.wrong == 0).all() and (rows.time_us_p50_lo <= rows.time_us_p50).all()
+    assert (tmp_path / "iso-isolate.png").exists() and (tmp_path / "iso.verdict.json").exists()
+    assert results[0].stdout.splitlines()[-2].startswith("# done: results in")
