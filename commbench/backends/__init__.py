@@ -116,6 +116,11 @@ class BackendInfo:
     spawner: str | None = None
     launchers: tuple[str, ...] | None = None
     launch_hint: str = ""
+    # Device memory it allocates outside torch's allocator, after the memory check, per communicator
+    # a rank joins (a --group run joins two): a reservation, not a measurement.
+    communicator_bytes: int = 0
+    shares_gpus: bool = False  # whether its local ranks may share a GPU (else one GPU per rank)
+    places_tensors: bool = False  # whether --device chooses where its tensors live (else it places them)
 
     def load(self) -> type[Backend]:
         """The Backend subclass (imports its module, and torch)."""
@@ -141,6 +146,8 @@ BACKENDS: dict[str, BackendInfo] = {
             torch_missing,
             copies.gloo,
             interface_env="GLOO_SOCKET_IFNAME",
+            shares_gpus=True,
+            places_tensors=True,
         ),
         BackendInfo(
             "nccl",
@@ -150,6 +157,9 @@ BACKENDS: dict[str, BackendInfo] = {
             copies.nccl,
             gpu_per_rank=always,
             interface_env="NCCL_SOCKET_IFNAME",
+            # its channels' send/receive buffers (NCCL_BUFFSIZE, 4 MiB, per channel and peer link)
+            # and, on NVLink-switch machines, the NVLS multicast buffers
+            communicator_bytes=1 << 30,
         ),
         BackendInfo(
             "horovod",

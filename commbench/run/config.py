@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from commbench.backends import BACKENDS
 from commbench.errors import UserError
 from commbench.run.groups import GROUPS, layout, refusal
 from commbench.run.overlap import parse_compute
@@ -124,8 +125,9 @@ class SweepConfig:
         object.__setattr__(self, "compute", parse_compute(self.compute))
         if self.device not in DEVICES:
             raise UserError(f"unknown device {self.device!r}; valid devices: {', '.join(DEVICES)}")
-        if self.device != "auto" and self.backend != "gloo":
-            raise UserError(f"--device applies to --backend gloo only; {self.backend} places its own tensors")
+        if self.device != "auto" and self.backend in BACKENDS and not BACKENDS[self.backend].places_tensors:
+            chosen = ", ".join(name for name, info in BACKENDS.items() if info.places_tensors)
+            raise UserError(f"--device applies to --backend {chosen} only; {self.backend} places its own tensors")
 
     @property
     def auto(self) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from commbench.backends import copies_of
+from commbench.backends import BACKENDS, copies_of
 from commbench.lazy import torch
 from commbench.ops import choose_variants, unavailable
 from commbench.ops.base import MemoryCase, Op, Point
@@ -39,11 +39,6 @@ RUNTIME_GROWTH_BYTES = 64 << 20
 # importing torch and every extra one stretches each iteration by another time slice.
 RANKS_PER_CORE = 8
 OVERSUBSCRIBE_FLAG = "--oversubscribe"
-# GPU memory NCCL allocates per communicator a rank joins, outside torch's allocator and after the
-# check: its channels' send/receive buffers (NCCL_BUFFSIZE, 4 MiB, per channel and peer link) and,
-# on NVLink-switch machines, the NVLS multicast buffers. A reservation, not a measurement: a rank of
-# a --group run joins two communicators (the world and its group).
-NCCL_COMMUNICATOR_BYTES = 1 << 30
 
 
 def host_available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
@@ -139,16 +134,18 @@ def memory_error(ops: Sequence[Op], cfg: SweepConfig, backend: Backend, local_ra
 
 
 def transport_reserve(cfg: SweepConfig, backend: Backend) -> int:
-    """Device memory the transport allocates outside torch after the check (NCCL_COMMUNICATOR_BYTES)."""
-    if backend.name != "nccl" or backend.device.type != "cuda":
+    """Device memory the transport allocates outside torch after the check: its info's
+    communicator_bytes per communicator a rank joins (the world, and its group under --group)."""
+    if backend.device.type != "cuda":
         return 0
-    return NCCL_COMMUNICATOR_BYTES * (1 if cfg.group == "world" else 2)
+    return BACKENDS[backend.name].communicator_bytes * (1 if cfg.group == "world" else 2)
 
 
 def ranks_per_gpu(backend: Backend, local_ranks: int) -> int:
-    """Local ranks that allocate out of this rank's GPU: one under NCCL and Horovod (one GPU per rank);
-    Gloo's CUDA ranks may share one, spread over the visible GPUs by local rank (GlooBackend)."""
-    if backend.name != "gloo":
+    """Local ranks that allocate out of this rank's GPU: one where each rank takes a GPU of its own
+    (NCCL, Horovod); where ranks may share them (Gloo's CUDA ranks, spread over the visible GPUs by
+    local rank), the local ranks over the GPUs."""
+    if not BACKENDS[backend.name].shares_gpus:
         return 1
     return -(-max(1, local_ranks) // max(1, torch.cuda.device_count()))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from commbench.backends import BACKENDS
 from commbench.backends.gloo import CUDA_REFUSED, GlooBackend
 from commbench.backends.nccl import NcclBackend
 from commbench.ops.all_gather import AllGather
@@ -78,7 +79,7 @@ def test_the_gpu_memory_check_counts_what_is_allocated_after_it(gpu_with):
     nccl.world_size, nccl.device = 2, torch.device("cuda", 0)
     cfg = SweepConfig("nccl", ("all_gather",), (1 << 30,))
     base = _need(cfg, nccl)
-    reserve = resources.NCCL_COMMUNICATOR_BYTES
+    reserve = BACKENDS["nccl"].communicator_bytes
     gpu_with(base + reserve)
     assert resources.memory_error([AllGather()], cfg, nccl, local_ranks=2) is None
     gpu_with(base + reserve - 1)
