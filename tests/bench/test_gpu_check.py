@@ -50,6 +50,7 @@ def _fake_nvidia_smi(tmp_path: Path) -> str:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is usable here: the script would run the check")
 @pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="an NVIDIA driver is here: the script must fail")
+@pytest.mark.slow  # starts processes, or runs whole fake sweeps: outside the quick loop
 def test_without_a_gpu_the_check_says_so_in_one_line():
     proc = _script()
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -58,6 +59,7 @@ def test_without_a_gpu_the_check_says_so_in_one_line():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is usable here")
+@pytest.mark.slow  # starts processes, or runs whole fake sweeps: outside the quick loop
 def test_a_gpu_that_torch_cannot_use_fails_loudly_with_the_versions(tmp_path):
     proc = _script({"PATH": _fake_nvidia_smi(tmp_path)})
     assert proc.returncode == 1 and proc.stdout == ""
@@ -100,6 +102,7 @@ def test_the_steps_fit_in_five_minutes_in_the_order_of_what_they_prove():
         assert f"| {name} | {seconds} |" in (REPO / "docs" / "gpu.md").read_text(), name
 
 
+@pytest.mark.slow  # starts processes, or runs whole fake sweeps: outside the quick loop
 def test_a_step_past_its_budget_is_killed_with_every_process_it_started(tmp_path, monkeypatch, capsys):
     """The step starts a grandchild in its own session (as commbench starts its ranks); both die."""
     check = _gpu_check()

@@ -124,6 +124,7 @@ def test_hosts_that_cannot_be_paired_are_refused_in_one_line():
     assert cluster.ranks == ((0, 2), (1, 3)) and cluster.rank_name(3) == "b:1"
 
 
+@pytest.mark.slow  # starts processes, or runs whole fake sweeps: outside the quick loop
 def test_isolate_on_one_host_exits_2_with_one_line(tmp_path):
     result = commbench("isolate", "--nproc", "2", "-o", str(tmp_path / "one.csv"), "--size", "64K", timeout=120)
     assert result.returncode == 2, result.stderr

@@ -57,6 +57,7 @@ def _derived_keys(key: str, column: str) -> dict[str, list[str]]:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow  # a subprocess per key part
 @pytest.mark.parametrize(
     "key, within_a_run",
     [("CASE_KEY", True), ("LAYOUT_KEY", False)],

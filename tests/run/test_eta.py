@@ -143,6 +143,7 @@ def test_the_eta_of_one_op_is_within_30_percent_of_the_time_left_at_25_50_and_75
     assert all(error <= 0.3 for error in _errors(seen, end).values()), _errors(seen, end)
 
 
+@pytest.mark.slow  # starts processes, or runs whole fake sweeps: outside the quick loop
 def test_the_eta_of_a_default_sweeps_op_mix_holds_once_the_ops_have_begun(tmp_path: Path) -> None:
     # An op not measured yet is predicted from those measured before it. At a quarter of this run
     # only all_gather, the slowest op, has been: the ETA is then high, by less than 2x; from half-way
@@ -152,6 +153,7 @@ def test_the_eta_of_a_default_sweeps_op_mix_holds_once_the_ops_have_begun(tmp_pa
     assert errors[0.25] < 1.0 and errors[0.5] <= 0.3 and errors[0.75] <= 0.3, errors
 
 
+@pytest.mark.slow  # starts processes, or runs whole fake sweeps: outside the quick loop
 def test_with_the_last_runs_times_the_eta_of_the_op_mix_is_within_30_percent_throughout(tmp_path: Path) -> None:
     # The second run of a sweep finds the first in its history: every op's cost is known before the
     # op begins, scaled by how this run compares (here the machine is 1.3x busier and its noise and
