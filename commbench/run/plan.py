@@ -15,6 +15,7 @@ import torch
 from commbench.ops import choose_variants, unavailable
 from commbench.ops.args import CollArgs
 from commbench.ops.base import Op, Point
+from commbench.results.schema import LAYOUT_KEY, key_without
 from commbench.run.config import SweepConfig, op_points
 from commbench.run.groups import Grouping
 from commbench.run.harness import TimedCase
@@ -87,9 +88,9 @@ class SweepPlan:
         and before the transport refuses any; work is the case's memory estimate, which grows with it."""
         return [(op.name, work) for op, _, _, work in self.planned()]
 
-    def planned(self) -> Iterator[tuple[Op, tuple[str, str, str, str], Point, int]]:
-        """Every planned case: its op, its row key without the mode and size (op, variant, phase,
-        dtype), its point and its work."""
+    def planned(self) -> Iterator[tuple[Op, tuple[str, ...], Point, int]]:
+        """Every planned case: its op, its PRIOR_KEY (the row key without the mode, the size and the
+        layout: op, variant, phase, dtype), its point and its work."""
         for op in self.ops:
             for dtype in self.cfg.dtypes:
                 need, variants = self.work(op, dtype), self.variants(op, dtype).runnable
@@ -97,7 +98,8 @@ class SweepPlan:
                     for variant in variants:
                         work = need(point, variant)
                         for phase in op.phases:
-                            yield op, (op.name, variant, phase, dtype), point, work
+                            cells = {"op": op.name, "variant": variant, "phase": phase, "dtype": dtype}
+                            yield op, tuple(cells[c] for c in PRIOR_KEY), point, work
 
     def rotation_groups(self, op: Op, dtype: str, variants: list[str]) -> list[list[tuple[Point, str]]]:
         """The op's (point, variant) cases in dtype, cut into groups that rotate together."""
@@ -125,6 +127,11 @@ def rotation_groups(
     return groups
 
 
+# What an earlier run's row must share with a planned case to be its prior: the row key without the
+# size (matched to the nearest), the mode and the layout (the same fingerprint implies them).
+PRIOR_KEY = key_without("mode", "size_bytes", *LAYOUT_KEY)
+
+
 def eta_prior(plan: SweepPlan, rows: pd.DataFrame) -> dict[tuple[str, int], float]:
     """Seconds per sample of each planned (op, work) as an earlier run's rows measured them (their
     p50 at the same op, variant, phase and dtype, at the nearest size within 2x), for the ETA."""
@@ -132,7 +139,7 @@ def eta_prior(plan: SweepPlan, rows: pd.DataFrame) -> dict[tuple[str, int], floa
     for row in rows.itertuples(index=False):
         p50 = float(row.time_us_p50)
         if row.status == "ok" and p50 > 0:
-            key = (row.op, row.variant, row.phase, row.dtype)
+            key = tuple(getattr(row, c) for c in PRIOR_KEY)
             curves.setdefault(key, []).append((int(row.size_bytes), p50 * 1e-6))
     found: dict[tuple[str, int], list[float]] = {}
     for op, key, point, work in plan.planned():

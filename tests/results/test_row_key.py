@@ -1,6 +1,6 @@
 """The row key is defined once (commbench/results/schema.py): every key that restates part of it
 (compare's match and series keys, the model's fit key, the speedup join, the SyncBN table's runs,
-the raw samples' columns, the readers' required columns) is derived from it, so a column added to
+the raw samples' columns, the readers' required columns, the ETA's prior) is derived from it, so a column added to
 the key reaches all of them."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ sys.modules[name] = module
 exec(compile(text, spec.origin, "exec"), module.__dict__)
 from commbench.analysis import compare, history_gate, model, speedup, syncbn_table, trend
 from commbench.results import reader
-from commbench.run import sink
+from commbench.run import plan, sink
 keys = {
     "row": module.ROW_KEY,
     "raw samples": module.RAW_COLUMNS,
@@ -45,6 +45,7 @@ keys = {
     "speedup join": speedup.SAME_RUN,
     "syncbn runs": syncbn_table.GROUP_COLUMNS,
     "sink raw key": sink.CASE_KEY,
+    "eta prior": plan.PRIOR_KEY,
 }
 print(json.dumps({k: list(v) for k, v in keys.items()}))
 """
@@ -65,9 +66,10 @@ def _derived_keys(key: str, column: str) -> dict[str, list[str]]:
 )
 def test_a_column_added_to_the_key_reaches_every_derived_key(key: str, within_a_run: bool) -> None:
     keys = _derived_keys(key, "extra")
-    # Rows of one run differ only in the case key: the raw samples, the readers' required columns and
-    # the sink's raw-sample key name it; the layout (world size, group) is the same on every row.
-    per_run = {"raw samples", "required", "sink raw key"}
+    # Rows of one run differ only in the case key: the raw samples, the readers' required columns,
+    # the sink's raw-sample key and the ETA's prior (one fingerprint) name it; the layout (world
+    # size, group) is the same on every row.
+    per_run = {"raw samples", "required", "sink raw key", "eta prior"}
     expected = {name for name in keys if within_a_run or name not in per_run}
     assert {name for name, columns in keys.items() if "extra" in columns} == expected
 
