@@ -19,6 +19,7 @@ the harness times and the unbound path.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import time
@@ -147,8 +148,7 @@ def layers(calls: int) -> dict[str, float]:
     op.setup(args, Point.of_size(8))
     timer = timer_for(backend)
 
-    def per_call(fn: Callable[[], Any]) -> float:
-        return _per_call(fn, calls)
+    per_call = functools.partial(_per_call, calls=calls)
 
     def issue_and_wait() -> None:
         op.issue(args, "comm")
@@ -204,8 +204,7 @@ def horovod_layers(calls: int) -> dict[str, float]:
     backend.hvd = hvd = _StubHorovod()
     out, inp = torch.zeros(2), torch.ones(2)
 
-    def per_call(fn: Callable[[], Any]) -> float:
-        return _per_call(fn, calls)
+    per_call = functools.partial(_per_call, calls=calls)
 
     def bare() -> None:
         out.copy_(hvd.synchronize(hvd.allgather_async(inp, name="commbench.allgather.0")))

@@ -131,6 +131,8 @@ class SweepProgress:
         self._visit: _Visit | None = None  # the one in progress since the last report
         self._visit_start = self.start
         self.prior = {key: t for key, t in (prior or {}).items() if math.isfinite(t) and t > 0}
+        self.drifts: list[tuple[int, float]] = []  # (size, this run / the prior) of each timed case the prior has
+        self._drift_at: dict[int, float] = {}  # _drift by size, until the next such case is timed
 
     # -- what the runner reports ------------------------------------------------------------------
 
@@ -147,6 +149,9 @@ class SweepProgress:
         if math.isfinite(sample_s) and sample_s > 0:
             self.timed.setdefault(op, {}).setdefault(size, []).append(sample_s)
             self.barrier_s = min(self.barrier_s, sample_s)
+            if (op, size) in self.prior:
+                self.drifts.append((size, sample_s / self.prior[(op, size)]))
+                self._drift_at.clear()
         else:
             sample_s = self._predict(op, size) or 0.0
         self.running[case] = _Running(iters, sample_s, size)
@@ -205,17 +210,14 @@ class SweepProgress:
         over the timed cases within SIMILAR_SIZE of it, and at least the DRIFT_CASES nearest (1
         before any). By size, because a busy machine slows a latency-bound size more than a
         bandwidth-bound one; over several cases, because one is a warm-up sample or two."""
-        ratios = sorted(
-            (abs(math.log(max(timed, 1) / max(size, 1))), t / self.prior[(op, timed)])
-            for op, by_size in self.timed.items()
-            for timed, times in by_size.items()
-            if (op, timed) in self.prior
-            for t in times
-        )
-        if not ratios:
+        if not self.drifts:
             return 1.0
-        near = [ratio for distance, ratio in ratios if distance <= math.log(SIMILAR_SIZE)]
-        return statistics.median(near if len(near) >= DRIFT_CASES else [r for _, r in ratios[:DRIFT_CASES]])
+        if size not in self._drift_at:
+            ratios = sorted((abs(math.log(max(timed, 1) / max(size, 1))), ratio) for timed, ratio in self.drifts)
+            near = [ratio for distance, ratio in ratios if distance <= math.log(SIMILAR_SIZE)]
+            chosen = near if len(near) >= DRIFT_CASES else [r for _, r in ratios[:DRIFT_CASES]]
+            self._drift_at[size] = statistics.median(chosen)
+        return self._drift_at[size]
 
     def _curve(self, op: str) -> tuple[list[int], list[float]]:
         """The op's timed sizes, ascending, and the median planned sample time at each."""
