@@ -117,7 +117,6 @@ def _options(command: str) -> dict[str, str]:
     except ValueError:
         words = command.split()
     options: dict[str, str] = {}
-    words = words[2:]  # past `commbench sweep`
     for i, word in enumerate(words):
         if not word.startswith("-"):
             continue

@@ -13,7 +13,8 @@ import pytest
 
 from commbench.isolate.cluster import Cluster
 from commbench.isolate.measure import PROBE_WINDOW_S, _window_sample
-from commbench.isolate.node_sweep import compute_reference
+from commbench.isolate.node_sweep import compute_reference, under_torchrun
+from commbench.launcher_env import Launch
 from commbench.isolate.report import draw, format_verdict
 from commbench.isolate.schedule import byes, circle_rounds, pack
 from commbench.isolate.verdict import (
@@ -155,6 +156,14 @@ def test_the_compute_reference_is_never_a_suspect_and_comes_from_the_healthy_hal
     assert compute_reference(rates, [2], 99.0) == 4
     assert compute_reference(rates, [2, 4], 99.0) == 0  # 0 (100) over 1 (96): at or above the median first
     assert compute_reference({0: 50.0, 1: 10.0}, [1], 50.0) == 0
+
+
+def test_only_ranks_torchrun_started_turn_a_finding_into_exit_0():
+    elastic = {"TORCHELASTIC_RUN_ID": "none"}
+    assert under_torchrun(Launch("torchrun", 0, 2), elastic)
+    assert not under_torchrun(Launch("torchrun", 0, 2), {})  # RANK and WORLD_SIZE set by hand
+    assert not under_torchrun(Launch("torchrun", 0, 2, spawned=True), elastic)  # commbench's own ranks
+    assert not under_torchrun(Launch("slurm", 0, 2), elastic)
 
 
 class QuotaKernel:
