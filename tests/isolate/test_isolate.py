@@ -14,7 +14,6 @@ import pytest
 from commbench.isolate.cluster import Cluster
 from commbench.isolate.measure import PROBE_WINDOW_S, _window_sample
 from commbench.isolate.node_sweep import compute_reference, under_torchrun
-from commbench.launcher_env import Launch
 from commbench.isolate.report import draw, format_verdict
 from commbench.isolate.schedule import byes, circle_rounds, pack
 from commbench.isolate.verdict import (
@@ -26,6 +25,7 @@ from commbench.isolate.verdict import (
     robust_bar,
     suspects,
 )
+from commbench.launcher_env import Launch
 from tests.support.distributed import commbench
 from tests.support.fake_hosts import run_on_fake_hosts
 
