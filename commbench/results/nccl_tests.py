@@ -166,17 +166,28 @@ def read_cells(path: Path) -> pd.DataFrame:
         "env_file": "",
     }
     rows = []
-    for result in document["results"]:
-        if not isinstance(result, dict):
-            continue
+    results = [r for r in document["results"] if isinstance(r, dict)]
+    roots = {str(r.get("root", "")).strip() for r in results}
+    for result in results:
         for placement, name in (("out_of_place", variant), ("in_place", IN_PLACE_VARIANT)):
             block = result.get(placement)
             if isinstance(block, dict):
+                name += _qualifier(result, several_roots=len(roots) > 1)
                 rows.append({**common, **_row(result, block, result.get(f"{placement}_per_iter"), config, name)})
     if not rows:
         raise UserError(f"{path} holds no out_of_place or in_place measurement")
     # Text cells, "" where empty: what a CSV read as text holds, for the reader and the importer alike.
     return pd.DataFrame(rows).reindex(columns=list(COLUMNS)).astype(object).fillna("")
+
+
+def _qualifier(result: dict[str, Any], several_roots: bool) -> str:
+    """What tells apart rows of one size that nccl-tests ran more than once: a reduction other than
+    sum (`-o all`: commbench's reducing ops sum, so `max` is a variant of its own, `flat_max`), and
+    the root when the file holds several (`-r -1`: `flat_root3`)."""
+    redop = str(result.get("redop", "")).strip()
+    suffix = f"_{redop}" if redop not in ("", "sum", "none") else ""
+    root = str(result.get("root", "")).strip()
+    return suffix + (f"_root{root}" if several_roots and root not in ("", "-1") else "")
 
 
 def _row(

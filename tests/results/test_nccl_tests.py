@@ -85,6 +85,17 @@ def test_history_import_files_an_nccl_tests_run_once_with_its_hosts_and_no_secre
     assert "hush" not in json.dumps(provenance) and "/home/u" not in json.dumps(provenance)
 
 
+def test_every_reduction_of_an_op_o_all_run_is_a_variant_of_its_own(tmp_path: Path) -> None:
+    path = nccl_tests_file(tmp_path / "ar.json", "all_reduce_perf")
+    document = json.loads(path.read_text())
+    # nccl-tests -o all: the same sizes again with another reduction, one result each.
+    document["results"] += [{**r, "redop": "max"} for r in document["results"]]
+    path.write_text(json.dumps(document))
+    frame = read_one(path)
+    assert sorted(set(frame.variant)) == ["flat", "flat_max", "inplace", "inplace_max"]
+    assert not frame.duplicated(["variant", "dtype", "size_bytes"]).any()
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

@@ -87,7 +87,8 @@ def nccl_tests_file(
 
 def _result(size: int, n: int, program: str, factor: float, per_iter: bool, rng: random.Random, iters: int) -> dict:
     base = (20.0 + size / 20000.0) * factor  # 20 us latency, 20 GB/s
-    out: dict[str, Any] = {"size": size, "count": size // 4, "type": "float", "redop": "none", "root": "    -1"}
+    redop = "sum" if program in ("all_reduce_perf", "reduce_perf", "reduce_scatter_perf") else "none"
+    out: dict[str, Any] = {"size": size, "count": size // 4, "type": "float", "redop": redop, "root": "    -1"}
     for placement in ("out_of_place", "in_place"):
         times = [base * rng.lognormvariate(0.0, 0.03) for _ in range(iters)]
         mean = sum(times) / len(times)
