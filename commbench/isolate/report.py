@@ -123,9 +123,10 @@ def _locals(v: dict[str, Any]) -> list[str]:
 def _compute(v: dict[str, Any]) -> list[str]:
     compute = v["compute"]
     bar = compute["bar"]
+    window = f", median of {compute['samples']} x {compute['window_s'] * 1000:.0f} ms" if "window_s" in compute else ""
     lines = [
-        f"# compute probe ({compute['flops']:.3g} FLOP matmul, every rank at once): median {bar['median']:.3g} GFLOP/s, "
-        f"suspect below {bar['cut']:.3g}; suspects re-timed beside the median rank"
+        f"# compute probe ({compute['flops']:.3g} FLOP matmul, every rank at once{window}): median {bar['median']:.3g} "
+        f"GFLOP/s, suspect below {bar['cut']:.3g}; suspects re-timed beside the healthy rank nearest the median"
     ]
     ref = v["ranks"][str(compute["reference"])]
     for rank in compute["suspects"]:
