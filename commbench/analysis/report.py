@@ -21,7 +21,9 @@ import pandas as pd
 import commbench
 from commbench.analysis.charts.plot import build_charts
 from commbench.analysis.charts.render import FORMATS, Chart, ensure_folder, render
+from commbench.analysis.charts.runs import runs_chart
 from commbench.analysis.hosts_report import host_sections
+from commbench.analysis.runs import STOPPED, is_multi_run, largest_differences, run_colours, run_table, what_differs
 from commbench.errors import UserError
 from commbench.results.noise import NOISY, Budget, summarise_noise
 from commbench.results.reader import read_results
@@ -89,10 +91,14 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
     frame = read_results(csv_paths)
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     toc = _Contents()
-    charts = build_charts(frame)
+    multi = is_multi_run(frame)
+    colours = run_colours(frame)
+    incomplete = {r for r in colours if frame[frame["run"] == r]["note"].str.contains(STOPPED, regex=False).any()}
+    charts = build_charts(frame, (lambda name, group: runs_chart(name, group, colours, incomplete)) if multi else None)
     body = [
         toc.heading(2, "Summary"),
         *_summary(frame, charts),
+        *(_runs_section(frame, colours, toc) if multi else []),
         toc.heading(2, "Provenance"),
         _table(_provenance(frame)),
         *host_sections(frame),
@@ -179,6 +185,44 @@ def _summary(frame: pd.DataFrame, charts: list[Chart]) -> list[str]:
     return parts
 
 
+def _runs_section(frame: pd.DataFrame, colours: dict[str, str], toc: _Contents) -> list[str]:
+    """Several runs: each run (its colour on every chart), what differs between them, and their
+    largest differences against the first run given."""
+    from matplotlib.colors import to_hex
+
+    table = run_table(frame)
+    swatch = {run: to_hex(colour) for run, colour in colours.items()}
+    html_table = _table(table)
+    for run, colour in swatch.items():  # the run's cell carries its chart colour
+        cell = f"<td class='text'>{html.escape(run)}</td>"
+        html_table = html_table.replace(
+            cell, f"<td class='text'><span style='color:{colour}'>&#9632;</span> {html.escape(run)}</td>", 1
+        )
+    differs = what_differs(frame)
+    parts = [
+        toc.heading(2, "Runs"),
+        f"<p>{len(table)} runs, in the order given; the first, <strong>{html.escape(table['run'].iloc[0])}</strong>, "
+        "is the baseline of the differences below. Each run has one colour on every chart.</p>",
+        html_table,
+        toc.heading(3, "What differs between the runs"),
+        "<ul class='verdicts'>" + "".join(f"<li>{html.escape(s)}</li>" for s in differs) + "</ul>"
+        if differs
+        else "<p>The runs agree on fingerprint, hosts, versions and options: what differs is the measurement.</p>",
+    ]
+    largest, notes = largest_differences(frame)
+    parts.append(toc.heading(3, "Largest differences"))
+    if largest.empty:
+        parts.append("<p>No row was measured by the first run and another.</p>")
+    else:
+        parts.append(
+            "<p>The rows whose p50 differs most from the first run's (ratio = run / first; the interval from "
+            "the two p50 intervals; the verdict is <code>commbench compare</code>'s, noise tests and Holm included):</p>"
+        )
+        parts.append(_table(largest.rename(columns={"baseline_us": "time_us_baseline"})))
+    parts += [f"<p>{html.escape(note)}</p>" for note in notes]
+    return parts
+
+
 def _figure(chart: Chart, fmt: str) -> str:
     """A chart embedded as a data URI, with its caption and what it lets a reader conclude."""
     data = base64.b64encode(render(chart, fmt)).decode("ascii")
@@ -224,6 +268,8 @@ TITLES = {
     "r2": "R²",
     "worst_residual": "worst residual",
     "comm_us": "comm",
+    "time_us_baseline": "first run p50",
+    "ratio": "ratio",
     "compute_us": "compute",
     "overlapped_us": "overlapped",
 }
@@ -276,6 +322,8 @@ def _format(column: str, value: object, record: dict) -> str:
         return format_bandwidth(value)
     if column == "worst_residual":
         return f"{value:.1%}"
+    if column == "ratio":
+        return f"{value:.2f}x"
     if column in ("r2", "overlap"):
         return f"{value:.3f}"
     return significant(value)

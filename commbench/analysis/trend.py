@@ -27,6 +27,12 @@ class Point:
     value: float
     low: float
     high: float
+    status: str = "complete"  # the history's: incomplete when the run stopped before its last row
+    sizes: int = 1  # sizes behind the point (an incomplete run's index rests on fewer)
+
+    @property
+    def complete(self) -> bool:
+        return self.status in ("complete", "")
 
 
 def one_series(frame: pd.DataFrame, wanted: str) -> pd.DataFrame:
@@ -52,7 +58,13 @@ def points(rows: pd.DataFrame, size: int | None) -> tuple[list[Point], str]:
             raise UserError(f"no run measured size {size} B of this series; `commbench history show RUN` lists sizes")
         found = [
             Point(
-                r.run_id, r.history_started_at, r.history_fingerprint, r.time_us_p50, r.time_us_p50_lo, r.time_us_p50_hi
+                r.run_id,
+                r.history_started_at,
+                r.history_fingerprint,
+                r.time_us_p50,
+                r.time_us_p50_lo,
+                r.time_us_p50_hi,
+                getattr(r, "history_status", "complete"),
             )
             for r in rows.itertuples()
         ]
@@ -72,6 +84,8 @@ def points(rows: pd.DataFrame, size: int | None) -> tuple[list[Point], str]:
                 geo["time_us_p50"],
                 geo["time_us_p50_lo"],
                 geo["time_us_p50_hi"],
+                str(first.get("history_status", "complete")),
+                int(run["size_bytes"].nunique()),
             )
         )
     sizes = rows["size_bytes"].nunique()
@@ -90,17 +104,30 @@ def trend_chart(rows: pd.DataFrame, size: int | None, name: str = "trend") -> Ch
     what = f"{first['op']}/{first['variant']}/{first['phase']} {first['dtype']} {first['mode']} n={int(first['world_size'])}"
     what += f" at {format_size(size)}" if size is not None else " (whole series)"
     prints = list(dict.fromkeys(p.fingerprint for p in found))
+    total_sizes = int(rows["size_bytes"].nunique())
     colours = {fp: f"C{i % 10}" for i, fp in enumerate(prints)}
     fig = Figure(figsize=(max(6.0, 0.35 * len(found) + 3), 4.2))
     ax = fig.add_subplot()
     for fp in prints:
         mine = [(i, p) for i, p in enumerate(found) if p.fingerprint == fp]
-        xs = [i for i, _ in mine]
-        ys = [p.value for _, p in mine]
-        err = [[p.value - p.low for _, p in mine], [p.high - p.value for _, p in mine]]
-        ax.errorbar(
-            xs, ys, yerr=err, fmt="o", color=colours[fp], capsize=3, label=f"fingerprint {fp or '?'} ({len(mine)} runs)"
-        )
+        for complete in (True, False):
+            part = [(i, p) for i, p in mine if p.complete == complete]
+            if not part:
+                continue
+            ax.errorbar(
+                [i for i, _ in part],
+                [p.value for _, p in part],
+                yerr=[[p.value - p.low for _, p in part], [p.high - p.value for _, p in part]],
+                fmt="o",
+                color=colours[fp],
+                markerfacecolor=colours[fp] if complete else "white",  # hollow: an incomplete run
+                markeredgewidth=1.5,
+                capsize=3,
+                label=f"fingerprint {fp or '?'} ({len(mine)} runs)" if complete or len(part) == len(mine) else None,
+            )
+    incomplete = [p for p in found if not p.complete]
+    if incomplete:
+        ax.plot([], [], "o", color="0.4", markerfacecolor="white", label=f"hollow: incomplete run ({len(incomplete)})")
     changes = [i for i in range(1, len(found)) if found[i].fingerprint != found[i - 1].fingerprint]
     for i in changes:
         ax.axvline(i - 0.5, color="0.35", linestyle="--", linewidth=1)
@@ -115,9 +142,10 @@ def trend_chart(rows: pd.DataFrame, size: int | None, name: str = "trend") -> Ch
             color="0.3",
         )
     ax.set_xticks(range(len(found)))
-    ax.set_xticklabels(
-        [f"{p.started_at[5:16].replace('T', ' ')}\n{p.run_id[:6]}" for p in found], rotation=60, fontsize=7
-    )
+    ax.set_xticklabels([_tick(p, size is None and not p.complete, total_sizes) for p in found], rotation=60, fontsize=7)
+    for label, p in zip(ax.get_xticklabels(), found):
+        if not p.complete:
+            label.set_color("firebrick")
     ax.set_xlim(-0.6, len(found) - 0.4)
     ax.set_ylabel(ylabel)
     ax.set_xlabel("run (start time UTC, run id), oldest first")
@@ -126,6 +154,16 @@ def trend_chart(rows: pd.DataFrame, size: int | None, name: str = "trend") -> Ch
     ax.legend(fontsize=8, loc="best")
     caption = (
         f"{what}: {len(found)} runs, {len(prints)} fingerprint{'s' if len(prints) > 1 else ''}"
-        f"{f', {len(changes)} change' + ('s' if len(changes) > 1 else '') + ' marked' if changes else ''}."
+        f"{f', {len(changes)} change' + ('s' if len(changes) > 1 else '') + ' marked' if changes else ''}"
+        f"{f'; {len(incomplete)} incomplete (hollow, red label)' if incomplete else ''}."
     )
     return Chart(name=name, kind="trend", figure=fig, caption=caption)
+
+
+def _tick(point: Point, show_sizes: bool, total: int) -> str:
+    """A run's tick: start time and id; an incomplete run says so (and, for a whole-series index,
+    how many of the sizes its point rests on)."""
+    text = f"{point.started_at[5:16].replace('T', ' ')}\n{point.run_id[:6]}"
+    if not point.complete:
+        text += f"\n{point.status}" + (f" {point.sizes}/{total} sizes" if show_sizes else "")
+    return text

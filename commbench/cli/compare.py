@@ -78,6 +78,7 @@ def compare(
     else each run's p50 interval (or, for version-1 files, its spread); in a series of 4 sizes or
     more the change must also stand out of the scatter of the series' changes across its sizes (the
     drift between the two runs). Rows found in one run only are listed, not compared. Wrong results in the candidate also fail the comparison.
+    Either file may be nccl-tests' -J results.json (docs/history.md).
 
     Each series (an op/variant/phase over its sizes, 4 or more) is also judged as a whole: its
     geometric-mean change counts when it exceeds --series-threshold and a t-test on the per-size

@@ -64,12 +64,12 @@ def list_runs(location: str, op, fingerprint, host, since, until, last) -> None:
     click.echo(f"# history {store.label}: {len(runs)} run{'s' if len(runs) != 1 else ''}")
     if not runs:
         return
-    header = f"{'run':<12}  {'started (UTC)':<19}  {'took':>6}  {'status':<10}  {'fingerprint':<12}  {'kind':<6}  {'n':>4}  {'rows':>5}  {'hosts':<20}  command"
+    header = f"{'run':<12}  {'started (UTC)':<19}  {'took':>6}  {'status':<10}  {'fingerprint':<12}  {'kind':<10}  {'n':>4}  {'rows':>5}  {'hosts':<20}  command"
     click.echo(header)
     for r in runs:
         click.echo(
             f"{r['run_id']:<12}  {r['started_at'][:19].replace('T', ' '):<19}  {_took(r):>6}  {r['status']:<10}  "
-            f"{(r['fingerprint'] or '?'):<12}  {r['kind'] or '':<6}  {r['world_size'] or 0:>4}  {r['rows']:>5}  "
+            f"{(r['fingerprint'] or '?'):<12}  {r['kind'] or '':<10}  {r['world_size'] or 0:>4}  {r['rows']:>5}  "
             f"{_short(r['hosts'] or '', 20):<20}  {r['command'] or ''}"
         )
 
@@ -181,7 +181,8 @@ def trend(op, variant, phase, dtype, mode, world_size, size, fingerprint, last, 
 @history_location
 def import_(csvs: tuple[Path, ...], location: str) -> None:
     """File result CSVs (schema versions 1 and 2) as runs, with their .env.json where it lies beside
-    them. Runs already there are left as they are, so importing twice changes nothing."""
+    them, and nccl-tests' -J results.json files (docs/history.md). Runs already there are left as
+    they are, so importing twice changes nothing."""
     from commbench.history.importer import import_csvs, summary
     from commbench.history.store import open_history
 

@@ -21,7 +21,9 @@ from commbench.cli.options import chart_format_option, results_arguments
 def report(csvs: tuple[Path, ...], output: str | None, fmt: str) -> None:
     """Write one HTML file with provenance (versions, hosts, world size, command), every chart and the tables.
 
-    Charts are embedded, so the file stands alone: attach it to a review or a ticket.
+    Charts are embedded, so the file stands alone: attach it to a review or a ticket. Several runs
+    get a table of the runs, what differs between them and their largest differences, and per op a
+    panel per variant with the runs as its lines. nccl-tests' -J results.json reads as a run.
     """
     from commbench.results.paths import output_path
 

@@ -13,7 +13,8 @@ import pandas as pd
 
 from commbench.history.recorder import COMPLETE, INCOMPLETE, RunInfo, insert_rows, insert_run
 from commbench.history.store import History
-from commbench.provenance import env_path, fingerprint, read_env
+from commbench.provenance import differences, env_path, fingerprint, read_env
+from commbench.results import nccl_tests
 from commbench.results.reader import read_one
 from commbench.results.schema import rank_hosts
 
@@ -33,7 +34,11 @@ def import_csvs(history: History, paths: list[Path]) -> list[Imported]:
     done = []
     for path in paths:
         read_one(path)  # every check a reader makes (missing, empty, another schema, the raw file)
-        cells = pd.read_csv(path, dtype=str, keep_default_na=False)
+        cells = (
+            nccl_tests.read_cells(path)
+            if nccl_tests.is_nccl_tests(path)
+            else pd.read_csv(path, dtype=str, keep_default_na=False)
+        )
         for run_id, rows in cells.groupby("run_id", sort=False):
             done.append(Imported(Path(path), str(run_id), len(rows), _import_run(history, Path(path), rows)))
     return done
@@ -65,11 +70,14 @@ def _run_info(path: Path, rows: pd.DataFrame) -> RunInfo:
     stamps = sorted(t for t in rows.get("timestamp", pd.Series(dtype=str)) if t)
     command = column("command")
     words = command.split()
+    kind = words[1] if len(words) > 1 and words[1] in ("sweep", "syncbn") else "sweep"
+    if nccl_tests.is_nccl_tests(path):
+        kind = "nccl-tests"
     stopped = rows.get("note", pd.Series(dtype=str)).str.contains("stopped after", regex=False).any()
     return RunInfo(
         run_id=column("run_id"),
         fingerprint=column("fingerprint") or document["fingerprint"],
-        kind=words[1] if len(words) > 1 and words[1] in ("sweep", "syncbn") else "sweep",
+        kind=kind,
         command=command,
         backend=column("backend"),
         world_size=int(float(column("world_size") or 0)),
@@ -78,14 +86,23 @@ def _run_info(path: Path, rows: pd.DataFrame) -> RunInfo:
         commbench_version=column("commbench_version"),
         provenance=document,
         started_at=stamps[0] if stamps else "",
-        ended_at=stamps[-1] if stamps else None,
+        ended_at=_ended(document) or (stamps[-1] if stamps else None),
         status=INCOMPLETE if stopped else COMPLETE,
     )
 
 
+def _ended(document: dict[str, Any]) -> str | None:
+    """nccl-tests records when it ended; a CSV's last row says it for commbench's runs."""
+    end = (document.get("nccl_tests") or {}).get("end_time")
+    return str(end).replace(" ", "T") if end else None
+
+
 def environment(path: Path, rows: pd.DataFrame) -> dict[str, Any]:
     """The run's <stem>.env.json where it lies beside the CSV; else what the CSV itself says (its
-    versions and layout, no host details), with a fingerprint of that, marked `from_csv`."""
+    versions and layout, no host details), with a fingerprint of that, marked `from_csv`; for
+    nccl-tests' JSON, what it says of its hosts, marked `from_nccl_tests`."""
+    if nccl_tests.is_nccl_tests(path):
+        return nccl_tests_environment(path, rows)
     named = str(rows["env_file"].iloc[0]) if "env_file" in rows.columns else ""
     candidate = path.with_name(named) if named else env_path(path)
     if candidate.is_file():
@@ -120,6 +137,34 @@ def environment(path: Path, rows: pd.DataFrame) -> dict[str, Any]:
         "layout": run_layout,
         "hosts": [{"host": h, **record} for h in dict.fromkeys(hosts)],
         "differences": [],
+    }
+
+
+def nccl_tests_environment(path: Path, rows: pd.DataFrame) -> dict[str, Any]:
+    """The provenance of an nccl-tests run: its hosts (devices, NCCL's version, the transport
+    variables of its env) and its layout, fingerprinted as commbench fingerprints its own runs."""
+    found = nccl_tests.environment(path)
+    records = found.pop("hosts")
+    per_host = sorted(r["ranks"] for r in records) or [int(float(rows["world_size"].iloc[0] or 0))]
+    run_layout = {
+        "backend": "nccl",
+        "world_size": int(float(rows["world_size"].iloc[0] or 0)),
+        "hosts": len(per_host),
+        "ranks_per_host": per_host,
+        "group": "world",
+        "mode": "blocking",
+        "window": 1,
+        "device": "cuda",
+    }
+    return {
+        "format": 1,
+        "run_id": str(rows["run_id"].iloc[0]),
+        "from_nccl_tests": True,
+        "fingerprint": fingerprint(run_layout, records),
+        "layout": run_layout,
+        "hosts": records,
+        "differences": differences(records),
+        "nccl_tests": found,
     }
 
 

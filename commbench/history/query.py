@@ -113,7 +113,8 @@ def find_run(history: History, ident: str) -> dict[str, Any]:
 
 def run_rows(history: History, run_ids: Sequence[str]) -> pd.DataFrame:
     """The rows of these runs as the CSV readers type them, with each run's start time and
-    fingerprint (history_started_at, history_fingerprint) and the run's id in `run`."""
+    fingerprint and status (history_started_at, history_fingerprint, history_status) and the run's
+    id in `run`."""
     from sqlalchemy import bindparam, text
 
     from commbench.results.reader import typed
@@ -121,15 +122,16 @@ def run_rows(history: History, run_ids: Sequence[str]) -> pd.DataFrame:
     if not run_ids:
         return typed(pd.DataFrame(columns=["run_id"]), "history")
     sql = text(
-        f"SELECT w.data, r.run_id, r.started_at, r.fingerprint FROM {ROWS} w JOIN {RUNS} r ON r.run_id = w.run_id "
+        f"SELECT w.data, r.run_id, r.started_at, r.fingerprint, r.status FROM {ROWS} w JOIN {RUNS} r ON r.run_id = w.run_id "
         "WHERE w.run_id IN :ids ORDER BY r.started_at, w.seq"
     ).bindparams(bindparam("ids", expanding=True))
     with history.read() as conn:
         fetched = conn.execute(sql, {"ids": list(run_ids)}).all()
-    cells = [{**json.loads(data), "run_id": run_id} for data, run_id, _, _ in fetched]
+    cells = [{**json.loads(data), "run_id": run_id} for data, run_id, *_ in fetched]
     frame = typed(pd.DataFrame(cells, dtype=object).replace({"": pd.NA}), f"history {history.label}")
-    frame["history_started_at"] = [started for _, _, started, _ in fetched]
-    frame["history_fingerprint"] = [fp or "" for _, _, _, fp in fetched]
+    frame["history_started_at"] = [row[2] for row in fetched]
+    frame["history_fingerprint"] = [row[3] or "" for row in fetched]
+    frame["history_status"] = [row[4] or "" for row in fetched]
     frame["run"] = frame["run_id"]
     return frame
 

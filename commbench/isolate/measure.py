@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -27,7 +29,7 @@ from commbench.results.stats import Stats, bandwidth_gbps
 from commbench.run.config import SweepConfig
 from commbench.run.groups import group_view
 from commbench.run.harness import TimedCase, blocks, planned_iters
-from commbench.run.overlap import calibrate, seconds_of_kernel
+from commbench.run.overlap import ComputeKernel, calibrate, seconds_of_kernel, side_for
 from commbench.run.watchdog import Watchdog
 
 EXCHANGE_OP = "sendrecv"
@@ -148,49 +150,91 @@ def _exchange(case: TimedCase, ranks: Sequence[int]) -> Exchange:
 
 @dataclass(frozen=True)
 class ComputeProbe:
-    """Every rank's matmul rate (GFLOP/s, from its fastest sample), its samples' statistics and the kernel's size."""
+    """Every rank's matmul rate (GFLOP/s, the median of its samples' rates), its samples' times per
+    matmul and the kernel's size."""
 
     flops: float
     rates: list[float]  # by rank
-    stats: list[Stats]  # by rank
+    stats: list[Stats]  # by rank: time per matmul, one value per sample
+    kernel: ComputeKernel  # the calibrated matmul, for re-timings of the same work
 
 
 PROBE_TARGET_S = 0.01  # one matmul's time on the median rank
-# Matmuls per timed sample: a sample of ~30 ms or more spans a good part of a CPU quota's period (100 ms by
-# default), so a rank limited to a share of a CPU is caught in every sample, not only now and then.
-PROBE_REPS = 3
-PROBE_SAMPLES = 7
+# Each sample runs matmuls back to back for at least this long. A CPU quota (a cgroup's cpu.max, a
+# container's --cpus) lets a process run for its share of every scheduler period (CFS: 100 ms by
+# default) and then stops it until the next one; a sample shorter than what is left of the share
+# runs at full speed, so a throttled rank's fastest short sample looks healthy. A window of two
+# periods or more always includes the stop.
+PROBE_WINDOW_S = 0.2
+# The rate is the median of these samples' rates: a burst of contention on the machine slows one
+# sample, a quota slows all of them.
+PROBE_SAMPLES = 5
+# The smallest matmul the probe times: a calibration on a busy machine can pick one so small that
+# a call's fixed cost, not the arithmetic, sets its time.
+PROBE_MIN_FLOP = 1e8
 
 
-def compute_probe(backend: Backend, watchdog: Watchdog, only: Collection[int] | None = None) -> ComputeProbe:
+def compute_probe(
+    backend: Backend, watchdog: Watchdog, only: Collection[int] | None = None, kernel: ComputeKernel | None = None
+) -> ComputeProbe:
     """The calibrated matmul of --overlap, timed on every rank at once (only None), or on the ranks
     `only` while the others wait (a suspect beside its reference: free of the contention of every
     other rank, and under the same conditions as the reference at the same moment). Each sample is
-    PROBE_REPS matmuls back to back; rates in GFLOP/s."""
-    watchdog.arm("calibrating the compute probe")
-    kernel = calibrate(
-        PROBE_TARGET_S,
-        backend.device,
-        torch.float32,
-        lambda value: statistics.median(backend.all_gather_object(value)),
-        seconds_of_kernel(backend.device, backend.synchronize),
-    )
-    watchdog.arm("the compute probe" + ("" if only is None else f" on ranks {sorted(only)}"))
-    backend.barrier()
-    mine = []
-    if only is None or backend.rank in only:
-        for _ in range(PROBE_SAMPLES):
-            backend.synchronize()
-            start = time.perf_counter()
-            for _ in range(PROBE_REPS):
-                kernel.run()
-            backend.synchronize()
-            mine.append((time.perf_counter() - start) / PROBE_REPS * 1e6)
+    as many matmuls as fit in PROBE_WINDOW_S, back to back; rates in GFLOP/s. kernel None: calibrated
+    here (every rank takes part), else that kernel again."""
+    with one_thread_on_cpu(backend.device):
+        if kernel is None:
+            watchdog.arm("calibrating the compute probe")
+            kernel = calibrate(
+                PROBE_TARGET_S,
+                backend.device,
+                torch.float32,
+                lambda value: statistics.median(backend.all_gather_object(value)),
+                seconds_of_kernel(backend.device, backend.synchronize),
+            )
+            if kernel.flops < PROBE_MIN_FLOP:  # calibrated while the machine was busy: too small to time
+                kernel = ComputeKernel(side_for(PROBE_MIN_FLOP), kernel.device, kernel.dtype)
+        watchdog.arm("the compute probe" + ("" if only is None else f" on ranks {sorted(only)}"))
+        backend.barrier()
+        mine = []
+        if only is None or backend.rank in only:
+            for _ in range(PROBE_SAMPLES):
+                mine.append(_window_sample(kernel, backend.synchronize))
     everyone = backend.all_gather_object(mine)
     watchdog.disarm()
     stats = [Stats.from_samples(s) if s else None for s in everyone]
-    # From each rank's fastest sample: sharing a core (with other ranks, other jobs) only ever slows a
-    # sample down, so the fastest is the rank's own capacity, while a slow device or a CPU quota
-    # slows every sample.
-    rates = [kernel.flops / (s.time_us_min * 1e3) if s is not None else float("nan") for s in stats]
-    return ComputeProbe(kernel.flops, rates, stats)
+    # The median sample: a quota or a slow device slows every sample, a neighbour's burst only some.
+    rates = [kernel.flops / (s.time_us_p50 * 1e3) if s is not None else float("nan") for s in stats]
+    return ComputeProbe(kernel.flops, rates, stats, kernel)
+
+
+@contextmanager
+def one_thread_on_cpu(device: Any) -> Iterator[None]:
+    """On CPU, the probe's matmul runs on one intra-op thread: it compares the ranks' cores. With
+    torch's default of one thread per core, ranks that share cores (several ranks per host, hosts
+    in namespaces on one machine) oversubscribe them, and a matmul's threads wait on each other for
+    whole scheduler slices: the rates measured that scheduling, not the cores (a healthy rank read
+    40x slower than a throttled one beside it). A quota below one core slows one thread as much."""
+    if getattr(device, "type", "cpu") != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _window_sample(kernel: ComputeKernel, synchronize: Callable[[], None]) -> float:
+    """Microseconds per matmul over at least PROBE_WINDOW_S of matmuls back to back."""
+    synchronize()
+    start = time.perf_counter()
+    runs = 0
+    while True:
+        kernel.run()
+        runs += 1
+        synchronize()  # a device queues kernels: the clock is read once they have run
+        took = time.perf_counter() - start
+        if took >= PROBE_WINDOW_S:
+            return took / runs * 1e6

@@ -6,9 +6,10 @@ gathered samples; rank 0 writes the CSV, the verdict file and the table.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import commbench
 from commbench.backends.base import Backend
 from commbench.errors import ExitCode, UserError
 from commbench.isolate.cluster import Cluster
-from commbench.isolate.measure import Exchange, Rounds, compute_probe
+from commbench.isolate.measure import PROBE_SAMPLES, PROBE_WINDOW_S, Exchange, Rounds, compute_probe
 from commbench.isolate.options import BANDWIDTH_BOUND, PROBE_MAX_S, PROBE_SIZES, IsolateOptions
 from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
 from commbench.isolate.schedule import circle_rounds, pack
@@ -29,6 +30,7 @@ from commbench.run.config import Outcome, PeerError, SweepConfig, agree
 from commbench.run.watchdog import Watchdog
 
 Pair = tuple[int, int]
+ELASTIC_RUN_ENV = "TORCHELASTIC_RUN_ID"  # torchrun's agent sets it in every worker it starts
 CONFIRM_REPEATS = 2
 # The re-timings of a compute suspect beside its reference: a rank still shares its cores with
 # whatever else the host runs, so one slow re-timing is not enough to flag it.
@@ -73,7 +75,26 @@ def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
         print(format_verdict(verdict), flush=True)
         print(f"# done: results in {path}, verdict in {verdict_path(path)}", flush=True)
     flagged = verdict["flagged_hosts"] or verdict["flagged_links"] or verdict["flagged_ranks"]
-    return Outcome(ExitCode.FAILED if flagged or verdict["wrong"] else ExitCode.OK, path)
+    code = ExitCode.FAILED if flagged or verdict["wrong"] else ExitCode.OK
+    if code == ExitCode.FAILED and under_torchrun(launch):
+        # torchrun reports any rank's non-zero exit as a crash (a ChildFailedError traceback on every
+        # node, "the job failed"): a finding is not one. The verdict file carries it instead.
+        if lead:
+            where = opts.json or (verdict_path(path) if path is not None else "the verdict file")
+            print(
+                f"# isolate: exit code 0 under torchrun (it turns a rank's exit 1 into a crash report); "
+                f"the finding is in {where}: flagged_hosts, flagged_links, flagged_ranks",
+                flush=True,
+            )
+        code = ExitCode.OK
+    return Outcome(code, path)
+
+
+def under_torchrun(launch: Launch, env: Mapping[str, str] | None = None) -> bool:
+    """Ranks torchrun's agent started: not commbench's own spawner (its launcher passes exit 1
+    through), nor ranks given RANK and WORLD_SIZE by hand or by a script."""
+    env = os.environ if env is None else env
+    return launch.kind == "torchrun" and not launch.spawned and ELASTIC_RUN_ENV in env
 
 
 @dataclass
@@ -107,6 +128,7 @@ class NodeSweep:
         self.rounds = Rounds(backend, cfg, watchdog)
         self.lead = backend.rank == 0
         self.wrong = 0  # wrong elements received, over every checked exchange
+        self.probe_s = 0.0  # the compute probe's wall time
 
     def say(self, text: str) -> None:
         if self.lead:
@@ -121,7 +143,9 @@ class NodeSweep:
             f"# commbench {commbench.__version__} isolate: {len(c.hosts)} hosts x {c.local_size} rank(s), "
             f"backend {self.cfg.backend}, {len(schedule)} rounds of host pairs"
         )
+        start = time.perf_counter()
         probe = compute_probe(self.backend, self.watchdog)
+        self.probe_s = self.backend_max(time.perf_counter() - start)
         size = opts.size or self.probe_size([c.pair_ranks(a, b) for a, b in schedule[0]])
         sizes = [size, opts.latency_size]
         round_s = []
@@ -296,13 +320,14 @@ class NodeSweep:
         reference by more than the threshold every time: a slow rank is slow every time."""
         rates = dict(enumerate(probe.rates))
         bar, low = low_outliers(rates, self.opts.threshold, 0.0)
-        # The reference: the rank nearest the median among those that are not suspects themselves.
-        reference = min((r for r in rates if r not in low), key=lambda r: (abs(rates[r] - bar.median), r))
+        reference = compute_reference(rates, low, bar.median)
         beside: dict[int, list[tuple[float, float]]] = {r: [] for r in low}  # (suspect, reference) rates
+        start = time.perf_counter()
         for _ in range(COMPUTE_REPEATS if low else 0):
             for rank in low:
-                rates_now = compute_probe(self.backend, self.watchdog, only={rank, reference}).rates
-                beside[rank].append((rates_now[rank], rates_now[reference]))
+                again = compute_probe(self.backend, self.watchdog, only={rank, reference}, kernel=probe.kernel)
+                beside[rank].append((again.rates[rank], again.rates[reference]))
+        retime_s = self.backend_max(time.perf_counter() - start)
         keep = 1 - self.opts.threshold
         flagged = [r for r in low if all(s < keep * ref for s, ref in beside[r])]
         return {
@@ -311,6 +336,9 @@ class NodeSweep:
             "bar": _bar(bar),
             "suspects": low,
             "reference": reference,
+            "window_s": PROBE_WINDOW_S,
+            "samples": PROBE_SAMPLES,
+            "seconds": {"probe": self.probe_s, "retimings": retime_s},  # wall time, the slowest rank's
             "beside_gflops": {str(r): v for r, v in beside.items()},
             "flagged": flagged,
         }
@@ -337,6 +365,15 @@ class NodeSweep:
             step["result"] = f"half {slower + 1} is slower"
             remaining = halves[slower] + ([remaining[-1]] if len(remaining) % 2 else [])
         return steps
+
+
+def compute_reference(rates: dict[int, float], suspects: Sequence[int], median: float) -> int:
+    """The rank a compute suspect is re-timed beside: never a suspect, and from the healthy half
+    (at or above the median) where there is one, the one nearest the median: a rank a little
+    slower than the bar would make every suspect look fine beside it."""
+    healthy = [r for r in rates if r not in suspects]
+    upper = [r for r in healthy if rates[r] >= median] or healthy
+    return min(upper, key=lambda r: (abs(rates[r] - median), r))
 
 
 def _bar(bar: Bar) -> dict[str, float]:

@@ -123,9 +123,10 @@ def _locals(v: dict[str, Any]) -> list[str]:
 def _compute(v: dict[str, Any]) -> list[str]:
     compute = v["compute"]
     bar = compute["bar"]
+    window = f", median of {compute['samples']} x {compute['window_s'] * 1000:.0f} ms" if "window_s" in compute else ""
     lines = [
-        f"# compute probe ({compute['flops']:.3g} FLOP matmul, every rank at once): median {bar['median']:.3g} GFLOP/s, "
-        f"suspect below {bar['cut']:.3g}; suspects re-timed beside the median rank"
+        f"# compute probe ({compute['flops']:.3g} FLOP matmul, every rank at once{window}): median {bar['median']:.3g} "
+        f"GFLOP/s, suspect below {bar['cut']:.3g}; suspects re-timed beside the healthy rank nearest the median"
     ]
     ref = v["ranks"][str(compute["reference"])]
     for rank in compute["suspects"]:
@@ -144,6 +145,7 @@ def draw(v: dict[str, Any], out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import MaxNLocator
 
     hosts = v["hosts"]
     index = {h: i for i, h in enumerate(hosts)}
@@ -151,8 +153,8 @@ def draw(v: dict[str, Any], out: Path) -> Path:
     matrix = np.full((n, n), np.nan)
     for a, b, bw in v["host"]["pairs"]:
         matrix[index[a], index[b]] = matrix[index[b], index[a]] = bw
-    fig, (left, right) = plt.subplots(
-        1, 2, figsize=(7.5 + 0.25 * n, 3.5 + 0.2 * n), gridspec_kw={"width_ratios": [1.3, 1]}
+    fig, (left, right, compute) = plt.subplots(
+        1, 3, figsize=(11 + 0.35 * n, 3.6 + 0.2 * n), gridspec_kw={"width_ratios": [1.3, 1, 1]}
     )
     image = left.imshow(matrix, cmap="viridis", vmin=0)
     fig.colorbar(image, ax=left, label="GB/s each way")
@@ -186,7 +188,58 @@ def draw(v: dict[str, Any], out: Path) -> Path:
     right.set_xlabel("host score (GB/s)")
     right.legend(fontsize=7, loc="lower right")
     right.set_title(f"host scores\n(below the cut: a suspect; threshold {v['threshold']:.0%})", fontsize=9)
+    right.xaxis.set_major_locator(MaxNLocator(nbins=4))  # a few short ticks that never run together
+    _compute_panel(compute, v)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def _compute_panel(ax: Any, v: dict[str, Any]) -> None:
+    """Every rank's matmul rate, slowest first, labelled with its value: a flagged compute
+    straggler in red, a suspect the re-timing cleared hatched, beside the median and the cut."""
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
+    compute = v["compute"]
+    names = {str(rank): name for rank, name in v["ranks"].items()}
+    by_name = {name: int(rank) for rank, name in names.items()}
+    order = sorted(compute["gflops"], key=lambda name: compute["gflops"][name])
+    rates = [compute["gflops"][name] for name in order]
+    flagged, suspects = set(compute["flagged"]), set(compute["suspects"])
+    colours = ["red" if by_name[name] in flagged else "tab:blue" for name in order]
+    bars = ax.barh(range(len(order)), rates, color=colours)
+    for bar_, name in zip(bars, order):
+        if by_name[name] in suspects - flagged:
+            bar_.set_hatch("//")
+            bar_.set_edgecolor("white")
+    ax.bar_label(bars, labels=[f"{r:.0f}" if r >= 10 else f"{r:.2g}" for r in rates], fontsize=7, padding=2)
+    ax.set_yticks(range(len(order)), order)
+    ax.invert_yaxis()
+    bar = compute["bar"]
+    ax.axvline(bar["median"], color="grey", linestyle="--")
+    ax.axvline(bar["cut"], color="red")
+    ax.set_xlim(0, max(rates) * 1.25 if rates else 1)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+    ax.set_xlabel("matmul GFLOP/s (median of its samples)")
+    window = compute.get("window_s")
+    ax.set_title(
+        "compute, every rank at once\n(red: compute straggler"
+        + (f"; samples of {window * 1000:.0f} ms" if window else "")
+        + ")",
+        fontsize=9,
+    )
+    handles = [
+        Patch(color="red", label="compute straggler"),
+        Patch(facecolor="tab:blue", hatch="//", edgecolor="white", label="suspect, cleared"),
+        _legend_line("grey", "--", f"median {bar['median']:.0f}"),
+        _legend_line("red", "-", f"cut {bar['cut']:.0f}"),
+    ]
+    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
+
+
+def _legend_line(colour: str, style: str, label: str) -> Any:
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color=colour, linestyle=style, label=label)

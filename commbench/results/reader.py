@@ -17,6 +17,7 @@ import click
 import pandas as pd
 
 from commbench.errors import UserError
+from commbench.results.nccl_tests import is_nccl_tests, read_cells
 from commbench.results.paths import raw_path
 from commbench.results.schema import (
     CASE_KEY,
@@ -122,8 +123,11 @@ def _read_csv(path: Path, what: str) -> pd.DataFrame:
 
 
 def read_one(path: Path) -> pd.DataFrame:
-    """One results CSV, validated and typed (numbers as floats, text as str)."""
+    """One results CSV (or nccl-tests' JSON: commbench/results/nccl_tests.py), validated and typed
+    (numbers as floats, text as str)."""
     path = Path(path)
+    if is_nccl_tests(path):
+        return typed(read_cells(path).replace("", pd.NA), str(path))
     frame = _read_csv(path, "results file")
     columns = set(frame.columns)
     if columns in (set(RAW_COLUMNS), set(RAW_COLUMNS_V1)):

@@ -36,10 +36,13 @@ def test_report_holds_every_chart_and_table(runs: list[Path], tmp_path: Path) ->
     images = re.findall(r"<img alt='([^']+)' src='data:image/png;base64,", page)
     assert images == [c.name for c in charts] and page.count("<img") == len(charts) == 5
     assert images[-2:] == ["all_gather-comm-model", "grouped_all_gather-comm-model"]
-    # provenance, the model's fits, one table per (op, phase) measured (all_gather, grouped_all_gather), the unavailable rows
-    assert page.count("<table") == 5
+    # the runs and their largest differences, provenance, the model's fits, one table per (op, phase)
+    # measured (all_gather, grouped_all_gather), the unavailable rows
+    assert page.count("<table") == 7
     headings = re.findall(r"<h3 id='([^']+)'>([^<]+)</h3>", page)
     assert [text for _, text in headings] == [
+        "What differs between the runs",
+        "Largest differences",
         "all_gather · comm",  # charts
         "grouped_all_gather · comm",
         "all_gather · comm",  # results
@@ -127,3 +130,47 @@ def test_numbers_read_as_people_write_them_noisy_rows_are_marked_and_refused_fit
     assert "all_gather" in refused[: refused.index("</table>")] and "the line does not describe the data" in refused
     # The only fit is refused: no table of fits beside it, where its R² would stand next to good ones.
     assert "<table>" not in text[text.index("id='latency-bandwidth-model'") : text.index("id='refused-fits'")]
+
+
+def test_a_report_of_several_runs_says_what_differs_and_draws_a_panel_per_variant(tmp_path: Path) -> None:
+    """Three runs of three variants (9 lines on one chart before): a table of the runs, what
+    differs between them, the largest differences with intervals, and per op a panel per variant
+    with the runs as its lines."""
+    from commbench.analysis.charts.plot import build_charts
+    from commbench.analysis.charts.runs import runs_chart
+    from commbench.analysis.report import build_report
+    from commbench.analysis.runs import largest_differences, run_colours, what_differs
+
+    cases = lambda slow: [  # noqa: E731
+        Case("all_gather", "flat"),
+        Case("all_gather", "list", factor=1.1),
+        Case("all_gather", "inplace", factor=slow),
+    ]
+    paths = [
+        synth_run(tmp_path / "mon.csv", cases(1.0), seed=1, rounds=3, raw=False),
+        synth_run(tmp_path / "tue.csv", cases(1.0), seed=2, rounds=3, raw=False),
+        synth_run(tmp_path / "wed.csv", cases(1.6), seed=3, rounds=3, raw=False, host="otherhost"),
+    ]
+    frame = read_results(paths)
+    differs = what_differs(frame)
+    assert "hosts: testhost in mon, tue; otherhost in wed" in differs
+    assert "options of wed against mon: --seed 1 -> 3" in differs
+    largest, notes = largest_differences(frame)
+    assert notes == [] and set(largest["run"].iloc[:4]) == {"wed"}
+    assert all("all_gather/inplace" in case for case in largest["case"].iloc[:4])
+    assert (largest["ratio"].iloc[:4] > 1.4).all() and set(largest["verdict"].iloc[:4]) == {"regression"}
+    low, high = (float(x.rstrip("x")) for x in largest["interval"].iloc[0].split(" .. "))
+    assert low <= largest["ratio"].iloc[0] <= high
+    colours = run_colours(frame)
+    chart = runs_chart("all_gather-comm", frame, colours, set())
+    panels = [ax for ax in chart.figure.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == ["flat", "inplace", "list"]
+    # Each panel holds one line per run, each run in its own colour, the same in every panel.
+    for ax in panels:
+        assert [line.get_color() for line in ax.get_lines() if line.get_marker() == "o"] == list(colours.values())
+    page = build_report(paths)
+    assert "<h2 id='runs'>Runs</h2>" in page and "is the baseline of the differences below" in page
+    assert "3 runs, one panel per variant (flat, inplace, list)" in page
+    one = build_report(paths[:1])  # one run: no runs section, the size chart of old
+    assert "<h2 id='runs'>" not in one and "latency and busbw against size" in one
+    assert [c.kind for c in build_charts(read_results(paths[:1]))] == ["size"]

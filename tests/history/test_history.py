@@ -309,6 +309,26 @@ def test_history_list_and_trend_chart(tmp_path):
     assert unknown.exit_code == 2 and "no run 'zzz'" in unknown.output
 
 
+def test_history_trend_marks_an_incomplete_run_and_the_sizes_its_point_rests_on(tmp_path):
+    from commbench.analysis.trend import points, trend_chart
+
+    target = str(tmp_path / "h.sqlite")
+    history = open_history(target)
+    for i, (sizes, completed) in enumerate((((8, 64, 512, 4096), True), ((8,), False), ((8, 64, 512, 4096), True))):
+        recorder = RunRecorder(history, _run(f"r{i}", started=f"2026-01-0{i + 1}T00:00:00+00:00"))
+        for size in sizes:
+            recorder.add({**_row(size), "run_id": f"r{i}"})
+        recorder.end(completed=completed)
+    rows = run_rows(history, ["r0", "r1", "r2"])
+    found, _ = points(rows, None)
+    assert [(p.run_id, p.complete, p.sizes) for p in found] == [("r0", True, 4), ("r1", False, 1), ("r2", True, 4)]
+    chart = trend_chart(rows, None)
+    assert "1 incomplete (hollow, red label)" in chart.caption
+    ticks = [t.get_text() for t in chart.figure.axes[0].get_xticklabels()]
+    assert ticks[1].endswith("incomplete 1/4 sizes") and "incomplete" not in ticks[0] + ticks[2]
+    history.close()
+
+
 def test_compare_against_history_catches_a_planted_slowdown_and_falls_back_when_short(tmp_path):
     from commbench.analysis.history_gate import compare_history
 

@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 
 from commbench.isolate.cluster import Cluster
+from commbench.isolate.measure import PROBE_WINDOW_S, _window_sample
+from commbench.isolate.node_sweep import compute_reference, under_torchrun
 from commbench.isolate.report import draw, format_verdict
 from commbench.isolate.schedule import byes, circle_rounds, pack
 from commbench.isolate.verdict import (
@@ -23,6 +25,7 @@ from commbench.isolate.verdict import (
     robust_bar,
     suspects,
 )
+from commbench.launcher_env import Launch
 from tests.support.distributed import commbench
 from tests.support.fake_hosts import run_on_fake_hosts
 
@@ -145,6 +148,53 @@ def test_bad_isolate_options_are_one_line_errors(args, message):
     result = commbench("isolate", *args, timeout=60)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_the_compute_reference_is_never_a_suspect_and_comes_from_the_healthy_half():
+    rates = {0: 100.0, 1: 96.0, 2: 12.0, 3: 104.0, 4: 99.0}
+    # Median 99: rank 4 sits on it; a suspect is never chosen, even one at the median.
+    assert compute_reference(rates, [2], 99.0) == 4
+    assert compute_reference(rates, [2, 4], 99.0) == 0  # 0 (100) over 1 (96): at or above the median first
+    assert compute_reference({0: 50.0, 1: 10.0}, [1], 50.0) == 0
+
+
+def test_only_ranks_torchrun_started_turn_a_finding_into_exit_0():
+    elastic = {"TORCHELASTIC_RUN_ID": "none"}
+    assert under_torchrun(Launch("torchrun", 0, 2), elastic)
+    assert not under_torchrun(Launch("torchrun", 0, 2), {})  # RANK and WORLD_SIZE set by hand
+    assert not under_torchrun(Launch("torchrun", 0, 2, spawned=True), elastic)  # commbench's own ranks
+    assert not under_torchrun(Launch("slurm", 0, 2), elastic)
+
+
+class QuotaKernel:
+    """A matmul of 1 ms under a CPU quota of 10 ms per 100 ms period: it runs at full speed until
+    the period's share is spent, then waits for the next period (as CFS throttling does)."""
+
+    def __init__(self, period_s: float = 0.1, share_s: float = 0.01, run_s: float = 0.001) -> None:
+        import time
+
+        self.time, self.period, self.share, self.run_s = time, period_s, share_s, run_s
+        self.period_start, self.used = time.perf_counter(), 0.0
+
+    def run(self) -> None:
+        now = self.time.perf_counter()
+        if now - self.period_start >= self.period:  # a new period: a new share
+            self.period_start, self.used = now, 0.0
+        if self.used + self.run_s > self.share:  # throttled until the period ends
+            self.time.sleep(max(0.0, self.period_start + self.period - now))
+            self.period_start, self.used = self.time.perf_counter(), 0.0
+        self.time.sleep(self.run_s)
+        self.used += self.run_s
+
+
+def test_a_probe_sample_spans_quota_periods_so_a_throttled_rank_reads_slow():
+    """The fastest short sample of a throttled rank runs inside its share and looks healthy; a
+    sample of PROBE_WINDOW_S (two periods) includes the waits: its time per matmul is several
+    times the kernel's own (10x at this quota; sleeps only ever run long, so at least that)."""
+    assert PROBE_WINDOW_S >= 0.2
+    kernel = QuotaKernel()
+    per_matmul_us = _window_sample(kernel, lambda: None)
+    assert per_matmul_us > 4 * kernel.run_s * 1e6
 
 
 def _verdict() -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -47,16 +48,19 @@ def _write_panel(panel: tuple[str, pd.DataFrame], out_dir: Path, fmt: str) -> li
     return write_charts(_panel_charts(*panel), out_dir, fmt)
 
 
-def build_charts(frame: pd.DataFrame) -> list[Chart]:
-    """Every chart for a frame from read_results: per (op, phase) the size chart, then its speedups."""
-    return [chart for name, group in chart_panels(frame) for chart in _panel_charts(name, group)]
+def build_charts(frame: pd.DataFrame, sizes: Callable[[str, pd.DataFrame], Chart] | None = None) -> list[Chart]:
+    """Every chart for a frame from read_results: per (op, phase) the size chart (drawn by `sizes`,
+    default size_chart), then its speedups."""
+    return [chart for name, group in chart_panels(frame) for chart in _panel_charts(name, group, sizes)]
 
 
-def _panel_charts(name: str, group: pd.DataFrame) -> list[Chart]:
+def _panel_charts(
+    name: str, group: pd.DataFrame, sizes: Callable[[str, pd.DataFrame], Chart] | None = None
+) -> list[Chart]:
     """One panel's charts: the size chart, the overlap chart when measured, the speedups."""
     charts: list[Chart] = []
     if not ok_rows(group).empty:
-        charts.append(size_chart(name, group))
+        charts.append((sizes or size_chart)(name, group))
     if "overlap" in group.columns and ok_rows(group)["overlap"].notna().any():
         charts.append(overlap_chart(name, group))
     family = speedup_family(group["op"].iloc[0])

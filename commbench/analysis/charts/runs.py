@@ -1,0 +1,75 @@
+"""The chart of one op across several runs: a panel per variant (small multiples on shared axes),
+the runs as its lines, each run in one colour on every chart of the report, so "which run is
+slower, and where" reads at a glance instead of from 18 overlapping lines."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from commbench.analysis.charts.axes import draw_interval, latency_axis, size_axis
+from commbench.analysis.charts.grouping import title_facts
+from commbench.analysis.charts.render import Chart
+from commbench.analysis.charts.style import op_palette
+from commbench.results.reader import ok_rows
+
+COLUMNS = 3  # panels per row
+
+
+def runs_chart(name: str, group: pd.DataFrame, colours: dict[str, str], incomplete: set[str]) -> Chart:
+    """p50 against size (with its 95% interval), a panel per variant, a line per run; an
+    incomplete run's line is dashed. colours: run -> colour (analysis/runs.py run_colours)."""
+    measured = ok_rows(group)
+    op, phase = measured["op"].iloc[0], measured["phase"].iloc[0]
+    palette = op_palette(measured)
+    variants = list(palette.variants)  # the baseline first, then by name and number
+    columns = min(COLUMNS, len(variants))
+    rows_of_panels = math.ceil(len(variants) / columns)
+    fig = Figure(figsize=(3.9 * columns + 2.4, 3.0 * rows_of_panels + 1.0), layout="constrained")
+    axes = fig.subplots(rows_of_panels, columns, sharex=True, sharey=True, squeeze=False)
+    runs = [r for r in colours if r in set(measured["run"])]
+    for ax, variant in zip(axes.flat, variants):
+        for run in runs:
+            rows = measured[(measured["variant"] == variant) & (measured["run"] == run)].sort_values("size_bytes")
+            if rows.empty:
+                continue
+            for _, line in rows.groupby(["backend", "world_size"], sort=True):  # one run, one line each
+                style = "--" if run in incomplete else "-"
+                ax.plot(line["size_bytes"], line["time_us_p50"], style, marker="o", markersize=3, color=colours[run])
+                draw_interval(ax, line, color=colours[run])
+        ax.set_title(variant, fontsize=10)
+        size_axis(ax, measured["size_bytes"])
+        ax.set_xlabel("")
+        ax.tick_params(labelsize=7)
+        ax.grid(True, which="major", alpha=0.25)
+    latency_axis(axes.flat[0])
+    for ax in list(axes.flat)[len(variants) :]:
+        ax.set_visible(False)
+    handles = [
+        Line2D(
+            [],
+            [],
+            color=colours[r],
+            marker="o",
+            linestyle="--" if r in incomplete else "-",
+            label=_label(r, incomplete),
+        )
+        for r in runs
+    ]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8, title="run", title_fontsize=8)
+    fig.supylabel("time per op (µs): p50 with its 95% interval", fontsize=9)
+    fig.supxlabel("size S in bytes (S per op: see commbench list)", fontsize=9)
+    facts = title_facts(measured)
+    fig.suptitle(f"{op} · {phase}: {len(runs)} runs, a panel per variant\n{facts}", fontsize=11)
+    caption = (
+        f"{op} ({phase}): p50 against size in {len(runs)} runs, one panel per variant ({', '.join(variants)}), "
+        "each run one colour on every chart" + ("; dashed: an incomplete run" if incomplete & set(runs) else "") + "."
+    )
+    return Chart(name=name, kind="size", figure=fig, caption=caption)
+
+
+def _label(run: str, incomplete: set[str]) -> str:
+    return f"{run} (incomplete)" if run in incomplete else run
