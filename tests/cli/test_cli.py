@@ -182,10 +182,17 @@ def test_nonblocking_rows_of_variants_that_wait_inside_are_honest(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_variant_the_transport_refuses_on_every_rank_is_an_unavailable_row(tmp_path):
+@pytest.mark.parametrize(
+    "op, said, others",
+    [
+        ("RefusingAllGather", "not supported", {"flat", "inplace"}),
+        ("RefusingAllToAll", "Backend gloo does not support alltoall", {"single", "uneven"}),  # torch 2.11's c10d
+    ],
+)
+def test_a_variant_the_transport_refuses_on_every_rank_is_an_unavailable_row(tmp_path, op, said, others):
     out = tmp_path / "refused.csv"
     proc = commbench(
-        *"sweep --op tests.support.broken_ops:RefusingAllGather --sizes 1K,4K -n 2 -w 1 -o".split(),
+        *f"sweep --op tests.support.broken_ops:{op} --sizes 1K,4K -n 2 -w 1 -o".split(),
         str(out),
         "--no-plot",
     )
@@ -194,5 +201,18 @@ def test_a_variant_the_transport_refuses_on_every_rank_is_an_unavailable_row(tmp
     df = pd.read_csv(out)
     refused = df[df.variant == "list"]
     assert (refused.status == "unavailable").all() and len(refused) == 1
-    assert refused.note.iloc[0].startswith("the transport refused it: ") and "not supported" in refused.note.iloc[0]
-    assert set(df[df.status == "ok"].variant) == {"flat", "inplace"} and (df[df.status == "ok"].wrong == 0).all()
+    assert refused.note.iloc[0].startswith("the transport refused it: ") and said in refused.note.iloc[0]
+    assert set(df[df.status == "ok"].variant) == others and (df[df.status == "ok"].wrong == 0).all()
+
+
+@pytest.mark.slow
+def test_a_refusal_after_the_first_round_fails_the_run_and_is_called_a_refusal(tmp_path):
+    proc = commbench(
+        *"sweep --op tests.support.broken_ops:LateRefusingAllGather --variant flat --sizes 1K -n 2 -w 1".split(),
+        *"--no-plot -o".split(),
+        str(tmp_path / "late.csv"),
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    (line, *_) = [line for line in proc.stderr.splitlines() if "failed: " in line] or [proc.stderr]
+    assert "failed: Backend gloo does not support allgather" in line, line
+    assert "(the transport refused the call, not a missing rank)" in line and "stall" not in line, line

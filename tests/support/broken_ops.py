@@ -86,3 +86,25 @@ class RefusingAllGather(AllGather):
         if args.variant == "list":
             raise RuntimeError("Gloo allgather: list form is not supported for this tensor type")
         super().issue(args, phase)
+
+
+class RefusingAllToAll(AllToAll):
+    """An all_to_all whose `list` variant c10d refuses on every rank, in torch 2.11's words for a
+    ProcessGroupGloo without alltoall: the refusal is known by its text, which must still count."""
+
+    name = "refusing_all_to_all"
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        if args.variant == "list":
+            raise RuntimeError("Backend gloo does not support alltoall")
+        super().issue(args, phase)
+
+
+class LateRefusingAllGather(AllGather):
+    """An all_gather that the transport refuses on every rank at the check of its last round (after
+    its first, so not an `unavailable` row): the run fails, and the diagnosis calls it a refusal."""
+
+    name = "late_refusing_all_gather"
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        raise RuntimeError("Backend gloo does not support allgather")
