@@ -329,6 +329,11 @@ def test_torch_sync_batch_norm_calls_only_collectives_that_are_recorded():
     backward = _called_names(_functions.SyncBatchNorm.backward) & collectives
     assert forward and forward <= set(names), forward
     assert backward == {"all_reduce"}
+    # The flat all-gather it calls is the one the backends resolve (the newest name this torch has:
+    # all_gather_into_tensor on 2.11, all_gather_single on 2.13), which tests/backends/test_nccl.py expects.
+    from commbench.backends.torch_dist import FLAT_ALL_GATHER, resolve_api
+
+    assert forward & set(FLAT_ALL_GATHER) == {resolve_api(FLAT_ALL_GATHER)}, forward
 
 
 def test_horovod_sync_batch_norm_makes_the_calls_of_the_horovod_strategy():
