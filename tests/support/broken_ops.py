@@ -89,13 +89,14 @@ class RefusingAllGather(AllGather):
 
 
 class RefusingAllToAll(AllToAll):
-    """An all_to_all whose `list` variant c10d refuses on every rank, in torch 2.11's words for a
-    ProcessGroupGloo without alltoall: the refusal is known by its text, which must still count."""
+    """An all_to_all whose `uneven` variant the transport refuses on every rank in c10d's words for a
+    method a backend lacks (torch 2.11's Gloo says them for alltoall): a refusal no table knows,
+    read from its text as the fallback, must still be an `unavailable` row."""
 
     name = "refusing_all_to_all"
 
     def issue(self, args: CollArgs, phase: str) -> None:
-        if args.variant == "list":
+        if args.variant == "uneven":
             raise RuntimeError("Backend gloo does not support alltoall")
         super().issue(args, phase)
 
