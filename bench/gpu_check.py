@@ -237,15 +237,15 @@ def two_ranks(command: list[str]) -> list[str]:
     return [*torchrun, "bash", "-c", per_rank, "two-ranks", *command]
 
 
-def two_rank_step(check: Check, out: Path, gpus: int) -> None:
+def two_rank_step(check: Check, name: str, out: Path, gpus: int) -> None:
     """Two NCCL ranks on the one GPU (run only there: with more GPUs nccl-ops ran a rank on each)."""
     if gpus != 1:
-        check.say("nccl-2rank", "skipped", f"{gpus} GPUs: nccl-ops ran {gpus} ranks, one per GPU")
+        check.say(name, "skipped", f"{gpus} GPUs: nccl-ops ran {gpus} ranks, one per GPU")
         return
     csv = out / "sweep-nccl-2rank.csv"
     sweep = commbench("sweep", "--backend", "nccl", "--sizes", "8,64K,1M", "-n", "3", "-w", "1", "--no-plot")
-    proc = check.run("nccl-2rank", two_ranks([*sweep, "-o", str(csv)]), env=TWO_RANK_ENV)
-    rows = rows_verdict(check, "nccl-2rank", proc, csv)
+    proc = check.run(name, two_ranks([*sweep, "-o", str(csv)]), env=TWO_RANK_ENV)
+    rows = rows_verdict(check, name, proc, csv)
     if rows is not None:
         native = rows[(rows["variant"] == "native_torch") & (rows["status"] == "ok") & (rows["calls"] > 0)]
         two = set(rows["world_size"]) == {2}
@@ -295,7 +295,7 @@ def main() -> int:
     # 2b. On one GPU every step above runs one rank: no ring, send/recv, coalescing across ranks, max
     #     over ranks or torch's own SyncBatchNorm sync. Two NCCL ranks share the GPU as two NCCL
     #     hosts over sockets on loopback: every op, checked (unverified until a device runs it).
-    two_rank_step(check, out, gpus)
+    two_rank_step(check, "nccl-2rank", out, gpus)
 
     # 3. SyncBatchNorm's backward through the CUDA kernels against torch's BatchNorm, every dtype and layout.
     pytest_step(check, "syncbn-cuda", "tests/syncbn/test_syncbn_cuda_contract.py")
