@@ -11,6 +11,9 @@ import torch
 from commbench.backends.gloo import SINCE_TORCH, GlooBackend, torch_lacks
 from commbench.ops.all_to_all import AllToAll
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 HEADER = Path(torch.__file__).parent / "include/torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 
 

@@ -182,6 +182,7 @@ def test_nonblocking_rows_of_variants_that_wait_inside_are_honest(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.torch_api
 @pytest.mark.parametrize(
     "op, variant, said, others",
     [
@@ -207,6 +208,7 @@ def test_a_variant_the_transport_refuses_on_every_rank_is_an_unavailable_row(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.torch_api
 def test_a_refusal_after_the_first_round_fails_the_run_and_is_called_a_refusal(tmp_path):
     proc = commbench(
         *"sweep --op tests.support.broken_ops:LateRefusingAllGather --variant flat --sizes 1K -n 2 -w 1".split(),

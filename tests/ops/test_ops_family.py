@@ -34,6 +34,9 @@ from tests.support.op_cases import every_variant, gloo_lacks, not_ok, run_cases
 from tests.support.op_table import TABLE
 from tests.support.sweeps import sweep_on_rank
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 NEW_OPS = (AllToAll, Broadcast, Reduce, Gather, Scatter, SendRecv, Barrier)
 ROOTED = (Broadcast, Reduce, Gather, Scatter)
 SIZES = (8, 1000, 65536)

@@ -3,8 +3,13 @@ diagnosis that finds no rank at fault says what failed instead of calling every 
 
 from __future__ import annotations
 
+import pytest
+
 from commbench.run.failures import first_sentence, refusal
 from commbench.run.heartbeat import ALL_ALIVE, because
+
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
 
 # torch 2.11's c10d Backend base, for alltoall on a ProcessGroupGloo that does not override it.
 C10D = "Backend gloo does not support alltoall"

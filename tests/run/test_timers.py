@@ -28,6 +28,9 @@ from commbench.run.timers import (
     timer_for,
 )
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 
 class Gpu:
     """A fake device timeline: a stream position in milliseconds and the synchronizes asked of it."""

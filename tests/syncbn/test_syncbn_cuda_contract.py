@@ -18,6 +18,9 @@ from commbench.syncbn import STRATEGY_NAMES, SyncBatchNorm, function
 from commbench.syncbn.stats import stat_dtype
 from tests.syncbn.test_syncbn_fused import CASES, _check_case, _FullSizeOps, _layout
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 
 def _dims(x: torch.Tensor) -> list[int]:
     return [0, *range(2, x.dim())]

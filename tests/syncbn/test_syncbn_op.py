@@ -23,6 +23,9 @@ from commbench.syncbn.instrument import native_calls, recording
 from commbench.syncbn.strategies import STRATEGIES
 from tests.support.distributed import commbench, run_ranks
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 
 def _measure_all(backend, op_cls, options, dtypes):
     torch.set_num_threads(1)  # small tensors: threads would only fight the other rank for cores
