@@ -4,9 +4,11 @@ Run through bench/gpu-check.sh, which has checked that torch can use the GPU. Th
 order of what they prove (NCCL correctness of every op and variant, then SyncBatchNorm, the timers,
 memory, Gloo on CUDA), each within its budget (BUDGETS, at most 5 minutes together: docs/gpu.md),
 and each prints its summary line as it ends (passed / failed / the figure). The CSVs, a log of
-every command's output and the SyncBatchNorm charts go under $OUT, or a temporary folder. World size
-is 1 per GPU (NCCL refuses two ranks on one GPU): the nccl rows of a one-GPU machine measure local
-copies, which still runs and verifies every CUDA code path.
+every command's output and the SyncBatchNorm charts go under $OUT, or a temporary folder. The NCCL
+steps run one rank per GPU (NCCL refuses two ranks on one GPU of one host): on a one-GPU machine
+their rows measure local copies, which runs every CUDA kernel path but no path between ranks, so
+nccl-2rank runs two NCCL ranks on the one GPU as two NCCL hosts (distinct NCCL_HOSTID) talking over
+sockets on loopback. Unverified until a device runs it (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -29,18 +31,34 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 # Seconds each step may take, in the order they run; a step that overruns is killed with every
 # process it started and fails. The whole check is their sum: at most 5 minutes.
+# Sized from what each step starts and computes (docs/gpu.md's table), not yet from a device's
+# timings: each step's line prints its time beside its budget, so the first run shows which to move.
 BUDGETS = {
-    "nccl-ops": 80,
-    "nccl-large": 35,
-    "syncbn-cuda": 20,
-    "syncbn-nccl": 30,
-    "syncbn-vs-torch": 35,
-    "cuda-tests": 20,
-    "timers": 25,
-    "memory-cuda": 30,
-    "gloo-cuda": 25,
+    "nccl-ops": 60,  # one pytest, one torchrun rank: every op and variant, 4 dtypes, 8 B to 1 MB
+    "nccl-large": 25,  # one sweep rank: every op at 64 MB and 256 MB
+    "nccl-2rank": 35,  # one torchrun, 2 NCCL ranks on the one GPU over sockets: every op, 3 small sizes
+    "syncbn-cuda": 15,  # in-process kernels against BatchNorm2d, no rank
+    "syncbn-nccl": 25,  # one syncbn rank, C = 64 and 1024
+    "syncbn-vs-torch": 25,  # one process, 7 pairs at 2 channel counts
+    "cuda-tests": 35,  # one pytest, two torchrun launches that each start CUDA ranks
+    "timers": 15,  # one process, 3 rounds of 20 iterations
+    "memory-cuda": 40,  # 34 cases at 256 MB, each checked against a float64 CPU reference on one thread
+    "gloo-cuda": 25,  # 2 CUDA Gloo ranks: every op at 3 sizes, staged through host memory
 }
 LIMIT_S = sum(BUDGETS.values())
+# How long the pipes of a killed step are read for: a process that left the step's tree before the
+# kill (an orphan, re-parented away from it) can hold them open for as long as it lives.
+DRAIN_S = 5.0
+# The 2-rank NCCL step on one GPU: each rank its own NCCL host (NCCL_HOSTID), so NCCL does not refuse
+# two ranks on one device; no peer-to-peer or shared-memory transport, the socket one on loopback.
+TWO_RANK_ENV = {
+    "CUDA_VISIBLE_DEVICES": "0",  # both ranks see the one GPU as their own device 0 (devices.py)
+    "NCCL_P2P_DISABLE": "1",
+    "NCCL_SHM_DISABLE": "1",
+    "NCCL_IB_DISABLE": "1",
+    "NCCL_NET": "Socket",
+    "NCCL_SOCKET_IFNAME": "lo",
+}
 NEEDED = ("torch", "pandas", "click", "pytest", "matplotlib")
 # Largest relative difference from torch's layer that still counts as the same output and gradients
 # (float32, different kernels summing 100K values per channel in different orders).
@@ -92,6 +110,26 @@ def kill_tree(proc: subprocess.Popen[str]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def drain(proc: subprocess.Popen[str]) -> tuple[str, str, str]:
+    """What a killed step wrote, read for at most DRAIN_S: (stdout, stderr, a note when a process
+    outside the killed tree still held the pipes: what was read by then is kept, the pipes closed)."""
+    try:
+        stdout, stderr = proc.communicate(timeout=DRAIN_S)
+        return stdout, stderr, ""
+    except subprocess.TimeoutExpired as exc:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+        # The partial output comes as bytes even from a text-mode Popen.
+        partial = [
+            part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+            for part in (exc.output, exc.stderr)
+        ]
+        note = f"; a process outside its tree held its output open {DRAIN_S:.0f} s after the kill (not waited for)"
+        return partial[0], partial[1], note
+
+
 class Check:
     def __init__(self, out: Path) -> None:
         self.out = out
@@ -99,8 +137,11 @@ class Check:
         self.lines: list[str] = []
         self.failed = 0
         self.start = time.monotonic()
+        self.took_s: dict[str, float] = {}  # each step's wall time, printed beside its budget
 
-    def run(self, name: str, command: list[str], cwd: Path = ROOT) -> Finished | None:
+    def run(
+        self, name: str, command: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None
+    ) -> Finished | None:
         """The step's command within its budget (and what is left of the check's); None when it did not end."""
         limit = min(BUDGETS[name], LIMIT_S - (time.monotonic() - self.start))
         if limit < 5:
@@ -110,23 +151,34 @@ class Check:
         self.log.flush()
         began = time.monotonic()
         proc = subprocess.Popen(
-            command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            command,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
         try:
             stdout, stderr = proc.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
             kill_tree(proc)
-            stdout, stderr = proc.communicate()
-            self.log.write(f"{stdout}{stderr}\n### killed after {limit:.0f} s\n")
-            self.say(name, "failed", f"timed out after {limit:.0f} s (its budget); killed with its processes")
+            stdout, stderr, orphan = drain(proc)
+            self.took_s[name] = time.monotonic() - began
+            self.log.write(f"{stdout}{stderr}\n### killed after {limit:.0f} s{orphan}\n")
+            self.say(name, "failed", f"timed out after {limit:.0f} s (its budget); killed with its processes{orphan}")
             return None
-        self.log.write(f"{stdout}{stderr}\n### exit {proc.returncode} after {time.monotonic() - began:.1f} s\n")
+        self.took_s[name] = time.monotonic() - began
+        self.log.write(f"{stdout}{stderr}\n### exit {proc.returncode} after {self.took_s[name]:.1f} s\n")
         self.log.flush()
         return Finished(proc.returncode, stdout, stderr)
 
     def say(self, name: str, verdict: str, figure: str) -> None:
+        """One line per verdict; a step's carries its time beside its budget (blank for derived lines)."""
         self.failed += verdict == "failed"
-        line = f"gpu-check: {name:<16} {verdict:<7} {figure}"
+        took = self.took_s.get(name) if name in BUDGETS else None
+        timing = f"{took:5.1f} s of {BUDGETS[name]:3d} s" if took is not None else " " * 16
+        line = f"gpu-check: {name:<16} {verdict:<7} {timing}  {figure}"
         self.lines.append(line)
         print(line, flush=True)
 
@@ -178,6 +230,32 @@ def syncbn_verdict(check: Check, proc: Finished | None) -> None:
     check.say("syncbn-vs-torch", "passed" if diff <= AGREEMENT else "failed", figure)
 
 
+def two_ranks(command: list[str]) -> list[str]:
+    """torchrun of 2 ranks on this host, each running command with its own NCCL_HOSTID (from LOCAL_RANK)."""
+    per_rank = 'NCCL_HOSTID="commbench-gpu-check-$LOCAL_RANK" exec "$@"'
+    torchrun = (PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python")
+    return [*torchrun, "bash", "-c", per_rank, "two-ranks", *command]
+
+
+def two_rank_step(check: Check, name: str, out: Path, gpus: int) -> None:
+    """Two NCCL ranks on the one GPU (run only there: with more GPUs nccl-ops ran a rank on each)."""
+    if gpus != 1:
+        check.say(name, "skipped", f"{gpus} GPUs: nccl-ops ran {gpus} ranks, one per GPU")
+        return
+    csv = out / "sweep-nccl-2rank.csv"
+    sweep = commbench("sweep", "--backend", "nccl", "--sizes", "8,64K,1M", "-n", "3", "-w", "1", "--no-plot")
+    proc = check.run(name, two_ranks([*sweep, "-o", str(csv)]), env=TWO_RANK_ENV)
+    rows = rows_verdict(check, name, proc, csv)
+    if rows is not None:
+        native = rows[(rows["variant"] == "native_torch") & (rows["status"] == "ok") & (rows["calls"] > 0)]
+        two = set(rows["world_size"]) == {2}
+        check.say(
+            "2rank-sync",
+            "passed" if two and len(native) else "failed",
+            f"{len(native)} native_torch rows with calls, world sizes {sorted(set(rows['world_size']))}",
+        )
+
+
 def main() -> int:
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
     if missing:
@@ -213,6 +291,11 @@ def main() -> int:
         alone = gpus > 1 or "local copy" in (proc.stdout + proc.stderr)
         timers = ", ".join(sorted(set(rows["timer"].dropna())))
         check.say("one-rank-note", "passed" if alone else "failed", f"timer {timers}; one-rank warning shown: {alone}")
+
+    # 2b. On one GPU every step above runs one rank: no ring, send/recv, coalescing across ranks, max
+    #     over ranks or torch's own SyncBatchNorm sync. Two NCCL ranks share the GPU as two NCCL
+    #     hosts over sockets on loopback: every op, checked (unverified until a device runs it).
+    two_rank_step(check, "nccl-2rank", out, gpus)
 
     # 3. SyncBatchNorm's backward through the CUDA kernels against torch's BatchNorm, every dtype and layout.
     pytest_step(check, "syncbn-cuda", "tests/syncbn/test_syncbn_cuda_contract.py")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,6 +25,25 @@ CUDA_REFUSED = {
     "group": "Gloo's coalesced collectives run on CPU tensors only (allreduce_coalesced refuses CUDA tensors and "
     "allgather_coalesced does not copy them to host memory); use --device cpu, or nccl",
 }
+
+# Collectives a torch's ProcessGroupGloo does not override, by the name missing() takes, with the
+# first torch whose ProcessGroupGloo.hpp declares them: before it, c10d's Backend base refuses the
+# call ("Backend gloo does not support alltoall"). Read off the headers each wheel ships: torch
+# 2.11's declares alltoall_base only, 2.12's and 2.13's declare alltoall too. Known before any call,
+# so the case is an `unavailable` row on every device, not a failed sweep.
+SINCE_TORCH = {"all_to_all_list": ((2, 12), "alltoall")}
+
+
+def torch_lacks(collective: str, version: str = torch.__version__) -> str | None:
+    """Why this torch's Gloo has no such collective (too old for SINCE_TORCH), or None."""
+    if collective not in SINCE_TORCH:
+        return None
+    since, method = SINCE_TORCH[collective]
+    found = re.match(r"(\d+)\.(\d+)", version)  # the release only: a 2.12 nightly has 2.12's sources
+    if found is None or (int(found[1]), int(found[2])) >= since:
+        return None
+    first = ".".join(map(str, since))
+    return f"torch {version}'s Gloo has no {method} (ProcessGroupGloo overrides it from torch {first}); upgrade torch, or use nccl"
 
 
 class GlooBackend(TorchDistBackend):
@@ -50,7 +70,7 @@ class GlooBackend(TorchDistBackend):
     def missing(self, collective: str) -> str | None:
         if self.on_cuda() and collective in CUDA_REFUSED:
             return CUDA_REFUSED[collective]
-        return super().missing(collective)
+        return torch_lacks(collective) or super().missing(collective)
 
     def group_unavailable(self) -> str | None:
         return CUDA_REFUSED["group"] if self.on_cuda() else super().group_unavailable()

@@ -3,7 +3,10 @@ and the per-rank compute probe.
 
 A round is a list of rank groups that exchange at the same time. Each group gets its own process
 group (every rank creates every group of the round, in the same order, as torch.distributed
-requires); a rank in no group of the round sits it out in a group of its own. In a group
+requires); a rank in no group of the round sits it out in a group of its own. Where the transport
+splits communicators (NCCL, its device bound), the round's groups are one `split_group` call;
+elsewhere one `new_group` per group (Gloo). A round that forms the groups the last one formed (the
+size probe's repeats, then the first round) keeps them instead of creating them again. In a group
 [a0, b0, a1, b1, ...] the sendrecv op's `pair` variant exchanges a_i with b_i in both directions,
 as a training job's inter-node traffic does. The harness times it (barrier across every rank
 before each sample, so the round's pairs start together), and every rank gathers every rank's
@@ -67,17 +70,37 @@ class Rounds:
         self.op = build_ops((op,), {}, (variant,))[0]
         self.variant = variant
         self.created = 0
+        # The groups the last run formed, kept until a run forms others: (every group, this rank's
+        # process group, its ranks). Held ones are freed by the next creation or the backend's close.
+        self._held: tuple[list[list[int]], object, list[int]] | None = None
+        self.creation_s: list[float] = []  # seconds each creation took on this rank (bench/isolate_groups.py)
 
     def _my_group(self, groups: Sequence[Sequence[int]]) -> tuple[object, list[int]]:
-        import torch.distributed as dist
-
         busy = {r for g in groups for r in g}
         everyone = [sorted(g) for g in groups] + [[r] for r in range(self.backend.world_size) if r not in busy]
+        if self._held is not None and self._held[0] == everyone:
+            return self._held[1], self._held[2]
+        self._release()
         self.watchdog.arm(f"creating the process groups of round {self.created + 1}")
-        mine, _ = dist.new_subgroups_by_enumeration(everyone)
+        began = time.perf_counter()
+        mine = split(everyone)
+        self.creation_s.append(time.perf_counter() - began)
         self.watchdog.disarm()
         self.created += 1
-        return mine, next(g for g in everyone if self.backend.rank in g)
+        ranks = next(g for g in everyone if self.backend.rank in g)
+        self._held = (everyone, mine, ranks)
+        return mine, ranks
+
+    def _release(self) -> None:
+        """Free the held groups (their connections) once every rank is done with them."""
+        import torch.distributed as dist
+
+        if self._held is None:
+            return
+        group, self._held = self._held[1], None
+        self.backend.barrier()
+        if group is not None:
+            dist.destroy_process_group(group)
 
     def run(
         self,
@@ -126,19 +149,28 @@ class Rounds:
                 if round_index < len(plan):
                     last = round_index == len(plan) - 1
                     case.block(plan[round_index], round_index, check=cfg.check and last)
-        self._leave(group)
         # Rank 0 alone holds every rank's samples (gathered block by block); every rank needs the
         # results, since what is measured next depends on them.
         found = [[_exchange(case, unit) for case in cases] for unit in units] if self.backend.rank == 0 else None
         return self.backend.all_gather_object(found)[0]
 
-    def _leave(self, group: object) -> None:
-        """Free this round's group (its connections) once every rank is done with it."""
-        import torch.distributed as dist
 
-        self.backend.barrier()
-        if group is not None:
-            dist.destroy_process_group(group)
+def split(everyone: list[list[int]]) -> object:
+    """This rank's process group of a partition of every rank, made on every rank alike.
+
+    torch's split_group (one communicator split for the whole partition) needs a default group
+    with a bound device and a backend that splits: NCCL with device_id, as NcclBackend binds it
+    (distributed_c10d.py: "No device associated with the default pg, not safe to split any process
+    groups" otherwise). Gloo's default group has no bound device, so there (and on a torch without
+    split_group) each group is a new_group, one after another, through new_subgroups_by_enumeration.
+    """
+    import torch.distributed as dist
+
+    world = dist.distributed_c10d._get_default_group()
+    if hasattr(dist, "split_group") and getattr(world, "bound_device_id", None) is not None:
+        return dist.split_group(split_ranks=everyone)
+    mine, _ = dist.new_subgroups_by_enumeration(everyone)
+    return mine
 
 
 def _exchange(case: TimedCase, ranks: Sequence[int]) -> Exchange:

@@ -77,6 +77,9 @@ class BucketedAllReduce(GradientStep):
         total = 0
         for i, (k, grad) in enumerate(zip(self.numels, args.input)):
             sums = summed([gradient_values(r, i, k) for r in range(n)])
-            # The average as the reducer takes it: of the sum in the gradient's dtype.
-            total += Values(lambda idx, sums=sums: average_(sums.formula(idx).to(dtype), n)).wrong(grad)
+            # The average as the reducer takes it: of the sum in the gradient's dtype. Past a half
+            # type's exact integers the transport's sum rounds (sum_tolerance, from the sum's largest
+            # value and terms), and the division by n rounds once more on each side: two terms more.
+            average = lambda idx, sums=sums: average_(sums.formula(idx).to(dtype), n)  # noqa: E731
+            total += Values(average, largest=sums.largest, terms=sums.terms + 2).wrong(grad)
         return total

@@ -34,14 +34,15 @@ def sum_tolerance(dtype: Any, terms: int, largest: float | None) -> tuple[float,
     While every partial sum stays within the half type's exact integers, the default holds (None).
     Beyond, each partial sum the transport rounds (one per hop of a ring, at most terms - 1) is off by
     at most half a unit in its last place, 2^-bits of it; partial sums are at most the whole, so the
-    result is off by at most (terms - 1) 2^-bits relative (bfloat16 from about 24 ranks of values up
-    to 11). Exact types and small sums get None: the default rules.
+    result is off by at most (terms - 1) 2^-bits relative. The expected value it is compared with, the
+    exact sum converted to dtype, is rounded once too: terms 2^-bits between them (bfloat16 from about
+    24 ranks of values up to 11). Exact types and small sums get None: the default rules.
     """
     bits = HALF_BITS.get(str(dtype).removeprefix("torch."))
     if bits is None or largest is None or largest <= 2.0**bits:
         return None
     default = 2.0 ** (1 - bits)  # count_wrong's own: 2^-7 for bfloat16, 2^-10 for float16
-    return max(default, (terms - 1) * 2.0**-bits), 0.0
+    return max(default, terms * 2.0**-bits), 0.0
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ STORE_WRITES_PER_S = 200
 # Keys of the shared diagnosis: the counter that elects the one rank that reads every record, and
 # the diagnosis it leaves for the others.
 DIAGNOSING_KEY, DIAGNOSIS_KEY = "diagnosing", "diagnosis"
+# The diagnosis when no rank is gone, finished or behind; the caller says what failed (because()).
+ALL_ALIVE = "every rank is alive and issued the same collectives"
 # Time allowed per record read by the diagnosing rank (two requests each, twice), on a loaded store.
 READ_S_PER_RANK = 0.004
 # How often a rank waiting for the shared diagnosis looks for it, at least: a large world looks
@@ -191,7 +193,7 @@ class Heartbeat:
             return {r: read_record(self.store, r) for r in range(self.world_size) if r != self.rank}
 
     def diagnose(self, wait: Callable[[float], None] = time.sleep) -> str:
-        """Name the ranks that are gone, finished or behind; '' when the store cannot tell.
+        """Name the ranks that are gone, finished or behind (ALL_ALIVE when none is); '' when the store cannot tell.
 
         The first rank to ask reads every record and leaves its diagnosis in the store; the others
         (every rank of a hung collective times out alike) look for it every poll_s and read that
@@ -245,5 +247,11 @@ class Heartbeat:
                 f"so it never issued the one they wait in (it is in {where})"
             )
         if not findings:
-            return "every rank is alive and issued the same collectives (a transport stall, not a missing rank)"
+            return ALL_ALIVE
         return "; ".join(findings)
+
+
+def because(detail: str, cause: str) -> str:
+    """The diagnosis with what failed where no rank is at fault: the ranks all issued the call, so the
+    cause is the transport's (a stall where they timed out, its refusal or error where it raised)."""
+    return f"{detail} ({cause}, not a missing rank)" if detail == ALL_ALIVE else detail

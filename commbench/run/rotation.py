@@ -12,7 +12,7 @@ from commbench.ops.args import CollArgs
 from commbench.ops.base import Op, Point
 from commbench.results.measurement import Measurement
 from commbench.run.config import ONE_RANK_NOTE
-from commbench.run.failures import CollectiveFailure, first_sentence, refused_everywhere
+from commbench.run.failures import CollectiveFailure, first_sentence, refusal, refused_everywhere
 from commbench.run.harness import TimedCase
 from commbench.run.iterations import visit
 from commbench.run.overlap import cpu_note
@@ -118,7 +118,9 @@ def rotate(session: Session, op: Op, dtype: str, entries: list[RotationEntry]) -
                         if sink:
                             sink.unavailable(op.name, variant, dtype, reason)
                         continue
-                    raise CollectiveFailure(f"rank {board.rank}: {label} failed: {first_sentence(exc)}") from exc
+                    raise CollectiveFailure(
+                        f"rank {board.rank}: {label} failed: {first_sentence(exc)}", refusal=refusal(exc)
+                    ) from exc
                 if done:
                     pending.remove(entry)
                     wrong_total += max(entry.case.wrong, 0)

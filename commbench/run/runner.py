@@ -15,6 +15,7 @@ from commbench.launcher_env import Launch
 from commbench.ops.base import Op
 from commbench.run.config import Outcome, SweepConfig
 from commbench.run.failures import CollectiveFailure, first_sentence
+from commbench.run.heartbeat import because
 from commbench.run.rotation import sweep_op
 from commbench.run.session import Session, in_groups, open_session
 from commbench.run.watchdog import bounded
@@ -63,7 +64,8 @@ def _measure(session: Session, backend: Backend) -> Outcome:
                 wrong_total += sweep_op(session, op, dtype)
     except CollectiveFailure as exc:
         watchdog.disarm()  # this path diagnoses; the watchdog must not race it with a second report
-        detail = bounded(board.diagnose, board.diagnosis_s)
+        cause = "the transport refused the call" if exc.refusal else "a transport error"
+        detail = because(bounded(board.diagnose, board.diagnosis_s), cause)
         board.finish(f"failed in {watchdog.label}")
         watchdog.arm(f"leaving the process group after {watchdog.label} failed")
         raise CollectiveFailure(f"{exc}; {detail}") from exc

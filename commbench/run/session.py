@@ -25,7 +25,7 @@ from commbench.results.paths import resolve_output
 from commbench.run.config import ONE_RANK_NOTE, RunFacts, SweepConfig, agree, share_refusal
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping, form_groups
-from commbench.run.heartbeat import Heartbeat, connect_store
+from commbench.run.heartbeat import Heartbeat, because, connect_store
 from commbench.run.plan import SweepPlan, eta_prior
 from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_error
@@ -171,6 +171,6 @@ def in_groups(grouping: Grouping) -> str:
 
 def timed_out(board: Heartbeat, watchdog: Watchdog) -> str:
     """The watchdog's diagnosis: name the peers at fault, then tell them this rank is leaving."""
-    detail = board.diagnose()
+    detail = because(board.diagnose(), "a transport stall")
     board.finish(f"timed out in {watchdog.label}")
     return detail

@@ -177,15 +177,16 @@ class CudaEventTimer:
 
 def host_clock(backend: Backend) -> Callable[[], float]:
     """The clock a host timer reads: time.perf_counter itself when the backend's clock is the base
-    one and its device synchronise a no-op (a CPU transport), so a mark is one clock read; else
-    backend.clock (a transport that must drain its device first, or a clock a test replaces)."""
+    one and there is no device to synchronise (tensors in host memory, where synchronize is a no-op
+    by Backend's contract, overridden or not: Gloo's and Horovod's drain a GPU only), so a mark is one
+    clock read; else backend.clock (a transport that must drain its device first, or a clock a test
+    replaces)."""
     from commbench.backends.base import Backend
 
     clock = backend.clock
     plain = getattr(clock, "__func__", None) is Backend.clock
-    if plain and getattr(type(backend), "synchronize", None) is Backend.synchronize:
-        return time.perf_counter
-    return clock
+    no_device = backend.device.type == "cpu" or getattr(type(backend), "synchronize", None) is Backend.synchronize
+    return time.perf_counter if plain and no_device else clock
 
 
 def timer_for(backend: Backend) -> Timer:

@@ -21,6 +21,7 @@ mixed-type mode) and are never copied to float32; channels_last inputs are never
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -112,6 +113,15 @@ def _kernel_layouts(input: torch.Tensor, dy: torch.Tensor) -> tuple[torch.Tensor
     return input.contiguous(), dy.contiguous()
 
 
+@functools.lru_cache(maxsize=16)
+def count_tensor(count: int, device: torch.device) -> torch.Tensor:
+    """The global count as batch_norm_backward_elemt reads it (int32, on input's device), made once per
+    count and device: torch.tensor from a Python value is a pageable host-to-device copy, which would
+    otherwise sit inside every timed backward. A case's count is fixed, so one per case; the kernel
+    only reads it (count.const_data_ptr<int>())."""
+    return torch.tensor([count], dtype=torch.int32, device=device)
+
+
 def _cuda_backward(
     ctx: Any, dy: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor, var: torch.Tensor
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
@@ -143,9 +153,8 @@ def _cuda_backward(
         if input.numel() == 0:
             grad_input = torch.zeros_like(input)
         else:
-            count = torch.tensor([ctx.count], dtype=torch.int32, device=input.device)
             grad_input = torch.batch_norm_backward_elemt(
-                dy, input, mean, invstd, stat_weight, total_dy, total_dy_xmu, count
+                dy, input, mean, invstd, stat_weight, total_dy, total_dy_xmu, count_tensor(ctx.count, input.device)
             )
     return (
         grad_input,

@@ -17,6 +17,9 @@ from commbench.run import resources
 from commbench.run.config import SweepConfig
 from commbench.run.overlap import AUTO_KERNEL_BYTES
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 
 def _gloo(device: str) -> GlooBackend:
     backend = GlooBackend(device)

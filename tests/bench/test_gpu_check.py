@@ -5,8 +5,11 @@ started, its output logged as text."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -129,9 +132,70 @@ def test_a_step_past_its_budget_is_killed_with_every_process_it_started(tmp_path
     runner.log.close()
     log = (tmp_path / "gpu-check.log").read_text()
     assert "half-way" in log and "b'" not in log and "killed after 6 s" in log
-    assert capsys.readouterr().out.strip() == (
-        "gpu-check: nccl-ops         failed  timed out after 6 s (its budget); killed with its processes"
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(
+        r"gpu-check: nccl-ops {9}failed  +\d+\.\d s of +6 s  timed out after 6 s \(its budget\); killed with its processes",
+        line,
+    ), line
+
+
+@pytest.mark.slow  # starts processes, or runs whole fake sweeps: outside the quick loop
+def test_an_orphan_holding_the_steps_output_does_not_hold_the_check(tmp_path, monkeypatch, capsys):
+    """A grandchild whose parent exited before the kill is no longer below the step: the kill misses
+    it, and reading the step's output until it closes would wait as long as it lives."""
+    check = _gpu_check()
+    monkeypatch.setitem(check.BUDGETS, "nccl-ops", 5)
+    monkeypatch.setattr(check, "DRAIN_S", 1.0)
+    pid_file, middle = tmp_path / "pid", tmp_path / "middle.py"
+    # the middle process starts the orphan (its stdout the step's pipe) and exits at once
+    middle.write_text(
+        "import subprocess\n"
+        "p = subprocess.Popen(['sleep', '120'], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
     )
+    step = (
+        "import subprocess, sys, time\n"
+        f"subprocess.run([sys.executable, {str(middle)!r}])\n"
+        "print('orphaned', flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    runner = check.Check(tmp_path)
+    began = time.monotonic()
+    try:
+        assert runner.run("nccl-ops", [sys.executable, "-c", step]) is None
+        assert time.monotonic() - began < 30
+    finally:
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    runner.log.close()
+    assert "orphaned" in (tmp_path / "gpu-check.log").read_text()
+    assert "held its output open 1 s after the kill" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # starts processes, or runs whole fake sweeps: outside the quick loop
+def test_the_two_rank_step_gives_each_rank_its_own_nccl_host(tmp_path):
+    """The nccl-2rank wrapper on the CPU: two ranks under torchrun, each with NCCL_HOSTID of its own."""
+    check = _gpu_check()
+    report = f"import os; open({str(tmp_path)!r} + '/' + os.environ['RANK'], 'w').write(os.environ['NCCL_HOSTID'])"
+    proc = subprocess.run(check.two_ranks([sys.executable, "-c", report]), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    hosts = {(tmp_path / rank).read_text() for rank in ("0", "1")}
+    assert hosts == {"commbench-gpu-check-0", "commbench-gpu-check-1"}
+    assert check.TWO_RANK_ENV["NCCL_P2P_DISABLE"] == check.TWO_RANK_ENV["NCCL_SHM_DISABLE"] == "1"
+
+
+def test_each_step_line_has_its_time_beside_its_budget(tmp_path, capsys):
+    check = _gpu_check()
+    runner = check.Check(tmp_path)
+    finished = runner.run("timers", [sys.executable, "-c", "print('x')"])
+    assert finished is not None and finished.returncode == 0
+    runner.say("timers", "passed", "figure")
+    runner.say("one-rank-note", "passed", "derived")  # not a step: no time
+    runner.log.close()
+    timed, derived = capsys.readouterr().out.strip().splitlines()
+    assert re.fullmatch(r"gpu-check: timers {11}passed  +\d+\.\d s of  15 s  figure", timed), timed
+    assert derived == f"gpu-check: one-rank-note    passed  {' ' * 16}  derived"
 
 
 def test_syncbn_vs_torch_judges_agreement_and_reports_the_ratios(tmp_path, capsys):
@@ -147,5 +211,5 @@ def test_syncbn_vs_torch_judges_agreement_and_reports_the_ratios(tmp_path, capsy
         assert line.split()[1:3] == ["syncbn-vs-torch", verdict], line
         assert "fwd 1.45 (target 1.2), fwd+bwd 1.31 (target 1.1)" in line
     check.syncbn_verdict(runner, check.Finished(1, "", "Traceback ...\nRuntimeError: boom\n"))
-    assert capsys.readouterr().out.strip().endswith("failed  exit 1: RuntimeError: boom")
+    assert re.search(r"failed +exit 1: RuntimeError: boom$", capsys.readouterr().out.strip())
     runner.log.close()

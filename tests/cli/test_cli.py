@@ -182,17 +182,40 @@ def test_nonblocking_rows_of_variants_that_wait_inside_are_honest(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_variant_the_transport_refuses_on_every_rank_is_an_unavailable_row(tmp_path):
+@pytest.mark.torch_api
+@pytest.mark.parametrize(
+    "op, variant, said, others",
+    [
+        ("RefusingAllGather", "list", "not supported", {"flat", "inplace"}),
+        # c10d's words for a method a backend lacks (torch 2.11's Gloo alltoall)
+        ("RefusingAllToAll --variant single,uneven", "uneven", "Backend gloo does not support alltoall", {"single"}),
+    ],
+)
+def test_a_variant_the_transport_refuses_on_every_rank_is_an_unavailable_row(tmp_path, op, variant, said, others):
     out = tmp_path / "refused.csv"
     proc = commbench(
-        *"sweep --op tests.support.broken_ops:RefusingAllGather --sizes 1K,4K -n 2 -w 1 -o".split(),
+        *f"sweep --op tests.support.broken_ops:{op} --sizes 1K,4K -n 2 -w 1 -o".split(),
         str(out),
         "--no-plot",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     df = pd.read_csv(out)
-    refused = df[df.variant == "list"]
+    refused = df[df.variant == variant]
     assert (refused.status == "unavailable").all() and len(refused) == 1
-    assert refused.note.iloc[0].startswith("the transport refused it: ") and "not supported" in refused.note.iloc[0]
-    assert set(df[df.status == "ok"].variant) == {"flat", "inplace"} and (df[df.status == "ok"].wrong == 0).all()
+    assert refused.note.iloc[0].startswith("the transport refused it: ") and said in refused.note.iloc[0]
+    assert set(df[df.status == "ok"].variant) == others and (df[df.status == "ok"].wrong == 0).all()
+
+
+@pytest.mark.slow
+@pytest.mark.torch_api
+def test_a_refusal_after_the_first_round_fails_the_run_and_is_called_a_refusal(tmp_path):
+    proc = commbench(
+        *"sweep --op tests.support.broken_ops:LateRefusingAllGather --variant flat --sizes 1K -n 2 -w 1".split(),
+        *"--no-plot -o".split(),
+        str(tmp_path / "late.csv"),
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    (line, *_) = [line for line in proc.stderr.splitlines() if "failed: " in line] or [proc.stderr]
+    assert "failed: Backend gloo does not support allgather" in line, line
+    assert "(the transport refused the call, not a missing rank)" in line and "stall" not in line, line

@@ -26,7 +26,7 @@ from commbench.isolate.verdict import (
     suspects,
 )
 from commbench.launcher_env import Launch
-from tests.support.distributed import commbench
+from tests.support.distributed import commbench, run_ranks
 from tests.support.fake_hosts import run_on_fake_hosts
 
 
@@ -280,3 +280,27 @@ def test_isolate_end_to_end_on_hosts_named_by_commbench_host(tmp_path):
     assert (rows.wrong == 0).all() and (rows.time_us_p50_lo <= rows.time_us_p50).all()
     assert (tmp_path / "iso-isolate.png").exists() and (tmp_path / "iso.verdict.json").exists()
     assert results[0].stdout.splitlines()[-2].startswith("# done: results in")
+
+
+def _rounds_in_turn(backend, partitions):
+    """Rounds.run over partitions in turn: (groups created, every exchange's wrong count and ranks)."""
+    from commbench.isolate.measure import Rounds
+    from commbench.run.config import SweepConfig
+    from commbench.run.watchdog import Watchdog
+
+    rounds = Rounds(backend, SweepConfig("gloo", ("sendrecv",), (64,), iters=2, warmup=1), Watchdog(60, backend.rank))
+    seen = []
+    for groups in partitions:
+        found = rounds.run(groups, [64], "isolate test", iters=2, groups=groups)
+        seen.append([(ex.ranks, ex.wrong) for unit in found for ex in unit])
+    return rounds.created, seen
+
+
+@pytest.mark.slow
+def test_a_round_that_forms_the_last_rounds_groups_keeps_them():
+    """The size probe's repeats and the first round pair the same ranks: their groups are created once."""
+    same, other = [[0, 1], [2, 3]], [[0, 2], [1, 3]]
+    results = run_ranks(_rounds_in_turn, 4, [same, same, same, other, same])
+    for created, seen in results:
+        assert created == 3  # same (kept twice), other, same again
+        assert seen == [[((0, 1), 0), ((2, 3), 0)]] * 3 + [[((0, 2), 0), ((1, 3), 0)], [((0, 1), 0), ((2, 3), 0)]]

@@ -16,6 +16,9 @@ from tests.support.broken_ops import CorruptAllGather, CorruptAllReduce, Corrupt
 from tests.support.distributed import run_ranks
 from tests.support.op_cases import every_variant, run_cases
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 DTYPES = ("float32", "bfloat16", "float16", "float64", "int32")
 
 

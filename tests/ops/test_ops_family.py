@@ -30,9 +30,12 @@ from commbench.ops.sendrecv import SendRecv
 from tests.support import broken_ops
 from tests.support.distributed import commbench, run_ranks, torchrun
 from tests.support.errors import assert_sweep_refuses
-from tests.support.op_cases import every_variant, run_cases
+from tests.support.op_cases import every_variant, gloo_lacks, not_ok, run_cases
 from tests.support.op_table import TABLE
 from tests.support.sweeps import sweep_on_rank
+
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
 
 NEW_OPS = (AllToAll, Broadcast, Reduce, Gather, Scatter, SendRecv, Barrier)
 ROOTED = (Broadcast, Reduce, Gather, Scatter)
@@ -54,12 +57,17 @@ def test_every_op_and_variant_is_correct(world):
     cases += [c for op_cls in ROOTED for c in every_variant(op_cls, {"root": str(world - 1)}, ("float32",), SIZES)]
     results = run_ranks(run_cases, world, cases, timeout=300)[0]
     assert len(results) == len(cases)
+    lacked = gloo_lacks()  # torch 2.11's Gloo has no list all_to_all: known before the call
     for case, result in zip(cases, results):
+        if (case[0].name, case[2]) in lacked:
+            assert result.get("unavailable") == lacked[(case[0].name, case[2])], (case, result)
+            continue
         assert "unavailable" not in result, (case, result)
         assert result["wrong"] == 0, (case, result)
     # One API call per op: the uneven splits ride in all_to_all_single, both directions in one batch.
-    apis = {(c[0].name, c[2]): r["apis"] for c, r in zip(cases, results)}
-    assert apis[("all_to_all", "uneven")] == "all_to_all_single" and apis[("all_to_all", "list")] == "all_to_all"
+    apis = {(c[0].name, c[2]): r.get("apis") for c, r in zip(cases, results)}
+    assert apis[("all_to_all", "uneven")] == "all_to_all_single"
+    assert apis[("all_to_all", "list")] == (None if ("all_to_all", "list") in lacked else "all_to_all")
     assert apis[("sendrecv", "pair")] == "batch_isend_irecv" and apis[("barrier", "barrier")] == "barrier"
 
 
@@ -79,12 +87,12 @@ BROKEN = [
 def test_a_broken_copy_of_each_op_is_caught(world):
     cases = [c for op_cls in BROKEN for c in every_variant(op_cls, {}, ("float32",), (1024,))]
     results = run_ranks(run_cases, world, cases, timeout=300)[0]
-    caught = {}
-    for case, result in zip(cases, results):
-        caught[(case[0].name, case[2])] = result["wrong"]
+    caught = {(case[0].name, case[2]): result.get("wrong") for case, result in zip(cases, results)}
     # One wrong element per checked rank: gloo's reduce checks only the root; pair on odd n leaves
     # one rank out; a barrier that does not wait lets every rank but the last leave early.
-    expected = {("corrupt_all_to_all", v): world for v in ("single", "list", "uneven")} | {
+    lists = None if gloo_lacks() else world  # unavailable where this torch's Gloo has no list all_to_all
+    expected = {("corrupt_all_to_all", "single"): world, ("corrupt_all_to_all", "list"): lists} | {
+        ("corrupt_all_to_all", "uneven"): world,
         ("corrupt_broadcast", "flat"): world,
         ("corrupt_reduce", "flat"): 1,
         ("corrupt_gather", "flat"): world,
@@ -165,9 +173,9 @@ def test_a_real_sweeps_csv_has_the_bus_factor_of_each_op(n, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     df = pd.read_csv(out)
-    assert set(df.op) == set(FACTORS) and (df.status == "ok").all() and (df.wrong == 0).all()
+    assert set(df.op) == set(FACTORS) and not_ok(df).empty, not_ok(df)[["op", "variant", "status", "note"]]
     for op, factor in FACTORS.items():
-        rows = df[df.op == op]
+        rows = df[(df.op == op) & (df.status == "ok")]  # not_ok: the rest are what this torch's Gloo lacks
         if factor is None:
             assert (rows.size_bytes == 0).all() and rows.algbw_gbps.isna().all() and rows.busbw_gbps.isna().all()
             assert len(rows) == 1  # one point, not one per size
@@ -274,7 +282,7 @@ def test_roots_and_peers_are_ranks_of_the_group(tmp_path):
     for kind, path in zip(("intra", "inter"), run_ranks(_family_in_groups, 4, str(tmp_path), "1")[0]):
         frame = pd.read_csv(path)
         assert set(frame.op) == set(FAMILY) and set(frame.group) == {kind} and set(frame.group_size) == {2}
-        assert (frame.status == "ok").all() and (frame.wrong == 0).all(), frame[["op", "variant", "status", "note"]]
+        assert not_ok(frame).empty, not_ok(frame)[["op", "variant", "status", "note"]]
 
 
 @pytest.mark.slow

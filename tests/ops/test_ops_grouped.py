@@ -13,6 +13,9 @@ from tests.support.distributed import run_ranks
 from tests.support.fakes import FakeBackend
 from tests.support.op_cases import every_variant, run_cases
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])

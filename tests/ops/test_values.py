@@ -224,3 +224,33 @@ def test_a_lost_contribution_is_still_wrong_where_the_sums_are_exact():
     parts = [contribution(r).at(0, 1000, "cpu").double() for r in range(16)]
     short = _ring_sum_in(torch.bfloat16, parts[:-1])  # one rank's values missing
     assert summed([contribution(r) for r in range(16)]).wrong(short) == 1000
+
+
+def test_the_bound_counts_the_expected_values_own_rounding():
+    """The expected sum is converted to the half type too: its rounding is one term of the bound."""
+    from commbench.ops.values import sum_tolerance
+
+    assert sum_tolerance(torch.bfloat16, 48, 48 * 11) == (48 * 2.0**-8, 0.0)
+    assert sum_tolerance(torch.float16, 300, 300 * 11) == (300 * 2.0**-11, 0.0)
+
+
+@pytest.mark.parametrize("ranks", [17, 24, 48])
+def test_bucketed_all_reduce_averages_in_half_types_are_not_reported_wrong(ranks):
+    """The bucketed average of gradient values up to 16 leaves bfloat16's exact integers from 17 ranks:
+    a ring's sum then rounds, and the check must allow for it as the plain all_reduce's does."""
+    from types import SimpleNamespace
+
+    from commbench.ops.bucketed_all_reduce import BucketedAllReduce
+    from commbench.ops.bucketer import average_
+    from commbench.ops.gradients import gradient_values
+
+    op = BucketedAllReduce({"tensors": "4096,1000"})
+    for dtype in (torch.bfloat16, torch.float16):
+        grads = []
+        for i, k in enumerate(op.numels):
+            parts = [gradient_values(r, i, k).at(0, k, "cpu").double() for r in range(ranks)]
+            grads.append(average_(_ring_sum_in(dtype, parts), ranks))
+        args = SimpleNamespace(world_size=ranks, dtype=dtype, input=grads)
+        assert op.wrong(args, "comm") == 0, (dtype, ranks)
+        grads[0][5] += 4  # an element off by far more than the rounding is still counted
+        assert op.wrong(args, "comm") == 1, (dtype, ranks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
@@ -26,6 +27,9 @@ from commbench.run.timers import (
     cuda_lead,
     timer_for,
 )
+
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
 
 
 class Gpu:
@@ -154,6 +158,17 @@ def test_the_host_clock_is_read_at_each_mark() -> None:
         timer.stop()
     assert timer.read_us() == pytest.approx([500_000.0, 2.0])
     assert timer.read_us() == []
+
+
+def test_a_cpu_transport_marks_with_one_clock_read_even_where_it_overrides_synchronize() -> None:
+    from commbench.backends.gloo import GlooBackend
+    from commbench.run.timers import host_clock
+
+    cpu = GlooBackend("cpu")  # GlooBackend.synchronize drains a GPU only
+    assert host_clock(cpu) is time.perf_counter
+    on_gpu = GlooBackend("cuda")
+    on_gpu.device = torch.device("cuda", 0)  # set by init() on a GPU machine; no GPU is touched here
+    assert host_clock(on_gpu) == on_gpu.clock  # synchronise, then read
 
 
 @pytest.mark.parametrize("device, kind", [("cuda", CudaEventTimer), ("cpu", PerfCounterTimer)])

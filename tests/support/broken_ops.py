@@ -86,3 +86,26 @@ class RefusingAllGather(AllGather):
         if args.variant == "list":
             raise RuntimeError("Gloo allgather: list form is not supported for this tensor type")
         super().issue(args, phase)
+
+
+class RefusingAllToAll(AllToAll):
+    """An all_to_all whose `uneven` variant the transport refuses on every rank in c10d's words for a
+    method a backend lacks (torch 2.11's Gloo says them for alltoall): a refusal no table knows,
+    read from its text as the fallback, must still be an `unavailable` row."""
+
+    name = "refusing_all_to_all"
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        if args.variant == "uneven":
+            raise RuntimeError("Backend gloo does not support alltoall")
+        super().issue(args, phase)
+
+
+class LateRefusingAllGather(AllGather):
+    """An all_gather that the transport refuses on every rank at the check of its last round (after
+    its first, so not an `unavailable` row): the run fails, and the diagnosis calls it a refusal."""
+
+    name = "late_refusing_all_gather"
+
+    def wrong(self, args: CollArgs, phase: str) -> int:
+        raise RuntimeError("Backend gloo does not support allgather")

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from commbench.backends.gloo import torch_lacks
 from commbench.ops.args import CollArgs
 from commbench.ops.base import Op, Point
 from commbench.run.harness import measure
@@ -55,3 +56,23 @@ def every_variant(
     op = op_cls(options)
     points = op.points(list(sizes))
     return [(op_cls, dict(options), v, d, p.size_bytes) for v in op.variants for d in dtypes for p in points]
+
+
+def gloo_lacks() -> dict[tuple[str, str], str]:
+    """(op name, variant) that this torch's Gloo has no collective for, with the reason its
+    `unavailable` row gives (commbench/backends/gloo.py SINCE_TORCH): torch 2.11's list all_to_all."""
+    reason = torch_lacks("all_to_all_list")
+    return {("all_to_all", "list"): reason} if reason else {}
+
+
+def not_ok(frame: Any) -> Any:
+    """A sweep's rows that are neither ok and right nor an `unavailable` row of what gloo_lacks()
+    names (with its reason): empty when the sweep ran everything this torch's Gloo has."""
+    lacked = gloo_lacks()
+    expected = [
+        row.status == "unavailable" and lacked.get((row.op, row.variant)) == row.note
+        if (row.op, row.variant) in lacked
+        else row.status == "ok" and row.wrong == 0
+        for row in frame.itertuples()
+    ]
+    return frame[[not e for e in expected]]

@@ -18,6 +18,9 @@ from commbench.syncbn import STRATEGY_NAMES, SyncBatchNorm, function
 from commbench.syncbn.stats import stat_dtype
 from tests.syncbn.test_syncbn_fused import CASES, _check_case, _FullSizeOps, _layout
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 
 def _dims(x: torch.Tensor) -> list[int]:
     return [0, *range(2, x.dim())]
@@ -207,3 +210,22 @@ def test_on_a_gpu_the_real_kernels_give_batchnorms_outputs_and_gradients(dtype, 
     for ours, theirs in zip(*results):
         assert ours.dtype == theirs.dtype
         assert torch.allclose(ours.double(), theirs.double(), rtol=rtol, atol=atol)
+
+
+def test_the_count_tensor_is_made_once_per_case_not_in_every_backward(cuda_kernels, monkeypatch):
+    """torch.tensor from a Python int is a pageable host-to-device copy on CUDA: every timed backward
+    of one case (one count) must hand the kernel the same tensor, made before."""
+    seen = []
+    elemt = cuda_kernels.elemt
+
+    def spy(dy, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
+        seen.append(count)
+        return elemt(dy, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count)
+
+    monkeypatch.setattr(torch, "batch_norm_backward_elemt", spy)
+    function.count_tensor.cache_clear()
+    bn = SyncBatchNorm(4)
+    for shape in ((3, 4, 2, 2), (3, 4, 2, 2), (3, 4, 2, 2), (5, 4, 2, 2)):  # a second case: another count
+        bn(torch.randn(*shape, requires_grad=True)).sum().backward()
+    assert seen[0] is seen[1] is seen[2] and seen[3] is not seen[0]
+    assert [int(c.sum()) for c in (seen[0], seen[3])] == [12, 20]

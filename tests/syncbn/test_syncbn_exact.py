@@ -17,6 +17,9 @@ from commbench.syncbn.strategies import STRATEGIES
 from tests.support.distributed import run_ranks
 from tests.support.tolerance import GRAD_SUM_TOL, STAT_TOL, VALUE_TOL, close
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 
 @dataclass(frozen=True)
 class Case:

@@ -23,6 +23,9 @@ from commbench.syncbn import STRATEGY_NAMES, SyncBatchNorm, stats
 from commbench.syncbn.stats import chan_merge, local_stats, merge_from_invstd, stat_dtype
 from tests.support.tolerance import GRAD_SUM_TOL, STAT_TOL, VALUE_TOL, close
 
+# Depends on torch's API: CI runs it again on the oldest torch it tests (.ci/run, -m torch_api).
+pytestmark = pytest.mark.torch_api
+
 DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
