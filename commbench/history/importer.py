@@ -15,7 +15,7 @@ from commbench.history.recorder import COMPLETE, INCOMPLETE, RunInfo, insert_row
 from commbench.history.store import History
 from commbench.provenance import env_path, fingerprint, read_env
 from commbench.results.reader import read_one
-from commbench.results.schema import rank_hosts
+from commbench.results.schema import STOPPED, rank_hosts
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,9 @@ def _run_info(path: Path, rows: pd.DataFrame) -> RunInfo:
     stamps = sorted(t for t in rows.get("timestamp", pd.Series(dtype=str)) if t)
     command = column("command")
     words = command.split()
-    stopped = rows.get("note", pd.Series(dtype=str)).str.contains("stopped after", regex=False).any()
+    stopped = (rows.get("status", pd.Series(dtype=str)) == STOPPED).any() or (
+        rows.get("note", pd.Series(dtype=str)).str.contains("stopped after", regex=False).any()  # before `stopped`
+    )
     return RunInfo(
         run_id=column("run_id"),
         fingerprint=column("fingerprint") or document["fingerprint"],

@@ -2,19 +2,27 @@
 
 Each row is written with one write() and fsync'd as soon as its measurement completes, so a crash,
 a dead rank or Ctrl-C keeps every row measured before it; a row cut mid-line by a kill during its
-write is named and left out by the readers (commbench/results/reader.py).
+write is named and left out by the readers (commbench/results/reader.py). A results file has one
+writer at a time: the writer holds an exclusive lock on it (flock) while it writes, and a second run
+given the same --overwrite file is refused rather than interleaving its rows. A full disk ends the
+writer with one line saying so, the rows written before it kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
+import fcntl
 import io
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
+from commbench.results.paths import busy_message
 from commbench.results.schema import COLUMNS
 
 
@@ -24,15 +32,10 @@ class CsvAppender:
     def __init__(self, path: Path, columns: Iterable[str], overwrite: bool = True) -> None:
         self.path = Path(path)
         self.columns = tuple(columns)
-        try:
-            # "x" creates or fails: a file that appeared after check_writable (another run picked the
-            # same name) is refused here rather than truncated.
-            self._file = open(self.path, "w" if overwrite else "x", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close())
-        except FileExistsError:
-            raise UserError(f"{self.path} already exists; choose another --output or pass --overwrite") from None
-        except OSError as exc:
-            raise UserError(f"cannot write {self.path}: {exc.strerror}; choose another --output") from None
+        self.lines = 0  # data lines written, for the line a full disk ends with
+        self._file = open(_locked(self.path, overwrite), "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close())
         self._emit([self.columns])
+        self.lines = 0
 
     def write(self, row: dict[str, Any]) -> None:
         self.write_many([row])
@@ -43,12 +46,55 @@ class CsvAppender:
     def _emit(self, lines: list[list[Any]]) -> None:
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerows(lines)
-        self._file.write(buf.getvalue())
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.write(buf.getvalue())
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            raise DiskFull(self.path, self.lines, exc) from None
+        self.lines += len(lines)
 
     def close(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # a full disk was said when it happened
+            self._file.close()
+
+
+class DiskFull(UserError):
+    """A results file that can take no more rows (a full disk, a quota): one line that says so and
+    where the rows written before it are, never a rank's failure."""
+
+    def __init__(self, path: Path, lines: int, exc: OSError) -> None:
+        why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror or str(exc)
+        super().__init__(
+            f"cannot write {path}: {why}; the {lines} row{'s' if lines != 1 else ''} written before it are kept "
+            "there: free space (or give --output on another disk) and run again"
+        )
+
+
+def _locked(path: Path, overwrite: bool) -> int:
+    """A descriptor of path open for writing, emptied and locked for this writer alone. A new file
+    is created exclusively (a name another run took since it was checked is refused, not
+    truncated); an existing one (--overwrite) is truncated only once its lock is held, so a run that
+    another is writing is refused with its rows intact. Anything but a regular file is refused."""
+    flags = os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags if overwrite and path.exists() else flags | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        raise UserError(f"{path} already exists; choose another --output or pass --overwrite") from None
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}; choose another --output") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(f"--output {path} is not a regular file: commbench writes only to files; give a file name")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(busy_message(path)) from None
+        os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def cells(row: dict[str, Any], columns: Iterable[str] = COLUMNS) -> dict[str, Any]:

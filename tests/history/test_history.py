@@ -395,7 +395,9 @@ def test_without_sqlalchemy_the_default_history_is_skipped_and_an_asked_one_refu
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_sqlalchemy)
-    assert open_run_history(None, tmp_path / "a.csv") is None
+    monkeypatch.delenv("COMMBENCH_HISTORY")
+    monkeypatch.chdir(tmp_path)
+    assert open_run_history(None) is None
     assert "sqlalchemy is not installed" in capsys.readouterr().err
     with pytest.raises(UserError, match="needs sqlalchemy"):
-        open_run_history(str(tmp_path / "h.sqlite"), tmp_path / "a.csv")
+        open_run_history(str(tmp_path / "h.sqlite"))
