@@ -33,7 +33,8 @@ class CsvAppender:
         self.path = Path(path)
         self.columns = tuple(columns)
         self.lines = 0  # data lines written, for the line a full disk ends with
-        self._file = open(_locked(self.path, overwrite), "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self._fd: int | None = _locked(self.path, overwrite)
+        self._size = 0  # bytes of complete lines: a write cut by a full disk is taken back to it
         self._emit([self.columns])
         self.lines = 0
 
@@ -44,19 +45,26 @@ class CsvAppender:
         self._emit([[_cell(row.get(c)) for c in self.columns] for row in rows])
 
     def _emit(self, lines: list[list[Any]]) -> None:
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerows(lines)
+        view = memoryview(buf.getvalue().encode("utf-8"))
         try:
-            self._file.write(buf.getvalue())
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
         except OSError as exc:
+            with contextlib.suppress(OSError):  # leave whole lines only
+                os.ftruncate(self._fd, self._size)
             raise DiskFull(self.path, self.lines, exc) from None
+        self._size = os.lseek(self._fd, 0, os.SEEK_CUR)
         self.lines += len(lines)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):  # a full disk was said when it happened
-            self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)  # the lock goes with it
+            self._fd = None
 
 
 class DiskFull(UserError):
@@ -66,8 +74,8 @@ class DiskFull(UserError):
     def __init__(self, path: Path, lines: int, exc: OSError) -> None:
         why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror or str(exc)
         super().__init__(
-            f"cannot write {path}: {why}; the {lines} row{'s' if lines != 1 else ''} written before it are kept "
-            "there: free space (or give --output on another disk) and run again"
+            f"cannot write {path}: {why}; it keeps the {lines} row{'s' if lines != 1 else ''} written before: "
+            "free space (or give --output on another disk) and run again"
         )
 
 
@@ -76,7 +84,7 @@ def _locked(path: Path, overwrite: bool) -> int:
     is created exclusively (a name another run took since it was checked is refused, not
     truncated); an existing one (--overwrite) is truncated only once its lock is held, so a run that
     another is writing is refused with its rows intact. Anything but a regular file is refused."""
-    flags = os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags if overwrite and path.exists() else flags | os.O_CREAT | os.O_EXCL, 0o666)
     except FileExistsError:
