@@ -47,7 +47,7 @@ def test_a_second_writer_of_one_results_file_is_refused_in_one_line(tmp_path: Pa
             time.sleep(0.2)  # the first run's rank 0 holds the file once its header is written
         second = commbench("sweep", "--op", "all_gather", "--sizes", "8", "--no-plot", "--overwrite", "-o", str(out))
     finally:
-        stdout, stderr = first.communicate(timeout=300)
+        _, stderr = first.communicate(timeout=300)
     lines = [line for line in second.stderr.splitlines() if line.strip()]
     assert second.returncode == 2 and len(lines) == 1, second.stderr
     assert "is being written by another commbench run right now" in lines[0]
