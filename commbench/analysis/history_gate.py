@@ -1,4 +1,4 @@
-"""`commbench compare --history`: a candidate run judged against the spread of the last N runs of its
+"""`commbench compare CANDIDATE.csv` (one CSV): a candidate run judged against the spread of the last N runs of its
 fingerprint, rather than against one baseline run.
 
 Between two runs of one command a shared machine drifts: a whole series moved by up to 25% here.

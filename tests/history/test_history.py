@@ -350,7 +350,7 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.mark.slow
-def test_a_sweep_files_itself_beside_its_csv_and_bad_histories_are_one_line(tmp_path):
+def test_a_sweep_files_itself_in_its_history_and_bad_histories_are_one_line(tmp_path):
     from tests.support.distributed import commbench
 
     sweep = ["sweep", "--op", "all_gather", "--variant", "flat", "--sizes", "8,1K", "-n", "3", "--no-plot"]
@@ -369,6 +369,9 @@ def test_a_sweep_files_itself_beside_its_csv_and_bad_histories_are_one_line(tmp_
     history.close()
     off = commbench(*sweep, "-o", str(tmp_path / "off" / "b.csv"), "--no-history")
     assert off.returncode == 0 and not (tmp_path / "off" / "history.sqlite").exists()
+    history = open_history(str(tmp_path / "history.sqlite"), create=False)
+    assert len(list_runs(history)) == 1  # --no-history filed nothing in the history it names
+    history.close()
     missing = _one_line(
         commbench(*sweep, "-o", str(tmp_path / "c.csv"), "--history", str(tmp_path / "no" / "h.sqlite"))
     )
