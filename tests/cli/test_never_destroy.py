@@ -139,6 +139,10 @@ def test_import_skips_samples_files_with_a_note(example: Path, tmp_path: Path) -
     assert "# skipped 1 per-iteration samples file" in done.output and "imported 1 run" in done.output
     only_raw = _invoke("history", "import", str(raw), "--history", str(tmp_path / "i.sqlite"))
     assert only_raw.exit_code == 2 and "give the results CSVs" in only_raw.output
+    before = example.read_bytes()
+    into_input = _invoke("history", "import", str(example), "--history", str(example))
+    assert_one_line_error(into_input, "--history", "is one of this command's inputs", exit_code=2)
+    assert example.read_bytes() == before
 
 
 def test_every_column_that_splits_a_trend_can_narrow_it(example: Path, tmp_path: Path) -> None:
