@@ -157,3 +157,12 @@ def test_every_column_that_splits_a_trend_can_narrow_it(example: Path, tmp_path:
     assert_one_line_error(_invoke(*trend, "-o", str(tmp_path / "t.png")), "group intra, world", "--group", exit_code=2)
     narrowed = _invoke(*trend, "--group", "intra", "-o", str(tmp_path / "t.png"))
     assert narrowed.exit_code == 0 and "1 runs" in narrowed.output, narrowed.output
+
+
+def test_one_function_says_where_the_history_is() -> None:
+    from commbench.history.store import NO_HISTORY, history_folder, history_location
+
+    assert history_location(None) == str(Path("results") / "history.sqlite")  # whatever folder -o names
+    assert history_location("team.sqlite") == "team.sqlite" and history_location(NO_HISTORY) is None
+    assert history_folder("postgresql://u@db.example:5432/h") == Path("results")  # trend's default, as its help says
+    assert history_folder("/data/h.sqlite") == Path("/data")
