@@ -229,7 +229,7 @@ def _without_raw(csvs: tuple[Path, ...]) -> tuple[Path, ...]:
     if raw:
         click.echo(
             f"# skipped {len(raw)} per-iteration samples file{'s' if len(raw) != 1 else ''} ({raw[0]}"
-            f"{', ...' if len(raw) > 1 else ''}): import reads them beside their results CSV",
+            f"{', ...' if len(raw) > 1 else ''}): a history holds results rows, from the CSV each belongs to",
             err=True,
         )
     kept = tuple(p for p in csvs if p not in raw)
