@@ -1,8 +1,8 @@
-"""Does `commbench compare --history` beat the pairwise test? The same runs, judged both ways.
+"""Does `commbench compare` against the history beat the pairwise test? The same runs, judged both ways.
 
 25 identical `commbench sweep --op all_gather -b 8 -e 1M -f 4 --raw` runs back to back on 2 Gloo
 ranks, each filing itself in one history. Runs 6 to 25 are candidates: each is judged against the
-5 runs before it (`compare --history --last 5`) and, as today, pairwise against the one run before
+5 runs before it (`compare --last 5 CANDIDATE.csv`) and, as today, pairwise against the one run before
 it (`compare BEFORE.csv CANDIDATE.csv`). A candidate is clean when nothing is flagged (no row and no
 series called a regression or an improvement). Then the first 10 candidates get a planted 1.2x
 slowdown, exactly as bench/compare_pairs.py plants one (every time scaled, the run's own noise
@@ -85,7 +85,7 @@ def main() -> None:
         f"# sweep {' '.join(SWEEP)}; {opts.runs} runs; each of runs {opts.last + 1}-{opts.runs} judged by compare's defaults"
     )
     print(
-        f"compare --history --last {opts.last}: {scores['history clean']}/{total} identical runs clean, "
+        f"compare --last {opts.last} (history): {scores['history clean']}/{total} identical runs clean, "
         f"planted {FACTOR}x caught in {scores['history caught']}/{planted}"
     )
     print(

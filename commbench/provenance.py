@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
+from commbench.results.paths import env_path, write_atomically
 
 ENV_FORMAT = 1  # the layout of <stem>.env.json
 
@@ -307,12 +308,6 @@ def fingerprint(run_layout: Mapping[str, Any], records: Iterable[Mapping[str, An
 # -- <stem>.env.json -------------------------------------------------------------------------------
 
 
-def env_path(csv_path: Path) -> Path:
-    """Where a run's host records live: <stem>.env.json beside its CSV."""
-    csv_path = Path(csv_path)
-    return csv_path.with_name(csv_path.stem + ".env.json")
-
-
 def env_document(run_id: str, run_layout: Mapping[str, Any], records: list[Mapping[str, Any]]) -> dict[str, Any]:
     """What <stem>.env.json holds: the fingerprint with what it hashed, every host, their differences."""
     return {
@@ -326,12 +321,7 @@ def env_document(run_id: str, run_layout: Mapping[str, Any], records: list[Mappi
 
 
 def write_env(csv_path: Path, document: Mapping[str, Any]) -> Path:
-    path = env_path(csv_path)
-    try:
-        path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror}; choose another --output") from None
-    return path
+    return write_atomically(env_path(csv_path), json.dumps(document, indent=2, sort_keys=False) + "\n")
 
 
 def read_env(path: Path) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import pandas as pd
 
 from commbench.errors import UserError
 from commbench.results.reader import read_one, read_samples
-from commbench.results.schema import ROW_KEY, SERIES_KEY, key_words
+from commbench.results.schema import ROW_KEY, SERIES_KEY, STOPPED, key_words
 from commbench.results.stats import holm, interval_p, mann_whitney_p, rounds_p, shift_p, spread_p
 from commbench.units import format_size
 
@@ -335,7 +335,17 @@ def _test(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Comparis
     """The row's delta with the noise test's own p-value (adjusted over the rows afterwards)."""
     delta = Delta(key, float(b[spec.metric]), float(c[spec.metric]), math.nan, "", "unchanged")
     if b["status"] != "ok" or c["status"] != "ok":
-        delta.verdict = "wrong results" if c["status"] == "wrong" else "wrong in baseline"
+        statuses = b["status"], c["status"]
+        # A stopped case was measured but never checked: neither a regression nor wrong, not judged.
+        delta.verdict = (
+            "wrong results"
+            if c["status"] == "wrong"
+            else "wrong in baseline"
+            if b["status"] == "wrong"
+            else "not judged (stopped)"
+            if STOPPED in statuses
+            else "wrong in baseline"
+        )
         return delta
     rounds = _rounds(b), _rounds(c)
     if min(map(len, rounds)) >= 2:
@@ -421,7 +431,15 @@ def format_comparison(result: Comparison) -> str:
     plural = {"regression": "regressions", "improvement": "improvements"}
     counts = ", ".join(
         f"{result.count(v)} {plural.get(v, v) if result.count(v) > 1 else v}"
-        for v in ("regression", "improvement", "within noise", "unchanged", "wrong results", "wrong in baseline")
+        for v in (
+            "regression",
+            "improvement",
+            "within noise",
+            "unchanged",
+            "wrong results",
+            "wrong in baseline",
+            "not judged (stopped)",
+        )
         if result.count(v)
     )
     moved = ", ".join(

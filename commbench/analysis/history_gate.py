@@ -1,4 +1,4 @@
-"""`commbench compare --history`: a candidate run judged against the spread of the last N runs of its
+"""`commbench compare CANDIDATE.csv` (one CSV): a candidate run judged against the spread of the last N runs of its
 fingerprint, rather than against one baseline run.
 
 Between two runs of one command a shared machine drifts: a whole series moved by up to 25% here.
@@ -55,7 +55,7 @@ from commbench.errors import UserError
 from commbench.history.query import baseline_runs, run_rows, started_at
 from commbench.history.store import History
 from commbench.results.reader import read_one, read_samples
-from commbench.results.schema import ROW_KEY, SERIES_KEY
+from commbench.results.schema import ROW_KEY, SERIES_KEY, STOPPED
 from commbench.results.stats import holm
 
 MIN_HISTORY_RUNS = 3
@@ -159,6 +159,9 @@ def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids
         c = cand.loc[key]
         if math.isnan(float(c[result.metric])):
             result.not_compared.append(f"{describe(key)} has no {result.metric} (latency only)")
+            continue
+        if c["status"] == STOPPED:
+            result.not_compared.append(f"{describe(key)} was stopped before its last round (never checked)")
             continue
         if c["status"] != "ok":
             result.deltas.append(Delta(key, math.nan, float(c[result.metric]), math.nan, "", "wrong results"))

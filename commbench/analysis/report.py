@@ -20,12 +20,13 @@ import pandas as pd
 
 import commbench
 from commbench.analysis.charts.plot import build_charts
-from commbench.analysis.charts.render import FORMATS, Chart, ensure_folder, render
+from commbench.analysis.charts.render import FORMATS, Chart, render
 from commbench.analysis.charts.runs import runs_chart
 from commbench.analysis.hosts_report import host_sections
 from commbench.analysis.runs import STOPPED, is_multi_run, largest_differences, run_colours, run_table, what_differs
 from commbench.errors import UserError
 from commbench.results.noise import NOISY, Budget, summarise_noise
+from commbench.results.paths import write_atomically
 from commbench.results.reader import read_results
 from commbench.units import format_size
 
@@ -235,16 +236,9 @@ def _figure(chart: Chart, fmt: str) -> str:
 
 
 def write_report(csv_paths: list[Path], out: Path, fmt: str = "png") -> Path:
-    """Build the report and write it to out, with one-line errors for an unusable destination."""
-    if out.is_dir():
-        raise UserError(f"--output {out} is a folder; give a file name such as {out / 'report.html'}")
-    ensure_folder(out.parent)  # before the charts are drawn: fail in a second, not after a minute
-    document = build_report(csv_paths, fmt)
-    try:
-        out.write_text(document, encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write {out}: {exc.strerror}") from None
-    return out
+    """Build the report and write it to out whole (a temporary name, then a rename); the caller has
+    checked out may be written (commbench/results/paths.py's check_target)."""
+    return write_atomically(out, build_report(csv_paths, fmt))
 
 
 def _provenance(frame: pd.DataFrame) -> pd.DataFrame:

@@ -35,17 +35,23 @@ class Point:
         return self.status in ("complete", "")
 
 
-def one_series(frame: pd.DataFrame, wanted: str) -> pd.DataFrame:
-    """The rows of the single series the filters leave; refused, naming what differs, when several."""
+def one_series(frame: pd.DataFrame, wanted: str, options: dict[str, str] | None = None) -> pd.DataFrame:
+    """The rows of the single series the filters leave; refused, naming what differs and the
+    option (options: column -> option) that narrows each, when several."""
     rows = ok_rows(frame)
     if rows.empty:
         raise UserError(f"no measured row in the history matches {wanted}; `commbench history list` shows the runs")
     keys = rows[list(SERIES_KEY)].drop_duplicates()
     if len(keys) > 1:
-        differ = [f"{c} {', '.join(sorted(map(str, keys[c].unique())))}" for c in SERIES_KEY if keys[c].nunique() > 1]
-        raise UserError(
-            f"{wanted} matches {len(keys)} series ({'; '.join(differ)}): narrow it with the options for them"
+        split = [c for c in SERIES_KEY if keys[c].nunique() > 1]
+        differ = [f"{c} {', '.join(sorted(map(str, keys[c].unique())))}" for c in split]
+        named = [(options or {}).get(c) for c in split]
+        how = (
+            f"narrow it with {', '.join(n for n in named if n)}"
+            if all(named)
+            else "narrow it with the options for them"
         )
+        raise UserError(f"{wanted} matches {len(keys)} series ({'; '.join(differ)}): {how}")
     return rows
 
 

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import click
 
+from commbench.cli.options import history_location_option
 from commbench.errors import ExitCode
 
 
 @click.command()
-@click.argument(
-    "csvs", nargs=-1, required=True, metavar="[BASELINE.csv] CANDIDATE.csv", type=click.Path(path_type=Path)
-)
+@click.argument("csvs", nargs=-1, metavar="[BASELINE.csv] CANDIDATE.csv", type=click.Path(path_type=Path))
 @click.option(
     "--threshold",
     default="5%",
@@ -37,39 +36,32 @@ from commbench.errors import ExitCode
     "--series-threshold",
     default=None,
     help="Smallest change of a series as a whole (the geometric mean over its sizes) that counts "
-    "[default: 20%, with --history the --threshold].",
+    "[default: 20%, against the history the --threshold].",
 )
 @click.option(
-    "--history",
-    "against_history",
-    is_flag=True,
-    help="Judge the one CSV given against the spread of the last --last runs of its fingerprint in the history.",
+    "--last",
+    type=int,
+    default=5,
+    show_default=True,
+    help="With one CSV: how many earlier runs of the history to judge against.",
 )
-@click.option(
-    "--last", type=int, default=5, show_default=True, help="With --history: how many earlier runs to judge against."
-)
-@click.option(
-    "--history-db",
-    default=None,
-    envvar="COMMBENCH_HISTORY",
-    help="With --history: the history, a SQLite file or a postgresql:// URL "
-    "(default: $COMMBENCH_HISTORY, else history.sqlite beside the CSV).",
-)
+# --history-db: this option's name before every command spelled it --history.
+@history_location_option("With one CSV: the history to judge it against", "location", "--history-db")
 def compare(
     csvs: tuple[Path, ...],
     threshold: str,
     metric: str,
     alpha: float,
     series_threshold: str | None,
-    against_history: bool,
     last: int,
-    history_db: str | None,
+    location: str | None,
 ) -> None:
-    """Compare CANDIDATE.csv against BASELINE.csv row by row; exit 1 when anything regressed.
+    """Compare CANDIDATE.csv against BASELINE.csv row by row, or one CSV against the runs before it
+    in the history; exit 1 when anything regressed.
 
     \b
       commbench compare BASELINE.csv CANDIDATE.csv
-      commbench compare --history [--last 5] CANDIDATE.csv
+      commbench compare [--history PATH|URL] [--last 5] CANDIDATE.csv
 
     Rows match on (op, variant, phase, dtype, mode, size_bytes, world_size, group). A row is a regression or
     an improvement only when its change exceeds --threshold AND the noise test finds the runs differ
@@ -85,7 +77,7 @@ def compare(
     log ratios gives p < alpha (Holm over the series). A series regression fails the comparison too.
 
     \b
-    With --history, the one CSV is judged against the last --last complete runs of its fingerprint
+    Given one CSV, it is judged against the last --last complete runs of its fingerprint
     (docs/history.md): a row or a series changes only when its change exceeds the threshold and the
     candidate's fastest round lies outside the spread of the history's; with fewer than 3 such runs
     it says so and compares pairwise against the latest.
@@ -98,30 +90,38 @@ def compare(
 
     rows_threshold = Threshold.parse(threshold)
     series = Threshold.parse(series_threshold) if series_threshold is not None else None
-    if against_history:
-        if len(csvs) != 1:
-            raise UserError(f"compare --history takes one CSV, the candidate (got {len(csvs)})")
-        result = _against_history(csvs[0], history_db, last, metric, rows_threshold, alpha, series)
-    else:
-        if len(csvs) != 2:
-            raise UserError(
-                f"compare takes BASELINE.csv CANDIDATE.csv (got {len(csvs)} file{'s' if len(csvs) != 1 else ''}), "
-                "or --history CANDIDATE.csv"
-            )
+    if location is not None and location.startswith("-"):
+        raise UserError(
+            f"--history takes the history's location, a SQLite file or a postgresql:// URL (got {location!r})"
+        )
+    if not csvs and location is not None and location.endswith(".csv"):
+        # The form of the versions where --history was a flag: its value is the candidate.
+        raise UserError(
+            f"--history takes the history's location now; to judge {location} against the history: "
+            f"`commbench compare {location}` (or `commbench compare --history PATH|URL {location}`)"
+        )
+    if len(csvs) == 1:
+        result = _against_history(csvs[0], location, last, metric, rows_threshold, alpha, series)
+    elif len(csvs) == 2:
         result = compare_runs(csvs[0], csvs[1], metric, rows_threshold, alpha, series)
+    else:
+        raise UserError(
+            f"compare takes BASELINE.csv CANDIDATE.csv, or one CANDIDATE.csv to judge against the history "
+            f"(got {len(csvs)} files)"
+        )
     click.echo(format_comparison(result))
     sys.exit(ExitCode.FAILED if result.failed else ExitCode.OK)
 
 
 def _against_history(candidate: Path, location: str | None, last: int, metric, threshold, alpha, series):
     from commbench.analysis.history_gate import compare_history
-    from commbench.history.store import DEFAULT_NAME, open_history
+    from commbench.history.store import history_location, open_history
 
     if not candidate.is_file():
         from commbench.errors import UserError
 
         raise UserError(f"results file {candidate} does not exist")
-    history = open_history(location or str(candidate.parent / DEFAULT_NAME), create=False)
+    history = open_history(history_location(location) or "", create=False)
     try:
         return compare_history(candidate, history, last, metric, threshold, alpha, series)
     finally:

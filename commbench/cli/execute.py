@@ -23,19 +23,20 @@ def execute(
     return start(cfg, nproc, detect(master_addr=master_addr, master_port=master_port), oversubscribe)
 
 
-def chart_after(outcome: Outcome, plot: bool) -> None:
+def chart_after(outcome: Outcome, plot: bool, overwrite: bool = False) -> None:
     """Chart a finished run beside its CSV, from the process that owns the CSV (the launching
     process, or rank 0 under a launcher).
 
     Charts are a convenience on top of the CSV: a failure to draw them is a warning and never
-    changes the exit code. An interrupted or failed run (code > 1) is not charted.
+    changes the exit code. An interrupted or failed run (code > 1) is not charted. Charts already
+    beside the CSV are replaced only under the run's --overwrite.
     """
     if not plot or outcome.code not in (0, 1) or outcome.output is None or not outcome.output.exists():
         return
     from commbench.analysis.charts.plot import plot_beside
 
     try:
-        paths = plot_beside(outcome.output)
+        paths = plot_beside(outcome.output, overwrite=overwrite)
     except UserError as exc:
         click.echo(f"commbench: warning: no charts: {exc.format_message()}", err=True)
         return

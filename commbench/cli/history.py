@@ -9,18 +9,9 @@ from typing import Any
 
 import click
 
-from commbench.cli.options import chart_format_option
+from commbench.cli.options import chart_format_option, history_location_option, overwrite_option
 
-DEFAULT_HISTORY = "results/history.sqlite"
-
-history_location = click.option(
-    "--history",
-    "location",
-    default=DEFAULT_HISTORY,
-    show_default=True,
-    envvar="COMMBENCH_HISTORY",
-    help="The history: a SQLite file or a postgresql:// URL ($COMMBENCH_HISTORY where set).",
-)
+history_location = history_location_option("The history")
 
 
 def _positive(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
@@ -36,8 +27,9 @@ last_option = click.option("--last", type=int, default=None, callback=_positive,
 
 @click.group()
 def history() -> None:
-    """The results history: every sweep and syncbn run files itself in one (history.sqlite beside
-    its CSV unless --history or --no-history says otherwise)."""
+    """The results history: every sweep and syncbn run files itself in one (results/history.sqlite
+    in the current folder unless --history or --no-history says otherwise), and every command reads
+    the same one."""
 
 
 @history.command("list")
@@ -52,11 +44,10 @@ def list_runs(location: str, op, fingerprint, host, since, until, last) -> None:
     """List the runs, oldest first: id, start, duration, status, fingerprint, hosts, rows, command."""
     from commbench.history.query import list_runs as query
     from commbench.history.query import parse_when
-    from commbench.history.store import open_history
 
     since = parse_when(since, "--since") if since else None
     until = parse_when(until, "--until", end_of_day=True) if until else None
-    store = open_history(location, create=False)
+    store = _open(location)
     try:
         runs = query(store, op, fingerprint, host, since, until, last)
     finally:
@@ -72,6 +63,13 @@ def list_runs(location: str, op, fingerprint, host, since, until, last) -> None:
             f"{(r['fingerprint'] or '?'):<12}  {r['kind'] or '':<10}  {r['world_size'] or 0:>4}  {r['rows']:>5}  "
             f"{_short(r['hosts'] or '', 20):<20}  {r['command'] or ''}"
         )
+
+
+def _open(location: str | None, create: bool = False):
+    """The history every command reads (commbench/history/store.py's history_location), opened."""
+    from commbench.history.store import history_location, open_history
+
+    return open_history(history_location(location) or "", create=create)
 
 
 def _took(run: dict[str, Any]) -> str:
@@ -93,11 +91,10 @@ def _short(text: str, width: int) -> str:
 def show(run: str, location: str) -> None:
     """One run: its facts, every host's environment and how they differ, and its rows."""
     from commbench.history.query import find_run, run_rows
-    from commbench.history.store import open_history
     from commbench.provenance import format_record
     from commbench.units import format_size
 
-    store = open_history(location, create=False)
+    store = _open(location)
     try:
         found = find_run(store, run)
         rows = run_rows(store, [found["run_id"]])
@@ -127,6 +124,17 @@ def show(run: str, location: str) -> None:
         )
 
 
+# Every column that can split a trend's series (SERIES_KEY) has an option that narrows it.
+TREND_FILTERS = {
+    "variant": "--variant",
+    "phase": "--phase",
+    "dtype": "--dtype",
+    "mode": "--mode",
+    "world_size": "--world-size",
+    "group": "--group",
+}
+
+
 @history.command("trend")
 @click.option("--op", required=True, help="The op to chart.")
 @click.option("--variant", default=None, help="Its variant (needed when the op has several).")
@@ -134,44 +142,58 @@ def show(run: str, location: str) -> None:
 @click.option("--dtype", default=None, help="Element type, where runs measured several.")
 @click.option("--mode", default=None, help="blocking or nonblocking, where runs measured both.")
 @click.option("--world-size", type=int, default=None, help="Ranks, where runs ran on several counts.")
+@click.option("--group", default=None, help="world, intra or inter, where runs measured several (sweep --group).")
 @click.option("--size", default=None, help="One size S (units K, M, G); default: the whole series as one index.")
 @click.option("--fingerprint", default=None, help="Only runs of this fingerprint (a prefix is enough).")
 @last_option
-@click.option("--output", "-o", default=None, help="Chart file (default: <history folder>/trend-<op>-<variant>.png).")
+@click.option(
+    "--output",
+    "-o",
+    default=None,
+    help="Chart file, or a folder for the default name (default: trend-<op>-<variant>.<format> beside a SQLite "
+    "history, in results/ for a postgresql:// one).",
+)
 @chart_format_option
+@overwrite_option
 @history_location
-def trend(op, variant, phase, dtype, mode, world_size, size, fingerprint, last, output, fmt, location) -> None:
+def trend(
+    op, variant, phase, dtype, mode, world_size, group, size, fingerprint, last, output, fmt, overwrite, location
+) -> None:
     """Chart the p50 (with its interval) of one size, or of a whole series, across the runs,
-    coloured by fingerprint, with each fingerprint change marked."""
-    from commbench.analysis.charts.render import write_charts
+    coloured by fingerprint, with each fingerprint change marked. An existing file is replaced
+    only with --overwrite."""
+    from commbench.analysis.charts.render import render
     from commbench.analysis.trend import one_series, trend_chart
+    from commbench.errors import UserError
     from commbench.history.query import list_runs as query
     from commbench.history.query import run_rows
-    from commbench.history.store import is_url, open_history
-    from commbench.results.paths import output_path
+    from commbench.history.store import history_folder, history_location
+    from commbench.results.paths import check_target, output_path, write_atomically
     from commbench.units import parse_size
 
     chosen = parse_size(size) if size is not None else None
-    store = open_history(location, create=False)
+    location = history_location(location) or ""
+    store = _open(location)
     try:
         runs = query(store, op=op, fingerprint=fingerprint, last=last)
         rows = run_rows(store, [r["run_id"] for r in runs])
     finally:
         store.close()
-    for column, value in (("op", op), ("variant", variant), ("phase", phase), ("dtype", dtype), ("mode", mode)):
-        if value is not None:
+    given = {"op": op, "variant": variant, "phase": phase, "dtype": dtype, "mode": mode, "group": group}
+    for column, value in given.items():
+        if value is not None and column in rows.columns:
             rows = rows[rows[column] == value]
     if world_size is not None:
         rows = rows[rows["world_size"] == world_size]
-    series = one_series(rows, " ".join(f"{k} {v}" for k, v in (("op", op), ("variant", variant)) if v))
+    series = one_series(rows, " ".join(f"{k} {v}" for k, v in (("op", op), ("variant", variant)) if v), TREND_FILTERS)
     first = series.iloc[0]
     stem = f"trend-{op}-{first['variant']}" + (f"-{chosen}" if chosen is not None else "")
-    folder = Path("results") if is_url(location) else Path(location).parent
-    out = output_path(output, lambda where: (where or folder) / f"{stem}.{fmt}")
+    out = output_path(output, lambda where: (where or history_folder(location)) / f"{stem}.{fmt}")
+    if out.suffix.lower() != f".{fmt}":
+        raise UserError(f"--output {out}: a {fmt} chart's file name ends in .{fmt} (--format svg for .svg)")
+    check_target(out, overwrite)
     chart = trend_chart(series, chosen, out.stem)
-    path = write_charts([chart], out.parent, fmt)[0]
-    if path != out:
-        path.replace(out)
+    write_atomically(out, render(chart, fmt))
     click.echo(f"# {chart.caption}")
     click.echo(str(out))
 
@@ -182,12 +204,36 @@ def trend(op, variant, phase, dtype, mode, world_size, size, fingerprint, last, 
 def import_(csvs: tuple[Path, ...], location: str) -> None:
     """File result CSVs (schema versions 1 and 2) as runs, with their .env.json where it lies beside
     them, and nccl-tests' -J results.json files (docs/history.md). Runs already there are left as
-    they are, so importing twice changes nothing."""
+    they are, so importing twice changes nothing. Per-iteration samples files (.raw.csv, which
+    `sweep --raw` writes beside a CSV) are skipped with a note."""
     from commbench.history.importer import import_csvs, summary
-    from commbench.history.store import open_history
+    from commbench.history.store import history_location, is_url
+    from commbench.results.paths import check_target
 
-    store = open_history(location)
+    location = history_location(location) or ""
+    csvs = _without_raw(csvs)
+    if not is_url(location):
+        check_target(Path(location), True, inputs=csvs, flag="--history")
+    store = _open(location, create=True)
     try:
         click.echo(summary(import_csvs(store, list(csvs)), store.label))
     finally:
         store.close()
+
+
+def _without_raw(csvs: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The CSVs less the per-iteration samples files among them (a glob such as results/*.csv
+    takes them in), one note for those skipped; refused when nothing is left."""
+    from commbench.errors import UserError
+
+    raw = [p for p in csvs if p.name.endswith(".raw.csv")]
+    if raw:
+        click.echo(
+            f"# skipped {len(raw)} per-iteration samples file{'s' if len(raw) != 1 else ''} ({raw[0]}"
+            f"{', ...' if len(raw) > 1 else ''}): a history holds results rows, from the CSV each belongs to",
+            err=True,
+        )
+    kept = tuple(p for p in csvs if p not in raw)
+    if not kept:
+        raise UserError("every file given is a .raw.csv samples file; give the results CSVs they belong to")
+    return kept

@@ -95,8 +95,12 @@ def isolate(
 
     chosen = parse_size(size) if size is not None else None
     json_file = str(Path(json_path).resolve()) if json_path is not None else None
-    if json_file is not None and (Path(json_file).is_dir() or not Path(json_file).parent.is_dir()):
-        raise UserError(f"--json {json_path}: give a file in an existing folder")
+    if json_file is not None:
+        from commbench.results.paths import check_target
+
+        if not Path(json_file).parent.is_dir():
+            raise UserError(f"--json {json_path}: give a file in an existing folder")
+        check_target(Path(json_file), bool(options.get("overwrite")), flag="--json")
     opts = IsolateOptions(
         size=chosen, threshold=threshold if threshold is not None else 0.2, bisect=bisect, json=json_file
     )

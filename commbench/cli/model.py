@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.options import chart_format_option, results_arguments
+from commbench.cli.options import chart_format_option, overwrite_option, results_arguments
 
 
 @click.command()
@@ -32,8 +32,15 @@ from commbench.cli.options import chart_format_option, results_arguments
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the fits and projections as JSON instead of tables.")
 @chart_format_option
+@overwrite_option
 def model(
-    csvs: tuple[Path, ...], output: Path | None, predict_n: str | None, algorithm: str, as_json: bool, fmt: str
+    csvs: tuple[Path, ...],
+    output: Path | None,
+    predict_n: str | None,
+    algorithm: str,
+    as_json: bool,
+    fmt: str,
+    overwrite: bool,
 ) -> None:
     """Fit T(S) = alpha + S / beta (Hockney) to every op measured at 4 or more sizes, and chart the fits.
 
@@ -92,6 +99,6 @@ def model(
             click.echo(format_projections(projections, refused, algorithm))
     if output is not None or not as_json:
         folder = output or csvs[0].with_name(csvs[0].stem + "-model")
-        written = write_charts(model_charts(frame, fits), folder, fmt)
+        written = write_charts(model_charts(frame, fits), folder, fmt, overwrite)
         if not as_json:
             click.echo(f"# charts: {folder}/ ({len(written)} files)")

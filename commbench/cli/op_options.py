@@ -68,5 +68,7 @@ def pop_op_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def pop_variants(options: dict[str, Any]) -> tuple[str, ...]:
-    """--variant values, split on commas."""
-    return tuple(v.strip() for value in options.pop("variants", ()) or () for v in value.split(",") if v.strip())
+    """--variant values, split on commas, each once."""
+    from commbench.cli.options import split_names
+
+    return split_names(tuple(options.pop("variants", ()) or ()), "--variant")

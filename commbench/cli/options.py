@@ -37,8 +37,18 @@ def _compose(*decorators: F) -> Callable[[F], F]:
     return apply
 
 
+def split_names(values: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """A repeatable, comma-separated option's names in the order given, each once (a name given
+    twice would measure, and write, the same rows twice). A value with no name in it (`--op ''`)
+    is refused: it is a mistake, not a request for the default."""
+    names = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    if any(not value.replace(",", "").strip() for value in values):
+        raise UserError(f"{flag} is empty: name at least one, or leave {flag} out for the default")
+    return tuple(dict.fromkeys(names))
+
+
 def _split_csv(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+    return split_names(values, param.opts[0])
 
 
 def _iters(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
@@ -62,6 +72,11 @@ def _fraction(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise UserError(f"--{param.name} takes a percentage such as 2% (got {value!r})") from None
 
 
+# Every command that writes a file replaces an existing one only when asked (commbench/results/paths.py).
+overwrite_option = click.option(
+    "--overwrite", is_flag=True, help="Replace existing output files instead of refusing (never an input)."
+)
+
 launch_options = _compose(
     click.option("--backend", default=None, help=backends_help()),
     click.option(
@@ -82,7 +97,7 @@ launch_options = _compose(
         help="CSV path, or a folder (ending in /) to put the default name in "
         "(default: results/<timestamp>-<backend>-n<world>-<tag>.csv).",
     ),
-    click.option("--overwrite", is_flag=True, help="Replace an existing --output file instead of refusing."),
+    overwrite_option,
     click.option(
         "--timeout",
         type=float,
@@ -209,15 +224,24 @@ measure_options = _compose(
     ),
 )
 
-# Where a run files itself (sweep, syncbn); docs/history.md.
-history_options = _compose(
-    click.option(
+
+def history_location_option(what: str, dest: str = "location", *aliases: str) -> Callable[[F], F]:
+    """--history PATH|URL, spelled and defaulted alike on every command (docs/history.md): the one
+    location rule is commbench/history/store.py's history_location."""
+    return click.option(
         "--history",
+        *aliases,
+        dest,
         default=None,
         envvar="COMMBENCH_HISTORY",
-        help="History to file the run in: a SQLite file, or a postgresql:// URL a team shares "
-        "(default: $COMMBENCH_HISTORY, else history.sqlite beside the CSV).",
-    ),
+        help=f"{what}: a SQLite file, or a postgresql:// URL a team shares "
+        "(default: $COMMBENCH_HISTORY, else results/history.sqlite in the current folder, the same for every command).",
+    )
+
+
+# Where a run files itself (sweep, syncbn); docs/history.md.
+history_options = _compose(
+    history_location_option("History to file the run in", "history"),
     click.option("--no-history", is_flag=True, help="Do not file this run in a history."),
 )
 
@@ -247,10 +271,11 @@ def build_config(
         raise UserError(f"--device cuda needs a usable GPU: {reason}; use --device cpu")
     ops = ops or tuple(registry())
     built = build_ops(ops, kwargs.get("op_options", {}), kwargs.get("variants", ()))  # bad op options fail here
-    if kwargs.pop("no_history", False):
-        from commbench.history.store import NO_HISTORY
+    from commbench.history.store import NO_HISTORY, history_location
 
+    if kwargs.pop("no_history", False):
         kwargs["history"] = NO_HISTORY
+    history_location(kwargs.get("history"))  # an unusable --history is refused before any rank starts
     return SweepConfig(
         backend=backend,
         ops=ops,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.options import chart_format_option, results_arguments
+from commbench.cli.options import chart_format_option, overwrite_option, results_arguments
 
 
 @click.command()
@@ -15,11 +15,13 @@ from commbench.cli.options import chart_format_option, results_arguments
     "--output", "-o", default=None, help="Folder for the charts (default: <first CSV's stem>-charts/ beside it)."
 )
 @chart_format_option
-def plot(csvs: tuple[Path, ...], output: str | None, fmt: str) -> None:
+@overwrite_option
+def plot(csvs: tuple[Path, ...], output: str | None, fmt: str, overwrite: bool) -> None:
     """Chart result CSVs: latency and busbw against size per op and phase, speedups per variant family.
 
     One line per (backend, variant, run): give several CSVs to see runs side by side. Latency shows
     the p50 time with a band from the fastest iteration to p95; busbw is computed from the p50 time.
+    Existing charts are replaced only with --overwrite.
     """
     from commbench.results.paths import output_path
 
@@ -31,5 +33,5 @@ def plot(csvs: tuple[Path, ...], output: str | None, fmt: str) -> None:
     folder = output_path(output, beside_first)  # before matplotlib is imported: a mistake fails at once
     from commbench.analysis.charts.plot import plot_results
 
-    for path in plot_results(list(csvs), folder, fmt):
+    for path in plot_results(list(csvs), folder, fmt, overwrite):
         click.echo(str(path))

@@ -14,6 +14,7 @@ from commbench.cli.options import (
     launch_options,
     measure_options,
     plot_option,
+    split_names,
 )
 from commbench.errors import UserError, closest
 from commbench.units import parse_size, parse_size_list, size_range
@@ -83,7 +84,7 @@ def sweep(
       horovodrun -np 2 --gloo commbench sweep --backend horovod
     """
     refuse_extra_arguments(ctx.args)
-    ops = tuple(o.strip() for op in ops for o in op.split(",") if o.strip())
+    ops = split_names(ops, "--op")
     chosen = (
         parse_size_list(sizes)
         if sizes is not None
@@ -92,5 +93,5 @@ def sweep(
     op_options, variants = pop_op_options(options), pop_variants(options)
     cfg = build_config(ops=ops, sizes=chosen, op_options=op_options, variants=variants, **options)
     outcome = execute(cfg, nproc, master_addr, master_port, oversubscribe)
-    chart_after(outcome, plot)
+    chart_after(outcome, plot, cfg.overwrite)
     sys.exit(outcome.code)

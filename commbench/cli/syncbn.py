@@ -15,6 +15,7 @@ from commbench.cli.options import (
     launch_options,
     measure_options,
     plot_option,
+    split_names,
 )
 from commbench.errors import UserError
 from commbench.ops.sync_bn import BATCH, CHANNELS, SPATIAL
@@ -65,7 +66,7 @@ def syncbn(
     sync_bn-<phase>.png (latency and busbw against S).
     """
     op_options = {CHANNELS.key: channels, BATCH.key: batch, SPATIAL.key: spatial}
-    chosen = tuple(s.strip() for text in strategies for s in text.split(",") if s.strip())
+    chosen = split_names(strategies, "--strategy")
     valid = (*STRATEGY_NAMES, *NATIVE_VARIANTS)
     if unknown := [s for s in chosen if s not in valid]:
         raise UserError(f"unknown strategy {unknown[0]!r}; valid strategies: {', '.join(valid)}")
@@ -73,7 +74,7 @@ def syncbn(
     outcome = execute(cfg, nproc, master_addr, master_port, oversubscribe)
     if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
         _print_comparison(outcome.output)
-    chart_after(outcome, plot)
+    chart_after(outcome, plot, cfg.overwrite)
     sys.exit(outcome.code)
 
 

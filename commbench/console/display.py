@@ -16,6 +16,7 @@ How progress shows depends on where stdout goes:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -88,18 +89,37 @@ class Display:
         self.mode = mode or choose_mode(self.stream)
         self._bar: Any = None
         self._last_plain = time.monotonic()
+        self._told_closed = False
 
     def write(self, text: str, err: bool = False) -> None:
         """One line (a trailing newline is added when missing), printed above the bar if there is one."""
         text = text if text.endswith("\n") else text + "\n"
         out = self.err if err else self.stream
-        if self._bar is not None:
-            from tqdm import tqdm
+        try:
+            if self._bar is not None:
+                from tqdm import tqdm
 
-            tqdm.write(text, file=out, end="")
-        else:
-            out.write(text)
-        out.flush()
+                tqdm.write(text, file=out, end="")
+            else:
+                out.write(text)
+            out.flush()
+        except BrokenPipeError:
+            self._closed(out)
+
+    def _closed(self, out: IO[str]) -> None:
+        """The reader of a stream went away (`commbench sweep | head -1`): the printing ends, the run
+        does not. Its file descriptor is pointed at /dev/null, so every later line (the launcher's
+        relay of its ranks' rows, the closing lines) goes nowhere instead of failing; the rows go on
+        into the CSV, and one line on stderr says so."""
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+            os.close(devnull)
+        if out is not self.err and not self._told_closed:
+            self._told_closed = True
+            with contextlib.suppress(OSError, ValueError):
+                self.err.write("commbench: note: stdout was closed; the run goes on, every row into its CSV\n")
+                self.err.flush()
 
     def status(self, status: Status) -> None:
         if self.mode == "relay":

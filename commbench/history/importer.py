@@ -16,7 +16,7 @@ from commbench.history.store import History
 from commbench.provenance import differences, env_path, fingerprint, read_env
 from commbench.results import nccl_tests
 from commbench.results.reader import read_one
-from commbench.results.schema import rank_hosts
+from commbench.results.schema import STOPPED, rank_hosts
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,9 @@ def _run_info(path: Path, rows: pd.DataFrame) -> RunInfo:
     kind = words[1] if len(words) > 1 and words[1] in ("sweep", "syncbn") else "sweep"
     if nccl_tests.is_nccl_tests(path):
         kind = "nccl-tests"
-    stopped = rows.get("note", pd.Series(dtype=str)).str.contains("stopped after", regex=False).any()
+    stopped = (rows.get("status", pd.Series(dtype=str)) == STOPPED).any() or (
+        rows.get("note", pd.Series(dtype=str)).str.contains("stopped after", regex=False).any()  # before `stopped`
+    )
     return RunInfo(
         run_id=column("run_id"),
         fingerprint=column("fingerprint") or document["fingerprint"],

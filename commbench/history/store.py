@@ -1,7 +1,7 @@
 """The history database: where it is, its schema and migrations, and opening it safely.
 
-A history is a SQLite file (the default, `history.sqlite` beside the results CSV) or a PostgreSQL
-database a team shares (`postgresql://user@host:port/db`). Both go through SQLAlchemy Core, one
+A history is a SQLite file (the default, `results/history.sqlite` in the folder commbench runs
+in: one per project folder, whatever folder a run's CSV goes to) or a PostgreSQL database a team shares (`postgresql://user@host:port/db`). Both go through SQLAlchemy Core, one
 code path and one set of SQL for both, so the tests that pass on one pass on the other. SQLite
 runs in WAL mode with `BEGIN IMMEDIATE` transactions: a writer takes the write lock when its
 transaction starts, so two runs writing at once wait for each other (up to a minute) instead of
@@ -40,19 +40,50 @@ _MIGRATION_LOCK = 0x636F6D6D  # "comm"
 META, RUNS, ROWS, HOSTS = "history_meta", "history_runs", "history_rows", "history_hosts"
 
 
-def run_target(requested: str | None, output: Path) -> str | None:
-    """The history a run records itself in: None under --no-history, the user's --history, else
-    history.sqlite in the output CSV's folder (the default history follows the results)."""
+DEFAULT_LOCATION = Path("results") / DEFAULT_NAME
+
+
+def history_location(requested: str | None) -> str | None:
+    """Where every command's history is (sweep, syncbn, compare, history *): --history (or
+    $COMMBENCH_HISTORY, which click reads as its default), else results/history.sqlite in the
+    current folder: one history per project folder, so runs written to any folder from one
+    project meet in one history. None under --no-history. Refused in one line, before anything
+    runs: an empty value, a folder, a device, a FIFO."""
     if requested == NO_HISTORY:
         return None
-    return requested or str(Path(output).parent / DEFAULT_NAME)
+    if requested is not None and not requested.strip():
+        raise UserError(
+            "--history is empty: give a SQLite file or a postgresql:// URL, or leave --history out for the default"
+        )
+    target = requested or str(DEFAULT_LOCATION)
+    if not is_url(target):
+        from commbench.results.paths import target_kind
+
+        if (kind := target_kind(Path(target), "--history")) not in (None, "file"):
+            raise UserError(
+                f"--history {target} is a {kind}; give a file such as {Path(target) / DEFAULT_NAME}"
+                if kind == "folder"
+                else f"--history {target} is a {kind}, not a file; give a SQLite file or a postgresql:// URL"
+            )
+    return target
 
 
-def open_run_history(requested: str | None, output: Path) -> History | None:
-    """The history a run files itself in (see run_target), opened and migrated; None under --no-history."""
-    target = run_target(requested, output)
+def history_folder(location: str) -> Path:
+    """Where files made from a history go by default (history trend's chart): beside a SQLite
+    history, and in results/ of the current folder for a database URL."""
+    return DEFAULT_LOCATION.parent if is_url(location) else Path(location).parent
+
+
+def open_run_history(requested: str | None) -> History | None:
+    """The history a run files itself in (see history_location), opened and migrated; None under
+    --no-history. The default history's folder (results/) is created when missing."""
+    target = history_location(requested)
     if target is None:
         return None
+    if requested is None:
+        from commbench.results.paths import make_folder
+
+        make_folder(DEFAULT_LOCATION.parent)
     try:
         import sqlalchemy  # noqa: F401  (only whether it is there)
     except ImportError:
@@ -64,7 +95,7 @@ def open_run_history(requested: str | None, output: Path) -> History | None:
             )
             return None
         raise UserError(f"--history {_hide_password(target)} needs sqlalchemy: pip install sqlalchemy") from None
-    return open_history(target)
+    return open_history(target, hint="check it, or pass --no-history")
 
 
 def is_url(target: str) -> bool:
@@ -73,28 +104,30 @@ def is_url(target: str) -> bool:
 
 @dataclass
 class History:
-    """An open history: the engine, a label safe to print (never a password), and its dialect."""
+    """An open history: the engine, a label safe to print (never a password), its dialect, and what
+    its command offers when the database fails (only options that command has)."""
 
     engine: Any
     label: str
     dialect: str
+    hint: str = "check it, or give --history another"
 
     @contextlib.contextmanager
     def begin(self) -> Iterator[Any]:
         """A write transaction (SQLite: BEGIN IMMEDIATE, the write lock taken at once)."""
-        with _errors(self.label), self.engine.begin() as conn:
+        with _errors(self.label, self.hint), self.engine.begin() as conn:
             yield conn
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Any]:
-        with _errors(self.label), self.engine.connect() as conn:
+        with _errors(self.label, self.hint), self.engine.connect() as conn:
             yield conn
 
     def close(self) -> None:
         self.engine.dispose()
 
 
-def open_history(target: str, create: bool = True) -> History:
+def open_history(target: str, create: bool = True, hint: str | None = None) -> History:
     """Open (and, when create, make or migrate) the history at a path or URL; every way it can be
     unusable is a one-line UserError: a missing folder, a database that is down, a file that is not
     a history, a history written by a newer commbench."""
@@ -102,7 +135,7 @@ def open_history(target: str, create: bool = True) -> History:
         engine, label = _url_engine(target)
     else:
         engine, label = _sqlite_engine(Path(target), create)
-    history = History(engine, label, engine.dialect.name)
+    history = History(engine, label, engine.dialect.name, *([hint] if hint else []))
     try:
         _migrate(history)
     except BaseException:
@@ -119,7 +152,7 @@ def _sqlite_engine(path: Path, create: bool) -> tuple[Any, str]:
     if not create and not path.exists():
         raise UserError(
             f"no history at {path}: a sweep records itself there (or `commbench history import` fills it); "
-            f"give another with --history PATH|URL (compare: --history-db)"
+            "give another with --history PATH|URL"
         )
     import sqlalchemy
     from sqlalchemy import event
@@ -181,14 +214,14 @@ def _hide_password(text: str) -> str:
 
 
 @contextlib.contextmanager
-def _errors(label: str) -> Iterator[None]:
+def _errors(label: str, hint: str) -> Iterator[None]:
     """The database's errors as one line naming where (host and port, never a password)."""
     from sqlalchemy.exc import DBAPIError, OperationalError
 
     try:
         yield
     except OperationalError as exc:
-        raise UserError(f"cannot use the history {label}: {_reason(exc)}; check it, or pass --no-history") from None
+        raise UserError(f"cannot use the history {label}: {_reason(exc)}; {hint}") from None
     except DBAPIError as exc:
         if "not a database" in str(exc.orig):
             raise UserError(

@@ -24,7 +24,7 @@ from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
 from commbench.isolate.schedule import circle_rounds, pack
 from commbench.isolate.verdict import Bar, confirmed_link, confirmed_node, low_outliers, plan_link, plan_node, suspects
 from commbench.launcher_env import Launch
-from commbench.results.paths import resolve_output
+from commbench.results.paths import resolve_output, write_atomically
 from commbench.results.writer import CsvAppender
 from commbench.run.config import Outcome, PeerError, SweepConfig, agree
 from commbench.run.watchdog import Watchdog
@@ -69,9 +69,9 @@ def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
     if lead and path is not None:
         verdict["csv"] = str(path)
         text = json.dumps(verdict, indent=1)
-        verdict_path(path).write_text(text)
+        write_atomically(verdict_path(path), text)
         if opts.json:
-            Path(opts.json).write_text(text)
+            write_atomically(Path(opts.json), text)
         print(format_verdict(verdict), flush=True)
         print(f"# done: results in {path}, verdict in {verdict_path(path)}", flush=True)
     flagged = verdict["flagged_hosts"] or verdict["flagged_links"] or verdict["flagged_ranks"]

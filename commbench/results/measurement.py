@@ -37,6 +37,9 @@ class Measurement:
     compute_rounds_us: Sequence[Sequence[float]] = ()
     overlapped_rounds_us: Sequence[Sequence[float]] = ()
     compute_flops: float | None = None
+    # The sweep stopped before the case's last round (where its correctness check runs): its row is
+    # written from the rounds it has, with status `stopped`, never `ok`.
+    stopped: bool = False
 
     @property
     def samples_us(self) -> list[float]:

@@ -40,6 +40,10 @@ COLUMNS = (
     *"fingerprint env_file".split(),  # the run's fingerprint and its hosts' <stem>.env.json (docs/history.md)
 )
 
+# A row's status: ok, wrong (its check found wrong elements), unavailable (the variant could not
+# run), or stopped (the sweep stopped before the case's last round: measured, never checked).
+STOPPED = "stopped"
+
 # The row key, defined here once; every other key is derived from it (tests/results/test_row_key.py).
 # CASE_KEY: what a row of one run measures; a run writes one row per value of it.
 CASE_KEY = ("op", "variant", "phase", "dtype", "mode", "size_bytes")

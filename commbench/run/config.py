@@ -87,7 +87,9 @@ class SweepConfig:
     overlap: bool = False  # --overlap: also the compute kernel alone and both together (run/overlap.py)
     compute: str = "auto"  # --compute: the kernel's FLOP count, or auto (about the op's own time)
     command: str = ""
-    history: str | None = None  # --history PATH|URL; "off" under --no-history; None: beside the CSV
+    history: str | None = (
+        None  # --history PATH|URL; "off" under --no-history; None: results/history.sqlite here (history_location)
+    )
     isolate: dict[str, Any] | None = None  # `commbench isolate`'s options: the ranks run a node sweep
 
     def __post_init__(self) -> None:

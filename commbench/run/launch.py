@@ -149,9 +149,14 @@ def _hand_over(stream: IO[str], text: str) -> None:
 
 
 def _relay(stream: IO[str], err: bool, lock: threading.Lock, display: Display) -> None:
-    """Pass a rank's lines through; rank 0's progress lines become the display's progress."""
+    """Pass a rank's lines through; rank 0's progress lines become the display's progress.
+
+    The relay reads its rank's pipe to the end whatever becomes of the terminal: a rank whose pipe
+    nobody drains blocks in its next print and stalls every collective. A closed stdout (`| head -1`)
+    ends the printing (Display points it at /dev/null), never the run: every row still goes into the
+    CSV and the run ends with its own exit code."""
     for text in iter(stream.readline, ""):
-        with lock:
+        with lock, contextlib.suppress(OSError):
             if not err and text.startswith(PROGRESS_MARK):
                 display.status(Status.from_line(text))
             else:

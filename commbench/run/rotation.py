@@ -78,20 +78,22 @@ def rotate(session: Session, op: Op, dtype: str, entries: list[RotationEntry]) -
     visit warms the case up and plans its iterations; the last one checks the result. A row is
     written as soon as its last block has run. Should the sweep stop before that (a failed or hung
     collective, Ctrl-C), rank 0 still writes each unfinished case's row from the blocks it has, with
-    a note saying how many rounds ran: nothing measured is lost.
+    status `stopped` and a note saying how many rounds ran: nothing measured is lost, and nothing
+    unchecked passes for checked.
     """
     cfg, sink, board, progress, watchdog = session.cfg, session.sink, session.board, session.progress, session.watchdog
     wrong_total = 0
     pending = list(entries)
 
-    def write(entry: RotationEntry, note: str = "") -> None:
+    def write(entry: RotationEntry, note: str = "", stopped: bool = False) -> None:
         if sink is not None:
-            sink.measured(_with_notes(session, entry, note))
+            sink.measured(dataclasses.replace(_with_notes(session, entry, note), stopped=stopped))
 
     def write_unfinished() -> None:
         unfinished, pending[:] = [e for e in pending if e.case.rounds_us], []
         for entry in unfinished:
-            write(entry, f"stopped after {len(entry.case.rounds_us)} of {len(entry.blocks)} rounds")
+            rounds = f"stopped after {len(entry.case.rounds_us)} of {len(entry.blocks)} rounds"
+            write(entry, f"{rounds}, its check not run", stopped=True)
 
     watchdog.last_words = write_unfinished
     refused: set[int] = set()  # entries of a variant the transport refused (by id: entries hold tensors)

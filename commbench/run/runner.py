@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from commbench.backends import load_backend
 from commbench.backends.base import Backend
-from commbench.errors import ExitCode
+from commbench.errors import ExitCode, UserError
 from commbench.launcher_env import Launch
 from commbench.ops.base import Op
 from commbench.run.config import Outcome, SweepConfig
@@ -69,6 +69,9 @@ def _measure(session: Session, backend: Backend) -> Outcome:
         board.finish(f"failed in {watchdog.label}")
         watchdog.arm(f"leaving the process group after {watchdog.label} failed")
         raise CollectiveFailure(f"{exc}; {detail}") from exc
+    except UserError as exc:  # rank 0's results file took no more rows (a full disk): the peers' line names it
+        board.finish(f"stopped: {exc.format_message().split(';')[0]}")
+        raise
     except BaseException:
         board.finish(f"stopped in {watchdog.label}")
         raise

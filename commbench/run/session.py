@@ -95,7 +95,7 @@ def open_session(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[O
     if lead and path is not None:
         try:
             # Opened once the ranks agree, so that a refused run leaves no history file behind.
-            history = open_run_history(cfg.history, path)
+            history = open_run_history(cfg.history)
             sink = _open_sink(cfg, launch, backend, Agreed(facts, grouping, host_envs or [], path), history)
         except UserError as exc:  # a history that cannot be opened; or the name was free when checked, but taken since
             error = exc.format_message()

@@ -15,7 +15,7 @@ from commbench.console.display import Display, Status
 from commbench.results.measurement import Measurement
 from commbench.results.noise import Budget, HostLoad, summarise_noise
 from commbench.results.paths import raw_path
-from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, rank_hosts
+from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, STOPPED, rank_hosts
 from commbench.results.stats import Stats, bandwidth_gbps, noisy, overlap_fraction, percentile
 from commbench.results.writer import CsvAppender
 
@@ -86,7 +86,7 @@ class Sink:
         notes = [m.note] if m.note else []
         if (why := noisy(stats, round_p50s)) is not None:
             notes.append(why)
-        if m.wrong < 0:
+        if m.wrong < 0 and not m.stopped:  # a stopped case's note says why its check never ran
             notes.append("check skipped")
         return {
             **self.base,
@@ -103,7 +103,7 @@ class Sink:
             "time_us_p50_rounds": ";".join(f"{p:.6g}" for p in round_p50s),
             "algbw_gbps": algbw,
             "busbw_gbps": busbw,
-            "status": "wrong" if m.wrong > 0 else "ok",
+            "status": "wrong" if m.wrong > 0 else STOPPED if m.stopped else "ok",
             "note": "; ".join(notes),
             **_overlap_columns(m, stats.time_us_p50),
         }

@@ -370,7 +370,7 @@ def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.mark.slow
-def test_a_sweep_files_itself_beside_its_csv_and_bad_histories_are_one_line(tmp_path):
+def test_a_sweep_files_itself_in_its_history_and_bad_histories_are_one_line(tmp_path):
     from tests.support.distributed import commbench
 
     sweep = ["sweep", "--op", "all_gather", "--variant", "flat", "--sizes", "8,1K", "-n", "3", "--no-plot"]
@@ -389,6 +389,9 @@ def test_a_sweep_files_itself_beside_its_csv_and_bad_histories_are_one_line(tmp_
     history.close()
     off = commbench(*sweep, "-o", str(tmp_path / "off" / "b.csv"), "--no-history")
     assert off.returncode == 0 and not (tmp_path / "off" / "history.sqlite").exists()
+    history = open_history(str(tmp_path / "history.sqlite"), create=False)
+    assert len(list_runs(history)) == 1  # --no-history filed nothing in the history it names
+    history.close()
     missing = _one_line(
         commbench(*sweep, "-o", str(tmp_path / "c.csv"), "--history", str(tmp_path / "no" / "h.sqlite"))
     )
@@ -415,7 +418,9 @@ def test_without_sqlalchemy_the_default_history_is_skipped_and_an_asked_one_refu
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_sqlalchemy)
-    assert open_run_history(None, tmp_path / "a.csv") is None
+    monkeypatch.delenv("COMMBENCH_HISTORY")
+    monkeypatch.chdir(tmp_path)
+    assert open_run_history(None) is None
     assert "sqlalchemy is not installed" in capsys.readouterr().err
     with pytest.raises(UserError, match="needs sqlalchemy"):
-        open_run_history(str(tmp_path / "h.sqlite"), tmp_path / "a.csv")
+        open_run_history(str(tmp_path / "h.sqlite"))

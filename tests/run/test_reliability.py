@@ -40,6 +40,13 @@ SLACK_S = 30  # a loaded, shared machine: the bound only catches "never exits"
 LONG_SWEEP = ("--op", "all_gather", "--sizes", "8,1K,64K,1M,4M,16M", "--iters", "300", "--warmup", "1")
 
 
+def _whole_or_marked(frame) -> bool:
+    """Every row kept is a finished case (ok) or one the stop cut short, marked so (stopped, its
+    check not run): never an unchecked row that reads ok."""
+    stopped = frame[frame["status"] == "stopped"]
+    return set(frame["status"]) <= {"ok", "stopped"} and stopped["note"].str.contains("its check not run").all()
+
+
 def _sweep(out: Path, *args: str) -> subprocess.Popen[str]:
     """`commbench sweep` in the background from the repo root (so `tests.support.plugins` imports in the ranks)."""
     cmd = [
@@ -148,7 +155,7 @@ def test_a_killed_rank_is_named_and_every_completed_row_survives(tmp_path, victi
     assert f"rank {victim} is gone" in survivor_line, err
     assert f"results measured so far are in {out}" in err.splitlines()[-1], err
     frame = _read(out)
-    assert len(frame) >= 2 and (frame["status"] == "ok").all()
+    assert len(frame) >= 2 and _whole_or_marked(frame)
     assert not [p for p in pids.values() if _alive(p)]
 
 
@@ -185,7 +192,7 @@ def test_a_hung_collective_ends_within_the_timeout_with_a_diagnosis(tmp_path, op
         assert fragment in err, err
     assert "Traceback" not in err
     frame = _read(out)
-    assert frame["size_bytes"].tolist() == [8] and (frame["status"] == "ok").all()
+    assert frame["size_bytes"].tolist() == [8] and _whole_or_marked(frame)
     assert not [p for p in pids if _alive(p)]
 
 
@@ -221,7 +228,7 @@ def test_ctrl_c_stops_the_ranks_keeps_the_rows_and_says_where(interrupted):
     assert lines[-1] == f"commbench: interrupted; results measured so far are in {interrupted['out']}"
     assert "Traceback" not in interrupted["err"]
     frame = _read(interrupted["out"])
-    assert len(frame) >= 2 and (frame["status"] == "ok").all()
+    assert len(frame) >= 2 and _whole_or_marked(frame)
     assert not [p for p in interrupted["pids"] if _alive(p)]
 
 

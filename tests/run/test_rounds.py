@@ -173,3 +173,24 @@ def test_config_validates_the_new_options() -> None:
         with pytest.raises(Exception, match=words.replace("(", r"\(").replace(")", r"\)")):
             dataclasses.replace(base, **bad)
     assert base.auto and SweepConfig.from_json(base.to_json()) == base
+
+
+def test_a_case_stopped_before_its_last_round_is_marked_stopped_never_ok(tmp_path: Path) -> None:
+    # Ctrl-C in the second round: every case has measured a block, none has run its check (the last round's).
+    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8, 1024, 4096), iters=6, rounds=3, warmup=0)
+    real_block = TimedCase.block
+
+    def block(case: TimedCase, iters: int, round_index: int, check: bool = False) -> None:
+        if round_index == 1 and case.args.variant == "b" and case.size_bytes == 1024:
+            raise KeyboardInterrupt
+        real_block(case, iters, round_index, check)
+
+    path = tmp_path / "stopped.csv"
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(KeyboardInterrupt):
+        mp.setattr(TimedCase, "block", block)
+        sweep_one_rank(path, cfg, FakeBackend(), [Recording()])
+    rows = pd.read_csv(path)
+    assert len(rows) == 6 and set(rows.status) == {"stopped"} and (rows.wrong == -1).all()
+    rounds = {key: note.split("; ")[-1] for key, note in zip(zip(rows.variant, rows.size_bytes), rows.note)}
+    assert rounds[("a", 1024)] == "stopped after 2 of 3 rounds, its check not run"
+    assert rounds[("b", 1024)] == rounds[("b", 4096)] == "stopped after 1 of 3 rounds, its check not run"

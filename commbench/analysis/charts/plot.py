@@ -13,7 +13,14 @@ import pandas as pd
 
 from commbench.analysis.charts.grouping import chart_panels
 from commbench.analysis.charts.overlap import overlap_chart
-from commbench.analysis.charts.render import FORMATS, Chart, charts_folder, ensure_folder, write_charts
+from commbench.analysis.charts.render import (
+    FORMATS,
+    Chart,
+    charts_folder,
+    ensure_folder,
+    refuse_existing,
+    write_charts,
+)
 from commbench.analysis.charts.size import size_chart
 from commbench.analysis.charts.speedup import speedup_chart
 from commbench.analysis.charts.style import speedup_family
@@ -21,8 +28,9 @@ from commbench.errors import UserError
 from commbench.results.reader import ok_rows, read_results
 
 
-def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png") -> list[Path]:
-    """Read result CSVs, write one file per chart into out_dir, and return the paths written."""
+def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png", overwrite: bool = False) -> list[Path]:
+    """Read result CSVs, write one file per chart into out_dir, and return the paths written. An
+    existing chart is replaced only with overwrite: the check runs before anything is drawn."""
     if fmt not in FORMATS:
         raise UserError(f"unknown chart format {fmt!r}; choose one of {', '.join(FORMATS)}")
     frame = read_results(csv_paths)
@@ -30,13 +38,16 @@ def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png") -> list
         raise UserError(f"nothing to plot in {', '.join(map(str, csv_paths))}: no row has status ok")
     ensure_folder(Path(out_dir))
     panels = list(chart_panels(frame))
+    # Every name a panel's charts can take (its size, overlap and speedup charts).
+    names = [f"{name}{kind}.{fmt}" for name, _ in panels for kind in ("", "-overlap", "-speedup")]
+    refuse_existing([Path(out_dir) / n for n in names], overwrite, tuple(csv_paths))
     workers = min(len(panels), os.cpu_count() or 1, MAX_CHART_WORKERS)
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return [path for panel in panels for path in _write_panel(panel, out_dir, fmt)]
+        return [path for panel in panels for path in _write_panel(panel, out_dir, fmt, True)]
     # Drawing is CPU-bound Python (about half a second a chart): one process per core, a panel at a
     # time. Forked, so the workers start with matplotlib and pandas already imported.
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        done = pool.map(_write_panel, panels, [out_dir] * len(panels), [fmt] * len(panels))
+        done = pool.map(_write_panel, panels, [out_dir] * len(panels), [fmt] * len(panels), [True] * len(panels))
         return [path for paths in done for path in paths]
 
 
@@ -44,8 +55,8 @@ def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png") -> list
 MAX_CHART_WORKERS = 8
 
 
-def _write_panel(panel: tuple[str, pd.DataFrame], out_dir: Path, fmt: str) -> list[Path]:
-    return write_charts(_panel_charts(*panel), out_dir, fmt)
+def _write_panel(panel: tuple[str, pd.DataFrame], out_dir: Path, fmt: str, overwrite: bool) -> list[Path]:
+    return write_charts(_panel_charts(*panel), out_dir, fmt, overwrite)
 
 
 def build_charts(frame: pd.DataFrame, sizes: Callable[[str, pd.DataFrame], Chart] | None = None) -> list[Chart]:
@@ -69,6 +80,7 @@ def _panel_charts(
     return charts
 
 
-def plot_beside(csv_path: Path, fmt: str = "png") -> list[Path]:
-    """Charts of a finished run into charts_folder(csv_path), as `sweep` and `syncbn` do by default."""
-    return plot_results([Path(csv_path)], charts_folder(Path(csv_path)), fmt)
+def plot_beside(csv_path: Path, fmt: str = "png", overwrite: bool = False) -> list[Path]:
+    """Charts of a finished run into charts_folder(csv_path), as `sweep` and `syncbn` do by default;
+    overwrite (the run's --overwrite) replaces the charts of the run it replaced."""
+    return plot_results([Path(csv_path)], charts_folder(Path(csv_path)), fmt, overwrite)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from commbench.errors import UserError
-from commbench.results.paths import make_folder
+from commbench.results.paths import check_target, make_folder, write_atomically
 
 if TYPE_CHECKING:  # matplotlib is imported where a chart is drawn: naming a chart folder stays cheap
     from matplotlib.figure import Figure
@@ -34,18 +34,24 @@ def charts_folder(csv_path: Path) -> Path:
     return csv_path.with_name(csv_path.stem + "-charts")
 
 
-def write_charts(charts: list[Chart], out_dir: Path, fmt: str) -> list[Path]:
-    """One file per chart in out_dir (created); returns the paths written."""
+def write_charts(charts: list[Chart], out_dir: Path, fmt: str, overwrite: bool = False) -> list[Path]:
+    """One file per chart in out_dir (created), each written whole or not at all; an existing chart
+    is replaced only with overwrite. Returns the paths written."""
     out_dir = ensure_folder(Path(out_dir))
-    written = []
-    for chart in charts:
-        path = out_dir / f"{chart.name}.{fmt}"
-        try:
-            path.write_bytes(render(chart, fmt))
-        except OSError as exc:
-            raise UserError(f"cannot write {path}: {exc.strerror}") from None
-        written.append(path)
-    return written
+    refuse_existing([out_dir / f"{chart.name}.{fmt}" for chart in charts], overwrite)
+    return [write_atomically(out_dir / f"{chart.name}.{fmt}", render(chart, fmt)) for chart in charts]
+
+
+def refuse_existing(paths: list[Path], overwrite: bool, inputs: tuple[Path, ...] = ()) -> None:
+    """Before anything is drawn: every chart file may be written (commbench/results/paths.py's
+    rule), and without overwrite none of them exists yet; one line names how many do."""
+    existing = [p for p in paths if check_target(p, True, inputs, flag="chart") and p.exists()]
+    if existing and not overwrite:
+        more = f" and {len(existing) - 1} more" if len(existing) > 1 else ""
+        raise UserError(
+            f"{existing[0]}{more} already exist{'s' if len(existing) == 1 else ''}; pass --overwrite to replace them, "
+            "or -o another folder"
+        )
 
 
 def ensure_folder(folder: Path) -> Path:

@@ -1,0 +1,118 @@
+"""The one rule of every file a command writes (commbench/results/paths.py) and the results CSV's
+writer (commbench/results/writer.py): never a device, a FIFO or a folder, never an input, an existing
+file only when asked; whole files or none; one writer at a time; a full disk said as such.
+
+Run as root, as cluster users often are in containers. A FIFO and symbolic links in a temporary
+folder stand for device nodes: no test touches /dev or a tracked file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from commbench.errors import UserError
+from commbench.results import paths
+from commbench.results.paths import check_target, output_path, refuse_busy, write_atomically
+from commbench.results.writer import CsvAppender, DiskFull
+
+
+def _refused(fragment: str, *args, **kwargs) -> str:
+    with pytest.raises(UserError) as caught:
+        check_target(*args, **kwargs)
+    message = caught.value.format_message()
+    assert fragment in message and "\n" not in message, message
+    return message
+
+
+def test_what_cannot_be_a_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "to-fifo.csv").symlink_to(fifo)
+    (tmp_path / "to-folder.csv").symlink_to(tmp_path / "folder")
+    (tmp_path / "dangling.csv").symlink_to(tmp_path / "nothing")
+    for overwrite in (False, True):  # --overwrite changes none of these
+        _refused("is a FIFO, not a regular file", fifo, overwrite)
+        _refused("is a FIFO, not a regular file", tmp_path / "to-fifo.csv", overwrite)
+        _refused("is a folder", tmp_path / "folder", overwrite)
+        _refused("is a folder", tmp_path / "to-folder.csv", overwrite)
+        _refused("symbolic link to nothing", tmp_path / "dangling.csv", overwrite)
+        _refused("File name too long", tmp_path / ("x" * 300 + ".csv"), overwrite)
+    assert fifo.is_fifo() and not (tmp_path / "nothing").exists()
+    with pytest.raises(UserError, match="--output - is not supported"):
+        output_path("-", lambda folder: tmp_path / "default.csv")
+
+
+def test_an_existing_file_only_with_overwrite_and_never_an_input(tmp_path: Path) -> None:
+    run = tmp_path / "run.csv"
+    run.write_text("precious\n")
+    (tmp_path / "link.csv").symlink_to(run)
+    _refused("already exists; choose another --output or pass --overwrite", run, False)
+    assert check_target(run, True) == run
+    for given in (run, tmp_path / "link.csv"):  # the input itself, or a link to it
+        _refused("is one of this command's inputs", given, True, inputs=[run])
+    assert check_target(tmp_path / "new" / "a.csv", False) == tmp_path / "new" / "a.csv"
+    assert not (tmp_path / "new" / "a.csv").exists()  # checked by creating it, then removed
+    assert run.read_text() == "precious\n"
+
+
+def test_a_whole_file_or_none_and_a_link_written_through(tmp_path: Path, monkeypatch) -> None:
+    good = tmp_path / "chart.png"
+    good.write_bytes(b"old chart")
+    link = tmp_path / "latest.png"
+    link.symlink_to(good)
+    write_atomically(link, b"new chart")
+    assert link.is_symlink() and good.read_bytes() == b"new chart"
+
+    real_write = os.write
+
+    def full_after_a_little(fd: int, data) -> int:
+        if len(data) > 4:
+            real_write(fd, bytes(data[:4]))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(paths.os, "write", full_after_a_little)
+    with pytest.raises(UserError, match=r"No space left on device \(.*chart.png is left as it was\)"):
+        write_atomically(good, b"a chart the disk has no room for")
+    assert good.read_bytes() == b"new chart"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chart.png", "latest.png"]  # no temporary left
+
+
+def test_a_results_file_has_one_writer_at_a_time(tmp_path: Path) -> None:
+    out = tmp_path / "run.csv"
+    first = CsvAppender(out, ("a", "b"), overwrite=False)
+    first.write({"a": 1, "b": 2})
+    with pytest.raises(UserError, match="being written by another commbench run"):
+        refuse_busy(out)  # the launcher's check, before any rank starts
+    with pytest.raises(UserError, match="being written by another commbench run"):
+        CsvAppender(out, ("a", "b"), overwrite=True)  # rank 0's, should two start at once
+    first.write({"a": 3, "b": 4})
+    assert out.read_text() == "a,b\n1,2\n3,4\n"  # the second writer truncated nothing
+    first.close()
+    refuse_busy(out)
+    second = CsvAppender(out, ("a", "b"), overwrite=True)
+    second.close()
+    assert out.read_text() == "a,b\n"
+
+
+def test_a_full_disk_keeps_the_rows_written_and_says_so(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "run.csv"
+    writer = CsvAppender(out, ("a", "b"), overwrite=False)
+    writer.write({"a": 1, "b": 2})
+    real_write = os.write
+
+    def full(fd: int, data) -> int:
+        real_write(fd, bytes(data[:3]))  # part of the row, then no room
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("commbench.results.writer.os.write", full)
+    with pytest.raises(DiskFull) as caught:
+        writer.write({"a": 333333, "b": 444444})
+    assert "the disk is full; it keeps the 1 row written before" in caught.value.format_message()
+    writer.close()
+    assert out.read_text() == "a,b\n1,2\n"  # whole lines only: the cut row is taken back
