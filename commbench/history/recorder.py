@@ -17,6 +17,7 @@ import click
 
 from commbench.errors import UserError
 from commbench.history.store import HOSTS, ROWS, RUNS, History, number
+from commbench.redact import redact
 from commbench.results.schema import COLUMNS
 from commbench.results.writer import cells
 
@@ -60,6 +61,7 @@ def insert_run(conn: Any, run: RunInfo) -> None:
         ),
         {
             **{k: getattr(run, k) for k in RunInfo.__dataclass_fields__ if k not in ("hosts", "provenance")},
+            "command": redact(run.command),  # a CSV written before redaction may carry a password: never filed
             "hosts": ";".join(run.hosts),
             "provenance": json.dumps(run.provenance, sort_keys=True),
         },
@@ -96,7 +98,9 @@ def _row_values(run_id: str, seq: int, row: Mapping[str, Any]) -> dict[str, Any]
         "p50": number(row.get("time_us_p50")),
         "lo": number(row.get("time_us_p50_lo")),
         "hi": number(row.get("time_us_p50_hi")),
-        "data": json.dumps({c: row.get(c, "") for c in COLUMNS if row.get(c, "") != ""}),
+        "data": json.dumps(
+            {c: redact(str(row[c])) if c == "command" else row[c] for c in COLUMNS if row.get(c, "") != ""}
+        ),
     }
 
 

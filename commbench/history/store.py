@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import click
 
 from commbench.errors import UserError
+from commbench.redact import redact
 
 # The history's own schema version (not the CSV's): MIGRATIONS below bring any older history up to it.
 HISTORY_SCHEMA = 2
@@ -63,7 +63,7 @@ def open_run_history(requested: str | None, output: Path) -> History | None:
                 err=True,
             )
             return None
-        raise UserError(f"--history {_hide_password(target)} needs sqlalchemy: pip install sqlalchemy") from None
+        raise UserError(f"--history {redact(target)} needs sqlalchemy: pip install sqlalchemy") from None
     return open_history(target)
 
 
@@ -151,8 +151,11 @@ def _url_engine(target: str) -> tuple[Any, str]:
         url = make_url(target)
     except ArgumentError:
         raise UserError(
-            f"--history {_hide_password(target)} is not a database URL; give postgresql://USER@HOST:PORT/DB or a file path"
+            f"--history {redact(target)} is not a database URL; give postgresql://USER@HOST:PORT/DB or a file path"
         ) from None
+    if url.host and "@" in url.host:  # a raw '@' in the password: the host follows the last '@'
+        tail, host = url.host.rsplit("@", 1)
+        url = url.set(password=f"{url.password or ''}@{tail}", host=host)
     backend = url.get_backend_name()
     if backend == "sqlite":
         return _sqlite_engine(Path(url.database or ""), True)
@@ -176,10 +179,6 @@ def _pg_driver(named: str) -> str:
     raise UserError("a postgresql:// history needs a PostgreSQL driver: pip install 'commbench[postgresql]'")
 
 
-def _hide_password(text: str) -> str:
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
-
-
 @contextlib.contextmanager
 def _errors(label: str) -> Iterator[None]:
     """The database's errors as one line naming where (host and port, never a password)."""
@@ -200,7 +199,7 @@ def _errors(label: str) -> Iterator[None]:
 def _reason(exc: Any) -> str:
     """The driver's first line, with any password taken out."""
     lines = [line.strip() for line in str(getattr(exc, "orig", exc)).splitlines() if line.strip()]
-    return _hide_password(lines[0] if lines else type(exc).__name__)
+    return redact(lines[0] if lines else type(exc).__name__)
 
 
 # -- schema and migrations -------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import click
 import pandas as pd
 
 from commbench.errors import UserError
+from commbench.redact import redact
 from commbench.results.paths import raw_path
 from commbench.results.schema import (
     CASE_KEY,
@@ -166,6 +167,8 @@ def typed(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         elif column in COLUMNS:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
     frame["group_size"] = frame["group_size"].fillna(frame["world_size"])
+    # A file written before commands were redacted may hold a password: no report or chart shows it.
+    frame["command"] = frame["command"].map(redact)
     frame["source"] = source
     return frame
 
