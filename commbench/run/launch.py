@@ -33,6 +33,7 @@ from commbench.launcher_env import (
     Launch,
     export_torch_env,
 )
+from commbench.history.store import check_run_history
 from commbench.ops import world_error
 from commbench.results.paths import resolve_output
 from commbench.run.config import ONE_RANK_NOTE, Outcome, SweepConfig
@@ -64,7 +65,7 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
     """Run this process as one rank of a launcher's job, or spawn local ranks; returns how it ended.
 
     Before a rank is spawned, everything this process can know is checked: the output file, the
-    host's cores and memory against the ranks and the sweep, the GPUs against nccl ranks.
+    history, the host's cores and memory against the ranks and the sweep, the GPUs against nccl ranks.
     """
     from commbench.backends import BACKENDS
     from commbench.run.worker import run_worker
@@ -88,12 +89,13 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
     if (error := world_error(cfg.built_ops(), nproc)) is not None:
         raise UserError(error)
     path = resolve_output(cfg.output, cfg.backend, nproc, cfg.overwrite, cfg.raw)
+    history = check_run_history(cfg.history, path)  # refused here in well under a second, not by rank 0
     _check_host(cfg, nproc, oversubscribe)
     if nproc == 1:
         why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
         click.echo(f"commbench: warning: {why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it", err=True)
     # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
-    cfg = dataclasses.replace(cfg, output=str(path.resolve()))
+    cfg = dataclasses.replace(cfg, output=str(path.resolve()), history=history)
     click.echo(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
     code = info.spawn(cfg, nproc, spawn)  # the transport's own spawner, if it has one, wraps ours
     return Outcome(code, Path(cfg.output))
