@@ -26,6 +26,7 @@ import click
 
 from commbench.console.display import PROGRESS_MARK, Display, Status
 from commbench.errors import ExitCode, UserError
+from commbench.history.store import check_run_history
 from commbench.launcher_env import (
     LAUNCHER_PID_ENV,
     RANK_COUNT_OPTION,
@@ -33,7 +34,6 @@ from commbench.launcher_env import (
     Launch,
     export_torch_env,
 )
-from commbench.history.store import check_run_history
 from commbench.ops import world_error
 from commbench.results.paths import resolve_output
 from commbench.run.config import ONE_RANK_NOTE, Outcome, SweepConfig

@@ -4,14 +4,14 @@ by `history import` of its CSV."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from commbench.cli import main
-from commbench.history.importer import import_csvs
+from commbench.history.importer import import_csvs, summary
+from commbench.history.query import baseline_runs, list_runs, run_rows
 from commbench.history.recorder import RunInfo, RunRecorder, now
 from commbench.history.store import open_history
 from tests.support.distributed import commbench
@@ -84,3 +84,52 @@ def test_a_broken_default_history_never_stops_a_sweep(tmp_path):
     assert "is damaged" in warnings[0] and "Traceback" not in done.stderr
     assert len((tmp_path / "out" / "a.csv").read_text().splitlines()) == 2  # the header and its one row
     assert (tmp_path / "out" / "history.sqlite").read_bytes() == damaged.read_bytes()  # left as it was
+
+
+def _lost_midway(target: str, csv: Path, kept: int) -> None:
+    """What a live run of `csv` leaves in its history when the database goes down after `kept` rows:
+    its record, still incomplete (end() never reached the database), and its first rows."""
+    import pandas as pd
+
+    cells = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    first = cells.iloc[0]
+    history = open_history(target)
+    run = RunInfo(
+        run_id=first.run_id,
+        fingerprint=first.fingerprint,
+        kind="sweep",
+        command=first.command,
+        backend=first.backend,
+        world_size=int(first.world_size),
+        hosts=("testhost",),
+        source=str(csv),
+        commbench_version="0.1.0",
+        provenance={"hosts": [], "differences": []},
+        started_at=now(),
+    )
+    recorder = RunRecorder(history, run)
+    for row in cells.to_dict("records")[:kept]:
+        recorder.add(row)
+    history.close()
+
+
+def test_import_completes_a_run_whose_database_went_down_midway_once(target, tmp_path):
+    csv = synth_run(tmp_path / "run.csv", [Case("all_gather", "flat"), Case("all_gather", "list")], seed=2, raw=False)
+    total = len(csv.read_text().splitlines()) - 1
+    _lost_midway(target, csv, kept=2)
+    history = open_history(target, create=False)
+    (before,) = list_runs(history)
+    assert (before["status"], before["rows"]) == ("incomplete", 2)
+    done = import_csvs(history, [csv])
+    assert summary(done, "h").endswith(
+        f"completed run run2 from its CSV: the history had 2 of its {total} rows, {total - 2} added"
+    )
+    (after,) = list_runs(history)
+    assert (after["status"], after["rows"]) == ("recovered", total)
+    rows = run_rows(history, [after["run_id"]])
+    assert len(rows.drop_duplicates(["op", "variant", "size_bytes"])) == total  # each row once
+    assert baseline_runs(history, after["fingerprint"], None, None, 5)[0]["run_id"] == "run2"  # a whole run
+    again = import_csvs(history, [csv])
+    assert not again[0].added and not again[0].recovered and "there already" in summary(again, "h")
+    assert list_runs(history)[0]["rows"] == total
+    history.close()
