@@ -18,7 +18,7 @@ import pandas as pd
 from commbench.history.recorder import COMPLETE, INCOMPLETE, RECOVERED, RunInfo, insert_rows, insert_run
 from commbench.history.store import ROWS, RUNS, History
 from commbench.provenance import env_path, fingerprint, read_env
-from commbench.results.reader import read_one
+from commbench.results.reader import read_cells
 from commbench.results.schema import ROW_KEY, rank_hosts
 
 
@@ -38,8 +38,9 @@ def import_csvs(history: History, paths: list[Path]) -> list[Imported]:
     """File every run of every CSV; each run is one transaction."""
     done = []
     for path in paths:
-        read_one(path)  # every check a reader makes (missing, empty, another schema, the raw file)
-        cells = pd.read_csv(path, dtype=str, keep_default_na=False)
+        # Every check a reader makes (missing, empty, another schema, the raw file), and the rows it
+        # keeps: a cut, malformed or impossible row is named and never filed.
+        cells = read_cells(path)
         for run_id, rows in cells.groupby("run_id", sort=False):
             done.append(_import_run(history, Path(path), str(run_id), rows))
     return done
