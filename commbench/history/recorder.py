@@ -25,6 +25,7 @@ INCOMPLETE, COMPLETE = "incomplete", "complete"
 # Every row the run measured, though not all filed live: the database failed mid-run and
 # `commbench history import` of the run's CSV filed the rest. As good as complete for comparisons.
 RECOVERED = "recovered"
+INTERRUPTED = "interrupted"  # stopped by Ctrl-C, SIGTERM or SIGHUP: the rows it measured, no more
 
 
 def now() -> str:
@@ -125,12 +126,13 @@ class RunRecorder:
         self._write(lambda conn: insert_rows(conn, self.run_id, self.seq, [cells(row)]))
         self.seq += 1
 
-    def end(self, completed: bool = False) -> None:
-        """The run ended: when, and whether it completed (a run that stopped early stays incomplete)."""
+    def end(self, completed: bool = False, interrupted: bool = False) -> None:
+        """The run ended: when, and how (complete; interrupted by Ctrl-C, SIGTERM or SIGHUP; else
+        incomplete, a run that stopped early)."""
         from sqlalchemy import text
 
         sql = text(f"UPDATE {RUNS} SET ended_at = :t, status = :s WHERE run_id = :r")
-        status = COMPLETE if completed else INCOMPLETE
+        status = COMPLETE if completed else INTERRUPTED if interrupted else INCOMPLETE
         self._write(lambda conn: conn.execute(sql, {"t": now(), "s": status, "r": self.run_id}))
 
     def close(self) -> None:

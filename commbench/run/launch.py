@@ -25,7 +25,7 @@ from typing import IO, Any
 import click
 
 from commbench.console.display import PROGRESS_MARK, Display, Status
-from commbench.errors import ExitCode, UserError
+from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals
 from commbench.history.store import check_run_history
 from commbench.launcher_env import (
     LAUNCHER_PID_ENV,
@@ -171,6 +171,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
     store = None
     display: Display | None = None
     lock = threading.Lock()
+    stop_on_signals()  # SIGTERM (a scheduler's time limit) and SIGHUP end the run as Ctrl-C does
     try:
         store, port = host_store(cfg.timeout)
         env = {
@@ -210,10 +211,11 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
                 t.start()
                 relays.append(t)
         code = _supervise(procs, cfg.timeout, store)
-    except KeyboardInterrupt:
-        # The ranks run in their own sessions, so a terminal's Ctrl-C reaches only this process.
+    except KeyboardInterrupt as exc:
+        # The ranks run in their own sessions, so a terminal's Ctrl-C (or a killpg of this process
+        # group's SIGTERM) reaches only this process: it stops them as Ctrl-C would.
         _stop(procs, signal.SIGINT)
-        code = ExitCode.INTERRUPTED
+        code = interrupted_code(exc)
     for t in relays:
         t.join(timeout=2)
     if display is not None:
@@ -228,7 +230,8 @@ def _say_where(code: int, path: Path) -> None:
     # Success and wrong results end with rank 0's own line naming the file; a refusal measured nothing.
     if code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE):
         return
-    what = "interrupted" if code == ExitCode.INTERRUPTED else "stopped early"
+    stopped_by = {ExitCode.INTERRUPTED: "", ExitCode.TERMINATED: " by SIGTERM", ExitCode.HANGUP: " by SIGHUP"}
+    what = f"interrupted{stopped_by[code]}" if code in stopped_by else "stopped early"
     if path.exists():
         click.echo(f"commbench: {what}; results measured so far are in {path}", err=True)
     else:

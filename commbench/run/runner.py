@@ -67,8 +67,10 @@ def _measure(session: Session, backend: Backend) -> Outcome:
         board.finish(f"failed in {watchdog.label}")
         watchdog.arm(f"leaving the process group after {watchdog.label} failed")
         raise CollectiveFailure(f"{exc}; {detail}") from exc
-    except BaseException:
+    except BaseException as exc:
         board.finish(f"stopped in {watchdog.label}")
+        if sink and isinstance(exc, KeyboardInterrupt):
+            sink.interrupted = True  # the history says so, not only `incomplete`
         raise
     finally:
         board.finish("finished")  # a no-op after either failure above: the first state stays

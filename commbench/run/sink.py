@@ -41,6 +41,7 @@ class Sink:
         self.started = time.monotonic()
         self.rows: list[dict[str, Any]] = []  # what the noise summary needs of each measured row
         self.history = history  # files each row in the history too (commbench/history/recorder.py)
+        self.interrupted = False  # set when Ctrl-C, SIGTERM or SIGHUP stopped the run
         self.base = {"schema_version": SCHEMA_VERSION, "commbench_version": commbench.__version__, **base}
         self.display = display
         self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
@@ -113,8 +114,8 @@ class Sink:
         for f in (self.writer, self.raw):
             if f is not None:
                 f.close()
-        if self.history is not None:
-            self.history.end()  # incomplete until finish() says the run completed
+        if self.history is not None:  # incomplete (or interrupted) until finish() says the run completed
+            self.history.end(interrupted=self.interrupted)
 
     def finish(self, wrong_total: int) -> None:
         if self.history is not None:
