@@ -18,6 +18,7 @@ from commbench.run.failures import CollectiveFailure, first_sentence
 from commbench.run.rotation import sweep_op
 from commbench.run.session import Session, in_groups, open_session
 from commbench.run.watchdog import bounded
+from commbench.units import counted
 
 TRANSPORT_TIMEOUT_SLACK_S = 10.0
 
@@ -58,7 +59,7 @@ def _measure(session: Session, backend: Backend) -> Outcome:
         for op in session.plan.ops:
             if sink:
                 names = {"op": [op.name], "variant": op.variants, "phase": op.phases, "dtype": cfg.dtypes}
-                sink.section(f"{op.name} on {backend.world_size} ranks{in_groups(session.grouping)}", names)
+                sink.section(f"{op.name} on {counted(backend.world_size, 'rank')}{in_groups(session.grouping)}", names)
             for dtype in cfg.dtypes:
                 wrong_total += sweep_op(session, op, dtype)
     except CollectiveFailure as exc:

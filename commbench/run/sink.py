@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import commbench
 from commbench.console import table
 from commbench.console.display import Display, Status
+from commbench.provenance import record_wall_time
 from commbench.results.measurement import Measurement
 from commbench.results.noise import Budget, HostLoad, summarise_noise
 from commbench.results.paths import raw_path
@@ -121,9 +122,9 @@ class Sink:
         if self.history is not None:
             self.history.end(completed=True)
             self.history.close()
-        summary = summarise_noise(
-            self.rows, self.budget, time.monotonic() - self.started, HostLoad.here(_ranks_here(self.base))
-        )
+        wall_s = time.monotonic() - self.started
+        record_wall_time(self.path, wall_s)  # so that a report of this CSV advises as this line does
+        summary = summarise_noise(self.rows, self.budget, wall_s, HostLoad.here(_ranks_here(self.base)))
         if summary is not None:
             self.display.write(summary.line())
         if wrong_total:
