@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -48,19 +48,46 @@ def interrupted_code(exc: KeyboardInterrupt) -> int:
     return 128 + getattr(exc, "signum", signal.SIGINT)
 
 
+# A signal that arrived while signals_held() ran, delivered when it ends (main thread only).
+_HOLD: dict[str, Any] = {"depth": 0, "pending": None}
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP held back while the block runs (a row written to the CSV and the
+    history: both or neither), then delivered. Holds only what stop_on_signals() routes."""
+    _HOLD["depth"] += 1
+    try:
+        yield
+    finally:
+        _HOLD["depth"] -= 1
+        if not _HOLD["depth"] and (pending := _HOLD["pending"]) is not None:
+            _HOLD["pending"] = None
+            _deliver(pending)
+
+
+def _deliver(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    for sig in STOP_SIGNALS:  # a second one while the first is handled is ignored: the run is stopping
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    if _HOLD["depth"]:
+        _HOLD["pending"] = _HOLD["pending"] or signum
+        return
+    _deliver(signum)
+
+
 def stop_on_signals() -> None:
     """From now on SIGTERM and SIGHUP raise Stopped in the main thread, as SIGINT raises
-    KeyboardInterrupt. A second one while the first is handled is ignored: the run is stopping."""
+    KeyboardInterrupt, and all three wait for the end of a signals_held() block."""
     if threading.current_thread() is not threading.main_thread():
         return
-
-    def _raise(signum: int, _frame: Any) -> None:
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        raise Stopped(signum)
-
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _raise)
+    for sig in (signal.SIGINT, *STOP_SIGNALS):
+        signal.signal(sig, _on_signal)
 
 
 def closest(given: str, choices: Iterable[str]) -> str | None:

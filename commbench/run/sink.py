@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import commbench
 from commbench.console import table
 from commbench.console.display import Display, Status
+from commbench.errors import signals_held
 from commbench.provenance import record_wall_time
 from commbench.results.measurement import Measurement
 from commbench.results.noise import Budget, HostLoad, summarise_noise
@@ -60,17 +61,19 @@ class Sink:
     def unavailable(self, op: str, variant: str, dtype: str, reason: str) -> None:
         row = {**self.base, "timestamp": _now(), "op": op, "variant": variant, "dtype": dtype}
         row.update(status="unavailable", note=reason)
-        self.writer.write(row)
-        if self.history is not None:
-            self.history.add(row)
+        with signals_held():
+            self.writer.write(row)
+            if self.history is not None:
+                self.history.add(row)
         self.display.write(self.table.line(row))
 
     def measured(self, m: Measurement) -> None:
         row = self.row(m)
-        self.writer.write(row)
+        with signals_held():  # a row is in the CSV and the history, or in neither
+            self.writer.write(row)
+            if self.history is not None:
+                self.history.add(row)
         self.rows.append({k: row[k] for k in _NOISE_COLUMNS})
-        if self.history is not None:
-            self.history.add(row)
         if self.raw is not None:
             key = {k: row[k] for k in ("run_id", *CASE_KEY)}
             round_of = [r for r, block in enumerate(m.rounds_us) for _ in block]
