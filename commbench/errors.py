@@ -6,10 +6,13 @@ import contextlib
 import difflib
 import json
 import os
+import signal
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -22,7 +25,69 @@ class ExitCode(IntEnum):
     USAGE = 2  # a mistake the user can fix: bad input, an impossible combination, a refusal
     COLLECTIVE_FAILURE = 3  # a collective failed or timed out, or a rank was lost
     INTERNAL = 4  # a bug in commbench: the traceback is printed, to be reported
-    INTERRUPTED = 130  # Ctrl-C
+    HANGUP = 129  # SIGHUP (128 + 1): the terminal or the session went away
+    INTERRUPTED = 130  # Ctrl-C (SIGINT, 128 + 2)
+    TERMINATED = 143  # SIGTERM (128 + 15): a scheduler's time limit or preemption (SLURM, before SIGKILL)
+
+
+# The signals that stop a run as Ctrl-C does (the rows kept, one line naming them, 128 + the signal).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C raises KeyboardInterrupt, so that every path that ends
+    a run on Ctrl-C ends it alike on them; `signum` names the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def interrupted_code(exc: KeyboardInterrupt) -> int:
+    """The exit code of a run stopped by Ctrl-C or a stop signal: 128 + the signal, as a shell says."""
+    return 128 + getattr(exc, "signum", signal.SIGINT)
+
+
+# A signal that arrived while signals_held() ran, delivered when it ends (main thread only).
+_HOLD: dict[str, Any] = {"depth": 0, "pending": None}
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP held back while the block runs (a row written to the CSV and the
+    history: both or neither), then delivered. Holds only what stop_on_signals() routes."""
+    _HOLD["depth"] += 1
+    try:
+        yield
+    finally:
+        _HOLD["depth"] -= 1
+        if not _HOLD["depth"] and (pending := _HOLD["pending"]) is not None:
+            _HOLD["pending"] = None
+            _deliver(pending)
+
+
+def _deliver(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    for sig in STOP_SIGNALS:  # a second one while the first is handled is ignored: the run is stopping
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    if _HOLD["depth"]:
+        _HOLD["pending"] = _HOLD["pending"] or signum
+        return
+    _deliver(signum)
+
+
+def stop_on_signals() -> None:
+    """From now on SIGTERM and SIGHUP raise Stopped in the main thread, as SIGINT raises
+    KeyboardInterrupt, and all three wait for the end of a signals_held() block."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, *STOP_SIGNALS):
+        signal.signal(sig, _on_signal)
 
 
 def closest(given: str, choices: Iterable[str]) -> str | None:

@@ -387,3 +387,33 @@ def format_record(record: Mapping[str, Any], width: int = 20) -> list[str]:
         lines.append(f"{'nvidia-smi topo -m':<{width}}")
         lines.extend(f"  {line}" for line in str(record["topology"]).splitlines())
     return lines
+
+
+# The run's measuring wall time, added to <stem>.env.json when it ends: what its noise advice
+# scaled its cost by, so that a report of the CSV gives the same advice as the run's last line.
+WALL_KEY = "measuring_wall_s"
+
+
+def record_wall_time(csv_path: Path, wall_s: float) -> None:
+    """Add the run's measuring wall time to its environment file (nothing when it is gone)."""
+    path = env_path(csv_path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        document[WALL_KEY] = round(wall_s, 3)
+        path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    except (OSError, ValueError):
+        return
+
+
+def wall_time(csv_paths: list[Path]) -> float | None:
+    """The measuring wall time of the runs of these CSVs, summed; None unless every one recorded it."""
+    total = 0.0
+    for csv_path in csv_paths:
+        try:
+            value = json.loads(env_path(csv_path).read_text(encoding="utf-8")).get(WALL_KEY)
+        except (OSError, ValueError, AttributeError):
+            return None
+        if not isinstance(value, (int, float)) or value <= 0:
+            return None
+        total += value
+    return total

@@ -145,6 +145,21 @@ def _near_round(n: int) -> tuple[int, str, int] | None:
     return None
 
 
+def format_number(value: float, digits: int = 3) -> str:
+    """A measured value to `digits` significant digits, never with an exponent (a console line is
+    read, not parsed): 2.88e-05 -> 0.0000288, 78.53 -> 78.5, 2.50 -> 2.5, 12345.6 -> 12346."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 rank', '2 ranks': a count and its noun, plural when it is not one."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def format_count(n: int) -> str:
     """The shortest exact spelling parse_count reads back: 4096 -> '4K', 10**7 -> '1e7', 300 -> '300'."""
     for unit in ("G", "M", "K"):

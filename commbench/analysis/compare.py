@@ -137,6 +137,9 @@ class Comparison:
     only_baseline: list[tuple] = field(default_factory=list)
     only_candidate: list[tuple] = field(default_factory=list)
     not_compared: list[str] = field(default_factory=list)  # unavailable, or without the metric, with the reason
+    unjudged: dict[str, int] = field(
+        default_factory=dict
+    )  # rows the reader left out (cut, malformed, impossible), by file
     notes: list[str] = field(default_factory=list)  # how the candidate was judged, where that is not pairwise
     series_rule: str = "a t-test on the per-size log ratios gives"  # what a series' change must pass
 
@@ -256,6 +259,9 @@ def compare_frames(
     if common.empty:
         raise _nothing_in_common(base, cand, baseline, candidate)
     result = Comparison(metric, threshold, alpha, baseline, candidate, series_threshold)
+    for label, frame in ((baseline, base_frame), (candidate, cand_frame)):
+        if frame.attrs.get("skipped"):
+            result.unjudged[label] = frame.attrs["skipped"]
     result.only_baseline = sorted(base.index.difference(cand.index))
     result.only_candidate = sorted(cand.index.difference(base.index))
     result.not_compared = _unavailable(base_frame, cand_frame)
@@ -447,6 +453,9 @@ def format_comparison(result: Comparison) -> str:
         for v in ("regression", "improvement")
         if result.shift_count(v)
     )
-    summary = "; ".join(part for part in (counts or "no row compared", moved) if part)
+    # A row the reader could not read was judged by nobody: a pass says how many it did not see.
+    unjudged = ", ".join(f"{n} row{'s' if n != 1 else ''} of {label}" for label, n in result.unjudged.items())
+    unjudged = f"{unjudged} not judged (cut, malformed or impossible: named above)" if unjudged else ""
+    summary = "; ".join(part for part in (counts or "no row compared", moved, unjudged) if part)
     lines.append(f"# {summary}; {'FAILED' if result.failed else 'passed'}")
     return "\n".join(lines)

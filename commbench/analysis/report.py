@@ -25,6 +25,7 @@ from commbench.analysis.charts.runs import runs_chart
 from commbench.analysis.hosts_report import host_sections
 from commbench.analysis.runs import STOPPED, is_multi_run, largest_differences, run_colours, run_table, what_differs
 from commbench.errors import UserError
+from commbench.provenance import wall_time
 from commbench.results.noise import NOISY, Budget, summarise_noise
 from commbench.results.paths import write_atomically
 from commbench.results.reader import read_results
@@ -164,7 +165,8 @@ def _summary(frame: pd.DataFrame, charts: list[Chart]) -> list[str]:
     measured = frame[frame["status"].isin(["ok", "wrong"])]
     parts = [f"<p class='summary'>{len(measured)} measured rows from {frame['run'].nunique()} run(s).</p>"]
     budget = Budget.from_command(str(frame["command"].dropna().iloc[0]) if frame["command"].notna().any() else "")
-    noise = summarise_noise(measured.to_dict("records"), budget)
+    # The runs' own measuring wall time where their .env.json recorded it: the advice the run printed.
+    noise = summarise_noise(measured.to_dict("records"), budget, wall_time([Path(s) for s in frame["source"].unique()]))
     if noise is not None:
         parts.append(
             f"<p class='summary'><span class='mark'>{noise.noisy} of {noise.measured} rows are {NOISY}</span> "

@@ -19,7 +19,7 @@ from commbench.cli.plot import plot
 from commbench.cli.report import report
 from commbench.cli.sweep import sweep
 from commbench.cli.syncbn import syncbn
-from commbench.errors import ExitCode, tell_launcher
+from commbench.errors import ExitCode, interrupted_code, tell_launcher
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -43,9 +43,10 @@ class CommbenchGroup(click.Group):
         except click.ClickException as exc:
             exc.show()
             sys.exit(exc.exit_code)
-        except click.Abort:
+        except click.Abort as exc:
             click.echo("commbench: aborted", err=True)
-            sys.exit(ExitCode.INTERRUPTED)
+            stop = exc.__cause__ or exc.__context__
+            sys.exit(interrupted_code(stop) if isinstance(stop, KeyboardInterrupt) else ExitCode.INTERRUPTED)
         except Exception as exc:  # a bug: keep its traceback, but never exit 1, which means wrong results
             traceback.print_exc()
             tell_launcher(f"commbench: internal error: {type(exc).__name__}: {exc}", traceback.format_exc())

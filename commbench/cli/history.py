@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from commbench.cli.options import chart_format_option, history_location_option, overwrite_option
+from commbench.redact import redact
 
 history_location = history_location_option("The history")
 
@@ -61,7 +62,7 @@ def list_runs(location: str, op, fingerprint, host, since, until, last) -> None:
         click.echo(
             f"{r['run_id']:<12}  {r['started_at'][:19].replace('T', ' '):<19}  {_took(r):>6}  {r['status']:<10}  "
             f"{(r['fingerprint'] or '?'):<12}  {r['kind'] or '':<10}  {r['world_size'] or 0:>4}  {r['rows']:>5}  "
-            f"{_short(r['hosts'] or '', 20):<20}  {r['command'] or ''}"
+            f"{_short(r['hosts'] or '', 20):<20}  {redact(r['command'] or '')}"
         )
 
 
@@ -102,7 +103,7 @@ def show(run: str, location: str) -> None:
         store.close()
     for key in ("run_id", "kind", "status", "started_at", "ended_at", "fingerprint", "backend", "world_size", "hosts"):
         click.echo(f"{key:<20} {found[key] if found[key] is not None else '-'}")
-    click.echo(f"{'command':<20} {found['command']}")
+    click.echo(f"{'command':<20} {redact(found['command'] or '')}")
     click.echo(f"{'csv':<20} {found['source']}")
     provenance = found["provenance"]
     if provenance.get("from_csv"):

@@ -13,6 +13,7 @@ import click
 
 from commbench.backends import backends_help
 from commbench.errors import UserError
+from commbench.redact import redact_argv
 from commbench.run.config import (
     DEFAULT_MAX_ITERS,
     DEFAULT_MIN_ITERS,
@@ -281,6 +282,6 @@ def build_config(
         ops=ops,
         sizes=tuple(sizes),
         dtypes=dtypes or ("float32",),
-        command=shlex.join(["commbench", *sys.argv[1:]]),
+        command=shlex.join(redact_argv(["commbench", *sys.argv[1:]])),
         **kwargs,
     ).with_ops(built)

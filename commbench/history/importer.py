@@ -1,22 +1,26 @@
 """`commbench history import`: result CSVs written before the history existed (schema versions 1 and
-2), filed as runs. Idempotent: a run already in the history (by its run id) is left as it is, so
-importing the same files twice, or a file whose run filed itself live, changes nothing.
+2), filed as runs. Idempotent: a run already in the history (by its run id) keeps what it has, so
+importing the same files twice, or a file whose run filed itself live, changes nothing; a run the
+history holds only part of (its database went down mid-run) gets the rows its CSV has beyond them,
+and its status says so (`recovered`, or still `incomplete` / `interrupted` when the CSV says the
+run itself stopped early).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from commbench.history.recorder import COMPLETE, INCOMPLETE, RunInfo, insert_rows, insert_run
-from commbench.history.store import History
+from commbench.history.recorder import COMPLETE, INCOMPLETE, RECOVERED, RunInfo, insert_rows, insert_run
+from commbench.history.store import ROWS, RUNS, History
 from commbench.provenance import differences, env_path, fingerprint, read_env
 from commbench.results import nccl_tests
-from commbench.results.reader import read_one
-from commbench.results.schema import STOPPED, rank_hosts
+from commbench.results.reader import read_cells
+from commbench.results.schema import ROW_KEY, STOPPED, rank_hosts
 
 
 @dataclass(frozen=True)
@@ -27,40 +31,63 @@ class Imported:
     run_id: str
     rows: int
     added: bool  # False: the run was in the history already
+    recovered: int = 0  # rows added to a run the history held only part of
+    had: int = 0  # the rows that run held before
 
 
 def import_csvs(history: History, paths: list[Path]) -> list[Imported]:
     """File every run of every CSV; each run is one transaction."""
     done = []
     for path in paths:
-        read_one(path)  # every check a reader makes (missing, empty, another schema, the raw file)
-        cells = (
-            nccl_tests.read_cells(path)
-            if nccl_tests.is_nccl_tests(path)
-            else pd.read_csv(path, dtype=str, keep_default_na=False)
-        )
+        # Every check a reader makes (missing, empty, another schema, the raw file), and the rows it
+        # keeps: a cut, malformed or impossible row is named and never filed.
+        cells = read_cells(path)
         for run_id, rows in cells.groupby("run_id", sort=False):
-            done.append(Imported(Path(path), str(run_id), len(rows), _import_run(history, Path(path), rows)))
+            done.append(_import_run(history, Path(path), str(run_id), rows))
     return done
 
 
-def _import_run(history: History, path: Path, rows: pd.DataFrame) -> bool:
+def _import_run(history: History, path: Path, run_id: str, rows: pd.DataFrame) -> Imported:
     from sqlalchemy import text
     from sqlalchemy.exc import IntegrityError
-
-    from commbench.history.store import RUNS
 
     records = rows.to_dict("records")
     run = _run_info(path, rows)
     try:
         with history.begin() as conn:
-            if conn.execute(text(f"SELECT 1 FROM {RUNS} WHERE run_id = :r"), {"r": run.run_id}).first():
-                return False
+            status = conn.execute(text(f"SELECT status FROM {RUNS} WHERE run_id = :r"), {"r": run.run_id}).scalar()
+            if status is not None:
+                return _complete_run(conn, path, run, status, records)
             insert_run(conn, run)
             insert_rows(conn, run.run_id, 0, records)
     except IntegrityError:  # another import of the same run won the race: it is there now
-        return False
-    return True
+        return Imported(path, run_id, len(rows), False)
+    return Imported(path, run_id, len(rows), True)
+
+
+def _complete_run(conn: Any, path: Path, run: RunInfo, status: str, records: list[dict[str, Any]]) -> Imported:
+    """A run the history has: the CSV's rows it lacks (matched by row key) added after its own, in
+    the caller's transaction. A run that filed itself whole, or was completed before, gets nothing."""
+    from sqlalchemy import text
+
+    stored = conn.execute(text(f"SELECT seq, data FROM {ROWS} WHERE run_id = :r"), {"r": run.run_id}).all()
+    have = {_key(json.loads(data)) for _, data in stored}
+    missing = [r for r in records if _key(r) not in have]
+    if not missing or status == COMPLETE:
+        return Imported(path, run.run_id, len(records), False)
+    insert_rows(conn, run.run_id, max((seq for seq, _ in stored), default=-1) + 1, missing)
+    # The CSV says whether the run itself completed; the history only lost rows of it.
+    done = RECOVERED if run.status == COMPLETE else status
+    conn.execute(
+        text(f"UPDATE {RUNS} SET status = :s, ended_at = COALESCE(ended_at, :t) WHERE run_id = :r"),
+        {"s": done, "t": run.ended_at, "r": run.run_id},
+    )
+    return Imported(path, run.run_id, len(records), False, recovered=len(missing), had=len(stored))
+
+
+def _key(cells: dict[str, Any]) -> tuple[str, ...]:
+    """A row's key as text, the same for a CSV's cells and the history's stored data."""
+    return tuple(str(cells.get(c, "") or ("world" if c == "group" else "")) for c in ROW_KEY)
 
 
 def _run_info(path: Path, rows: pd.DataFrame) -> RunInfo:
@@ -173,10 +200,16 @@ def nccl_tests_environment(path: Path, rows: pd.DataFrame) -> dict[str, Any]:
 def summary(done: list[Imported], label: str) -> str:
     """One line: what the import added and what it found there already."""
     added = [d for d in done if d.added]
-    kept = [d for d in done if not d.added]
+    recovered = [d for d in done if d.recovered]
+    kept = [d for d in done if not d.added and not d.recovered]
     files = len({d.path for d in done})
     text = f"# imported {len(added)} run{'s' if len(added) != 1 else ''} ({sum(d.rows for d in added)} rows) "
     text += f"from {files} file{'s' if files != 1 else ''} into {label}"
+    for d in recovered:
+        text += (
+            f"; completed run {d.run_id} from its CSV: the history had {d.had} of its {d.had + d.recovered} rows, "
+            f"{d.recovered} added"
+        )
     if kept:
         text += f"; {len(kept)} run{'s were' if len(kept) != 1 else ' was'} there already ({', '.join(d.run_id for d in kept[:4])}{' ...' if len(kept) > 4 else ''})"
     return text

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from commbench.errors import UserError
-from commbench.history.recorder import COMPLETE
+from commbench.history.recorder import COMPLETE, RECOVERED
 from commbench.history.store import HOSTS, ROWS, RUNS, History
 
 RUN_FIELDS = (
@@ -143,8 +143,8 @@ def baseline_runs(
     None), the run `exclude` left out; oldest first."""
     from sqlalchemy import text
 
-    where = ["fingerprint = :fp", "status = :done"]
-    params: dict[str, Any] = {"fp": fingerprint, "done": COMPLETE, "last": last}
+    where = ["fingerprint = :fp", "status IN (:done, :recovered)"]
+    params: dict[str, Any] = {"fp": fingerprint, "done": COMPLETE, "recovered": RECOVERED, "last": last}
     if before:
         where.append("started_at < :before")
         params["before"] = before

@@ -17,10 +17,15 @@ import click
 
 from commbench.errors import UserError
 from commbench.history.store import HOSTS, ROWS, RUNS, History, number
+from commbench.redact import redact
 from commbench.results.schema import COLUMNS
 from commbench.results.writer import cells
 
 INCOMPLETE, COMPLETE = "incomplete", "complete"
+# Every row the run measured, though not all filed live: the database failed mid-run and
+# `commbench history import` of the run's CSV filed the rest. As good as complete for comparisons.
+RECOVERED = "recovered"
+INTERRUPTED = "interrupted"  # stopped by Ctrl-C, SIGTERM or SIGHUP: the rows it measured, no more
 
 
 def now() -> str:
@@ -60,6 +65,7 @@ def insert_run(conn: Any, run: RunInfo) -> None:
         ),
         {
             **{k: getattr(run, k) for k in RunInfo.__dataclass_fields__ if k not in ("hosts", "provenance")},
+            "command": redact(run.command),  # a CSV written before redaction may carry a password: never filed
             "hosts": ";".join(run.hosts),
             "provenance": json.dumps(run.provenance, sort_keys=True),
         },
@@ -96,7 +102,9 @@ def _row_values(run_id: str, seq: int, row: Mapping[str, Any]) -> dict[str, Any]
         "p50": number(row.get("time_us_p50")),
         "lo": number(row.get("time_us_p50_lo")),
         "hi": number(row.get("time_us_p50_hi")),
-        "data": json.dumps({c: row.get(c, "") for c in COLUMNS if row.get(c, "") != ""}),
+        "data": json.dumps(
+            {c: redact(str(row[c])) if c == "command" else row[c] for c in COLUMNS if row.get(c, "") != ""}
+        ),
     }
 
 
@@ -118,12 +126,13 @@ class RunRecorder:
         self._write(lambda conn: insert_rows(conn, self.run_id, self.seq, [cells(row)]))
         self.seq += 1
 
-    def end(self, completed: bool = False) -> None:
-        """The run ended: when, and whether it completed (a run that stopped early stays incomplete)."""
+    def end(self, completed: bool = False, interrupted: bool = False) -> None:
+        """The run ended: when, and how (complete; interrupted by Ctrl-C, SIGTERM or SIGHUP; else
+        incomplete, a run that stopped early)."""
         from sqlalchemy import text
 
         sql = text(f"UPDATE {RUNS} SET ended_at = :t, status = :s WHERE run_id = :r")
-        status = COMPLETE if completed else INCOMPLETE
+        status = COMPLETE if completed else INTERRUPTED if interrupted else INCOMPLETE
         self._write(lambda conn: conn.execute(sql, {"t": now(), "s": status, "r": self.run_id}))
 
     def close(self) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import click
 
 from commbench.errors import UserError
+from commbench.redact import redact
 
 # The history's own schema version (not the CSV's): MIGRATIONS below bring any older history up to it.
 HISTORY_SCHEMA = 2
@@ -76,7 +76,9 @@ def history_folder(location: str) -> Path:
 
 def open_run_history(requested: str | None) -> History | None:
     """The history a run files itself in (see history_location), opened and migrated; None under
-    --no-history. The default history's folder (results/) is created when missing."""
+    --no-history, or when the default history is unusable (one warning: a broken default history
+    never stops a sweep; one the user named is refused in one line). The default history's folder
+    (results/) is created when missing."""
     target = history_location(requested)
     if target is None:
         return None
@@ -87,15 +89,45 @@ def open_run_history(requested: str | None) -> History | None:
     try:
         import sqlalchemy  # noqa: F401  (only whether it is there)
     except ImportError:
-        if requested is None:  # the default history: the run goes on without it
-            click.echo(
-                "commbench: warning: this run is not filed in a results history: sqlalchemy is not installed "
-                "(pip install sqlalchemy; --no-history silences this)",
-                err=True,
-            )
+        if requested is None:
+            _without_default("sqlalchemy is not installed (pip install sqlalchemy; --no-history silences this)")
             return None
-        raise UserError(f"--history {_hide_password(target)} needs sqlalchemy: pip install sqlalchemy") from None
-    return open_history(target, hint="check it, or pass --no-history")
+        raise UserError(f"--history {redact(target)} needs sqlalchemy: pip install sqlalchemy") from None
+    try:
+        return open_history(target, hint="check it, or pass --no-history")
+    except UserError as exc:
+        if requested is not None:
+            raise
+        _without_default(exc.format_message())
+        return None
+
+
+def check_run_history(requested: str | None) -> str | None:
+    """Before any rank starts, the history a run will file itself in, checked, so that a refusal
+    costs well under a second rather than a start of the ranks. It is opened and closed again; a
+    SQLite file that does not exist yet only has its folder checked (a refused run leaves no file
+    behind; the default's folder, results/, is made when the run opens it). Returns the --history
+    to run with: NO_HISTORY when the default history is unusable (after its one warning, so the
+    ranks do not warn again)."""
+    target = history_location(requested)
+    if target is None:
+        return requested
+    if not is_url(target) and not Path(target).exists():
+        if requested is not None:
+            _check_sqlite_path(Path(target))
+        return requested
+    history = open_run_history(requested)
+    if history is None:
+        return NO_HISTORY
+    history.close()
+    return requested
+
+
+def _without_default(why: str) -> None:
+    click.echo(
+        f"commbench: warning: this run is not filed in its default history ({why}); the CSV keeps every row",
+        err=True,
+    )
 
 
 def is_url(target: str) -> bool:
@@ -144,11 +176,15 @@ def open_history(target: str, create: bool = True, hint: str | None = None) -> H
     return history
 
 
-def _sqlite_engine(path: Path, create: bool) -> tuple[Any, str]:
+def _check_sqlite_path(path: Path) -> None:
     if path.is_dir():
         raise UserError(f"--history {path} is a folder; give a file such as {path / DEFAULT_NAME}")
     if not path.parent.is_dir():
         raise UserError(f"the history's folder {path.parent} does not exist; create it, or give --history another path")
+
+
+def _sqlite_engine(path: Path, create: bool) -> tuple[Any, str]:
+    _check_sqlite_path(path)
     if not create and not path.exists():
         raise UserError(
             f"no history at {path}: a sweep records itself there (or `commbench history import` fills it); "
@@ -182,35 +218,49 @@ def _url_engine(target: str) -> tuple[Any, str]:
 
     try:
         url = make_url(target)
-    except ArgumentError:
+    except (ArgumentError, ValueError) as exc:
+        why = "its port is not a number" if "int()" in str(exc) else "it is not a database URL"
         raise UserError(
-            f"--history {_hide_password(target)} is not a database URL; give postgresql://USER@HOST:PORT/DB or a file path"
+            f"--history {redact(target)}: {why}; give postgresql://USER@HOST:PORT/DB (PORT a number, "
+            "5432 by default) or a file path"
         ) from None
+    if url.host and "@" in url.host:  # a raw '@' in the password: the host follows the last '@'
+        tail, host = url.host.rsplit("@", 1)
+        url = url.set(password=f"{url.password or ''}@{tail}", host=host)
     backend = url.get_backend_name()
     if backend == "sqlite":
         return _sqlite_engine(Path(url.database or ""), True)
     if backend not in ("postgresql", "postgres"):
         raise UserError(f"--history takes a postgresql:// URL or a SQLite file path (got a {backend}:// URL)")
-    url = url.set(drivername=f"postgresql+{_pg_driver(url.get_driver_name())}")
+    url = url.set(drivername=f"postgresql+{_pg_driver(url.drivername)}")
     label = f"postgresql://{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
-    engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": CONNECT_TIMEOUT_S}, pool_pre_ping=True)
+    try:
+        engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": CONNECT_TIMEOUT_S}, pool_pre_ping=True)
+    except ImportError as exc:  # the driver the URL names
+        raise UserError(f"{NO_DRIVER} ({exc})") from None
     return engine, label
 
 
-def _pg_driver(named: str) -> str:
-    """The PostgreSQL driver: the one the URL names, else psycopg (3), else psycopg2."""
-    import importlib.util
+def _pg_driver(drivername: str) -> str:
+    """The PostgreSQL driver: the one the URL names (postgresql+NAME://), else psycopg (3), else
+    psycopg2. (SQLAlchemy's own default for a bare postgresql:// is psycopg2, whichever is there.)"""
+    import importlib
 
-    if named and named not in ("postgresql", "postgres"):
-        return named
-    for module, driver in (("psycopg", "psycopg"), ("psycopg2", "psycopg2")):
-        if importlib.util.find_spec(module) is not None:
-            return driver
-    raise UserError("a postgresql:// history needs a PostgreSQL driver: pip install 'commbench[postgresql]'")
+    if named := drivername.partition("+")[2]:
+        return named  # create_engine imports it (see _url_engine)
+    for driver in ("psycopg", "psycopg2"):
+        try:  # imported, not only found: a driver that is there but cannot load (no libpq) is none
+            importlib.import_module(driver)
+        except ImportError:
+            continue
+        return driver
+    raise UserError(NO_DRIVER)
 
 
-def _hide_password(text: str) -> str:
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
+NO_DRIVER = (
+    "a postgresql:// history needs the PostgreSQL driver, which is not installed: "
+    "pip install 'commbench[postgresql]' (or pip install 'psycopg[binary]')"
+)
 
 
 @contextlib.contextmanager
@@ -227,13 +277,18 @@ def _errors(label: str, hint: str) -> Iterator[None]:
             raise UserError(
                 f"{label} is not a commbench history (not a SQLite database); give --history another file"
             ) from None
+        if "malformed" in str(exc.orig) or "disk I/O error" in str(exc.orig):  # a cut or damaged file
+            raise UserError(
+                f"the history {label} is damaged ({_reason(exc)}): restore it from a backup, or move it aside "
+                "and `commbench history import` the CSVs into a new one"
+            ) from None
         raise
 
 
 def _reason(exc: Any) -> str:
     """The driver's first line, with any password taken out."""
     lines = [line.strip() for line in str(getattr(exc, "orig", exc)).splitlines() if line.strip()]
-    return _hide_password(lines[0] if lines else type(exc).__name__)
+    return redact(lines[0] if lines else type(exc).__name__)
 
 
 # -- schema and migrations -------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
+from commbench.units import format_number as number
 
 COLUMNS = (
     "run_id",
@@ -53,8 +54,8 @@ def format_verdict(v: dict[str, Any]) -> str:
     lines = [
         f"# verdict: threshold {v['threshold']:.0%}, noise bound {v['k']:g} x 1.4826 x MAD; "
         f"pairs exchanged {v['size_bytes']} bytes each way",
-        f"# host scores (GB/s, upper quartile of each host's pairs): median {bar['median']:.3g}, "
-        f"MAD {bar['mad']:.3g}, cut {bar['cut']:.3g}",
+        f"# host scores (GB/s, upper quartile of each host's pairs): median {number(bar['median'])}, "
+        f"MAD {number(bar['mad'])}, cut {number(bar['cut'])}",
     ]
     width = max(len(h) for h in v["hosts"])
     flagged = set(v["flagged_hosts"])
@@ -65,7 +66,7 @@ def format_verdict(v: dict[str, Any]) -> str:
         evidence = ""
         if name in suspects:
             evidence = f"  ({_confirmation(host['confirmations'][name])})"
-        lines.append(f"  {name:<{width}}  {score:8.3g} GB/s  {_pct(score, bar['median']):>6}  {state}{evidence}")
+        lines.append(f"  {name:<{width}}  {number(score):>8} GB/s  {_pct(score, bar['median']):>6}  {state}{evidence}")
     lines += _links(v)
     lines += _locals(v)
     lines += _compute(v)
@@ -89,8 +90,8 @@ def format_verdict(v: dict[str, Any]) -> str:
 
 def _confirmation(c: dict[str, Any]) -> str:
     """A confirmation's evidence: the suspect's re-measured pairs and the reference pairs beside them."""
-    pairs = ", ".join(f"{a}-{b} {bw:.3g}" for a, b, bw in c["pairs"]) or "no healthy partner"
-    refs = ", ".join(f"{a}-{b} {bw:.3g}" for a, b, bw in c["references"])
+    pairs = ", ".join(f"{a}-{b} {number(bw)}" for a, b, bw in c["pairs"]) or "no healthy partner"
+    refs = ", ".join(f"{a}-{b} {number(bw)}" for a, b, bw in c["references"])
     return f"re-measured {pairs} GB/s" + (f" against {refs}" if refs else "")
 
 
@@ -113,7 +114,7 @@ def _locals(v: dict[str, Any]) -> list[str]:
         return []
     bar = local["bar"]
     lines = [
-        f"# local pairs (GB/s): median rank score {bar['median']:.3g}, cut {bar['cut']:.3g}; "
+        f"# local pairs (GB/s): median rank score {number(bar['median'])}, cut {number(bar['cut'])}; "
         f"suspects: {', '.join(local['suspects']) or 'none'}; flagged: {', '.join(local['flagged']) or 'none'}"
     ]
     lines += [f"# local link {a}-{b}: SLOW LINK" for a, b in local["flagged_links"]]
@@ -125,15 +126,17 @@ def _compute(v: dict[str, Any]) -> list[str]:
     bar = compute["bar"]
     window = f", median of {compute['samples']} x {compute['window_s'] * 1000:.0f} ms" if "window_s" in compute else ""
     lines = [
-        f"# compute probe ({compute['flops']:.3g} FLOP matmul, every rank at once{window}): median {bar['median']:.3g} "
-        f"GFLOP/s, suspect below {bar['cut']:.3g}; suspects re-timed beside the healthy rank nearest the median"
+        f"# compute probe ({number(compute['flops'] / 1e9)} GFLOP matmul, every rank at once{window}): median "
+        f"{number(bar['median'])} GFLOP/s, suspect below {number(bar['cut'])}; suspects re-timed beside the healthy rank nearest the median"
     ]
     ref = v["ranks"][str(compute["reference"])]
     for rank in compute["suspects"]:
         name = v["ranks"][str(rank)]
         state = "COMPUTE STRAGGLER" if rank in compute["flagged"] else "cleared"
-        beside = ", ".join(f"{mine:.3g} vs {theirs:.3g}" for mine, theirs in compute["beside_gflops"][str(rank)])
-        lines.append(f"  {name}: {compute['gflops'][name]:.3g} GFLOP/s; re-timed beside {ref}: {beside}: {state}")
+        beside = ", ".join(
+            f"{number(mine)} vs {number(theirs)}" for mine, theirs in compute["beside_gflops"][str(rank)]
+        )
+        lines.append(f"  {name}: {number(compute['gflops'][name])} GFLOP/s; re-timed beside {ref}: {beside}: {state}")
     return lines
 
 
@@ -145,7 +148,7 @@ def draw(v: dict[str, Any], out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     hosts = v["hosts"]
     index = {h: i for i, h in enumerate(hosts)}
@@ -185,6 +188,10 @@ def draw(v: dict[str, Any], out: Path) -> Path:
     bar = v["host"]["bar"]
     right.axvline(bar["median"], color="grey", linestyle="--", label=f"median {bar['median']:.3g}")
     right.axvline(bar["cut"], color="red", label=f"cut {bar['cut']:.3g}")
+    # A narrow panel: a few ticks, written plainly (a default locator put 8 long labels, 0.000285
+    # and its neighbours, on top of each other; an offset or an exponent is read past, not read).
+    right.xaxis.set_major_locator(MaxNLocator(nbins=4, min_n_ticks=2))
+    right.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: number(x)))
     right.set_xlabel("host score (GB/s)")
     right.legend(fontsize=7, loc="lower right")
     right.set_title(f"host scores\n(below the cut: a suspect; threshold {v['threshold']:.0%})", fontsize=9)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from commbench.results.stats import NOISY_ROUNDS, NOISY_WIDTH
+from commbench.units import counted
 
 NOISY = "noisy"
 # The most a recommendation multiplies the samples by: beyond it the run gets long and a busy
@@ -212,7 +213,7 @@ def _reason(noisy: list[Mapping[str, Any]], width: float, host: HostLoad | None)
         others = host.load - host.own_ranks
         return (
             f"other processes keep this host busy (load average {host.load:.1f} on {host.cores} cores, "
-            f"about {others:.1f} beyond this run's {host.own_ranks} ranks)"
+            f"about {others:.1f} beyond this run's {counted(host.own_ranks, 'rank')})"
         )
     drifting = sum("rounds" in str(r.get("note") or "") for r in noisy)
     if drifting > len(noisy) / 2:

@@ -9,15 +9,20 @@ pandas is imported here, so the CLI imports this module only inside the commands
 
 from __future__ import annotations
 
+import csv
 import io
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
+import numpy as np
 import pandas as pd
 
 from commbench.errors import UserError
-from commbench.results.nccl_tests import is_nccl_tests, read_cells
+from commbench.redact import redact
+from commbench.results.nccl_tests import is_nccl_tests
+from commbench.results.nccl_tests import read_cells as nccl_tests_cells
 from commbench.results.paths import raw_path
 from commbench.results.schema import (
     CASE_KEY,
@@ -73,29 +78,78 @@ TEXT_COLUMNS = (
 )
 
 
-def complete_records(text: str) -> tuple[str, int | None]:
-    """The text up to the end of its last complete CSV record, and the line on which a partial last
-    record starts (None when the text ends with a complete one).
+@dataclass(frozen=True)
+class Records:
+    """A CSV's text split into records: the header line and its cells, each good row's text with
+    the line it starts on, the malformed rows (line, why) and the line of a partial last row."""
 
-    The writer ends every record with a newline and fsyncs it whole, so text after the last newline
-    is a record a run was killed while writing. A newline inside a quoted cell does not end a
-    record: it is one with an odd number of quotes before it (quotes inside cells are doubled).
+    header_line: str
+    header: list[str]
+    rows: list[tuple[int, str]]
+    malformed: list[tuple[int, str]]
+    partial_line: int | None
+
+    def good_text(self) -> str:
+        """The header and the good rows: a CSV any parser reads whole."""
+        return self.header_line + "".join(text for _, text in self.rows)
+
+
+def split_records(text: str) -> Records:
+    """The records of a CSV's text, each checked on its own, so that one bad row costs only itself.
+
+    The writer ends every record with a newline and fsyncs it whole, so a last line without one is
+    a record a run was killed while writing (partial). A newline inside a quoted cell does not end
+    a record (an odd count of quotes so far: quotes inside cells are doubled); but a row cut inside
+    a quoted cell in the middle of a file would swallow the rows after it, so a record built of
+    several lines that does not come out as one row of the header's width is the first line's
+    fault alone: that line is malformed and reading goes on at the next one.
     """
-    quotes = text.count('"')
-    end = len(text)
-    while end > 0:
-        if text.endswith("\n", 0, end) and (quotes - text.count('"', end)) % 2 == 0:
-            break
-        end = text.rfind("\n", 0, end - 1) + 1 if end > 1 else 0
-    if end == len(text):
-        return text, None
-    return text[:end], text.count("\n", 0, end) + 1
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]  # the text after the last newline ('' when it ends with one)
+    if len(lines) == 1:
+        return Records("", [], [], [], 1)
+    header = next(csv.reader([lines[0]]), [])
+    rows: list[tuple[int, str]] = []
+    malformed: list[tuple[int, str]] = []
+    partial: int | None = None
+    i = 1
+    while i < len(lines):
+        start, record = i, lines[i]
+        i += 1
+        while record.count('"') % 2 and i < len(lines):
+            record += lines[i]
+            i += 1
+        if not record.strip():
+            continue
+        ended = record.endswith("\n") and record.count('"') % 2 == 0  # its quoted cells closed, then a newline
+        width = _width(record)
+        if width == len(header) and ended:
+            rows.append((start + 1, record))
+        elif i - start > 1 and any(_width(line) == len(header) for line in lines[start + 1 : i]):
+            # An odd quote swallowed whole rows after it: the fault of its own line alone.
+            malformed.append(
+                (start + 1, f"a cut or malformed row ({_width(lines[start])} cells; the header has {len(header)})")
+            )
+            i = start + 1
+        elif not ended:
+            partial = start + 1
+        else:
+            malformed.append((start + 1, f"a cut or malformed row ({width} cells; the header has {len(header)})"))
+    return Records(lines[0], header, rows, malformed, partial)
 
 
-def _read_csv(path: Path, what: str) -> pd.DataFrame:
-    """One CSV as text cells; only empty cells become missing (a variant named 'NA' stays 'NA').
+def _width(record: str) -> int:
+    """The cells a record holds, read on its own (-1: more than one record)."""
+    if '"' not in record:  # most rows: no quoted cell, so every comma ends one
+        return record.count(",") + 1 if record.strip() else 0
+    parsed = list(csv.reader(io.StringIO(record)))
+    return len(parsed[0]) if len(parsed) == 1 else -1
 
-    A partial last row is left out with one warning; a file cut inside its header is refused."""
+
+def _read_csv(path: Path, what: str) -> tuple[pd.DataFrame, list[int]]:
+    """One CSV as text cells (only empty cells become missing: a variant named 'NA' stays 'NA'),
+    and the line each row starts on. A partial last row and each malformed row are left out, with
+    one warning each; the frame's attrs["skipped"] counts them. A file cut inside its header is refused."""
     if not path.exists():
         raise UserError(f"{what} {path} does not exist")
     if path.is_dir():
@@ -106,29 +160,79 @@ def _read_csv(path: Path, what: str) -> pd.DataFrame:
         raise UserError(f"{what} {path} is not a readable CSV: {exc}") from None
     except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc.strerror}") from None
-    if not text:
+    if not text.strip():
         raise UserError(f"{what} {path} is empty (0 bytes): the run wrote nothing; re-run it")
-    text, partial_line = complete_records(text)
-    if partial_line == 1:
+    records = split_records(text)
+    if records.partial_line == 1:
         raise UserError(f"{what} {path} ends inside its header line: the run wrote no row; re-run it")
-    if partial_line is not None:
-        click.echo(f"commbench: warning: {path} ends in a partial row (line {partial_line}): ignored", err=True)
-    try:
-        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""])
-    except pd.errors.EmptyDataError:
-        raise UserError(f"{what} {path} is empty: the run wrote nothing; re-run it") from None
-    except pd.errors.ParserError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{what} {path} is not a readable CSV: {first}") from None
+    if len(set(records.header)) != len(records.header) or not all(records.header):
+        raise UserError(f"{what} {path} is not a readable CSV: its header repeats a column or has an empty one")
+    for line, why in records.malformed[:MAX_NAMED]:
+        _warn(f"{path} line {line}: {why}: skipped")
+    if len(records.malformed) > MAX_NAMED:
+        _warn(f"{path}: {len(records.malformed) - MAX_NAMED} more cut or malformed rows skipped")
+    if records.partial_line is not None:
+        _warn(f"{path} ends in a partial row (line {records.partial_line}): ignored")
+    frame = pd.read_csv(io.StringIO(records.good_text()), dtype=str, keep_default_na=False, na_values=[""])
+    frame.attrs["skipped"] = len(records.malformed) + (records.partial_line is not None)
+    return frame, [line for line, _ in records.rows]
 
 
-def read_one(path: Path) -> pd.DataFrame:
-    """One results CSV (or nccl-tests' JSON: commbench/results/nccl_tests.py), validated and typed
-    (numbers as floats, text as str)."""
-    path = Path(path)
-    if is_nccl_tests(path):
-        return typed(read_cells(path).replace("", pd.NA), str(path))
-    frame = _read_csv(path, "results file")
+def _warn(text: str) -> None:
+    click.echo(f"commbench: warning: {text}", err=True)
+
+
+# What a cell of a measurement must be: (whole number, smallest, whether the smallest is allowed,
+# what it is). A row holding anything else is named (file, line, column) and left out of every
+# judgement. An empty cell is no measurement (a row the run could not measure), never impossible.
+_TIME = (False, 0, False, "a time (a finite number above 0)")
+_SPREAD = (False, 0, True, "a finite number, 0 or more")
+CHECKED_CELLS = {
+    "size_bytes": (True, 0, True, "a size (a whole number of bytes, 0 or more)"),
+    "world_size": (True, 1, True, "a rank count (a whole number, 1 or more)"),
+    **dict.fromkeys(("time_us_min", "time_us_p50", "time_us_p95", "time_us_max"), _TIME),
+    **dict.fromkeys(("time_us_p50_lo", "time_us_p50_hi"), _TIME),
+    **dict.fromkeys(("time_us_std", "busbw_gbps"), _SPREAD),
+}
+MAX_NAMED = 5  # rows named one by one per file; the rest are counted
+
+
+def impossible_cells(frame: pd.DataFrame) -> list[tuple[int, str, str]]:
+    """(row position, column, why) for the first impossible cell of each row (CHECKED_CELLS): a time
+    that is not a finite positive number, a size that is not a whole number of bytes, NaN, inf."""
+    found: dict[int, tuple[str, str]] = {}
+    for column, (whole, smallest, inclusive, meaning) in CHECKED_CELLS.items():
+        if column not in frame.columns:
+            continue
+        text = frame[column]
+        given = text.notna()
+        value = pd.to_numeric(text, errors="coerce")
+        bad_number = given & ~np.isfinite(value.astype(float))
+        low = given & ~bad_number & ((value < smallest) if inclusive else (value <= smallest))
+        fraction = given & ~bad_number & whole & (value % 1 != 0)
+        for position in np.flatnonzero((bad_number | low | fraction).to_numpy()):
+            if position not in found:
+                found[position] = (column, f"{text.iloc[position]!r} is not {meaning}")
+    return sorted((p, c, why) for p, (c, why) in found.items())
+
+
+def read_cells(path: Path) -> pd.DataFrame:
+    """One results CSV, validated, as text cells ('' where empty): the rows every reader (and
+    `history import`) takes. attrs["skipped"] counts the rows left out (cut, malformed, impossible)."""
+    frame = _validated(Path(path))
+    skipped = frame.attrs["skipped"]
+    frame = frame.fillna("")
+    frame.attrs["skipped"] = skipped
+    return frame
+
+
+def _validated(path: Path) -> pd.DataFrame:
+    """read_cells' rows with empty cells missing (NaN), as typed() takes them."""
+    if is_nccl_tests(path):  # nccl-tests' -J results.json: commbench/results/nccl_tests.py checks it
+        frame = nccl_tests_cells(path).replace("", pd.NA)
+        frame.attrs["skipped"] = 0
+        return frame
+    frame, lines = _read_csv(path, "results file")
     columns = set(frame.columns)
     if columns in (set(RAW_COLUMNS), set(RAW_COLUMNS_V1)):
         raise UserError(
@@ -150,9 +254,25 @@ def read_one(path: Path) -> pd.DataFrame:
     if missing:
         hint = " (not a commbench results CSV?)" if len(missing) > len(REQUIRED_COLUMNS) // 2 else ""
         raise UserError(f"{path} lacks required column(s) {', '.join(missing)}{hint}")
-    if frame.empty:
+    if frame.empty and not frame.attrs["skipped"]:
         raise UserError(f"{path} holds a header but no rows: the run measured nothing")
-    return typed(frame, str(path))
+    impossible = impossible_cells(frame)
+    for position, column, why in impossible[:MAX_NAMED]:
+        _warn(f"{path} line {lines[position]}, column {column}: {why}: row left out")
+    if len(impossible) > MAX_NAMED:
+        _warn(f"{path}: {len(impossible) - MAX_NAMED} more rows with impossible values left out")
+    skipped = frame.attrs["skipped"] + len(impossible)
+    if impossible:
+        frame = frame.drop(index=frame.index[[p for p, _, _ in impossible]]).reset_index(drop=True)
+    if frame.empty:
+        raise UserError(f"{path} holds no usable row ({skipped} cut, malformed or impossible: named above)")
+    frame.attrs["skipped"] = skipped
+    return frame
+
+
+def read_one(path: Path) -> pd.DataFrame:
+    """One results CSV, validated and typed (numbers as floats, text as str)."""
+    return typed(_validated(Path(path)), str(Path(path)))
 
 
 def typed(frame: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -170,6 +290,8 @@ def typed(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         elif column in COLUMNS:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
     frame["group_size"] = frame["group_size"].fillna(frame["world_size"])
+    # A file written before commands were redacted may hold a password: no report or chart shows it.
+    frame["command"] = frame["command"].map(redact)
     frame["source"] = source
     return frame
 
@@ -189,7 +311,9 @@ def read_results(paths: Iterable[Path]) -> pd.DataFrame:
         label = path.stem if stems.count(path.stem) == 1 else f"{path.parent.name}/{path.stem}"
         run_ids = frame["run_id"].unique()
         frame["run"] = label if len(run_ids) == 1 else label + ":" + frame["run_id"]
-    return pd.concat(frames, ignore_index=True)
+    joined = pd.concat(frames, ignore_index=True)
+    joined.attrs["skipped"] = sum(f.attrs.get("skipped", 0) for f in frames)
+    return joined
 
 
 def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tuple, list[float]] | None:
@@ -201,7 +325,7 @@ def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tu
     path = raw_path(Path(csv_path))
     if not path.exists():
         return None
-    raw = _read_csv(path, "raw samples file")
+    raw, _ = _read_csv(path, "raw samples file")
     missing = [c for c in RAW_COLUMNS_V1 if c not in raw.columns]  # version 1 has no round column
     if missing:
         raise UserError(f"{path} lacks raw-sample column(s) {', '.join(missing)}")
@@ -209,6 +333,10 @@ def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tu
     runs = summary.groupby("run_id")
     raw["size_bytes"] = pd.to_numeric(raw["size_bytes"], errors="coerce")
     raw["time_us"] = pd.to_numeric(raw["time_us"], errors="coerce")
+    impossible = ~(np.isfinite(raw["time_us"]) & (raw["time_us"] > 0))
+    if impossible.any():  # a sample that is no time: left out of the tests the samples feed
+        _warn(f"{path}: {int(impossible.sum())} samples whose time_us is not a finite positive number left out")
+        raw = raw[~impossible]
     for column in LAYOUT_KEY:  # the run's, the same on each of its rows
         raw[column] = raw["run_id"].map(runs[column].first().to_dict())
     per_iteration = raw.groupby([*ROW_KEY, "iteration"], dropna=False)["time_us"].max()

@@ -25,7 +25,8 @@ from typing import IO, Any
 import click
 
 from commbench.console.display import PROGRESS_MARK, Display, Status
-from commbench.errors import ExitCode, UserError
+from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals
+from commbench.history.store import check_run_history
 from commbench.launcher_env import (
     LAUNCHER_PID_ENV,
     RANK_COUNT_OPTION,
@@ -64,7 +65,7 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
     """Run this process as one rank of a launcher's job, or spawn local ranks; returns how it ended.
 
     Before a rank is spawned, everything this process can know is checked: the output file, the
-    host's cores and memory against the ranks and the sweep, the GPUs against nccl ranks.
+    history, the host's cores and memory against the ranks and the sweep, the GPUs against nccl ranks.
     """
     from commbench.backends import BACKENDS
     from commbench.run.worker import run_worker
@@ -88,12 +89,13 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
     if (error := world_error(cfg.built_ops(), nproc)) is not None:
         raise UserError(error)
     path = resolve_output(cfg.output, cfg.backend, nproc, cfg.overwrite, cfg.raw)
+    history = check_run_history(cfg.history)  # refused here in well under a second, not by rank 0
     _check_host(cfg, nproc, oversubscribe)
     if nproc == 1:
         why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
         click.echo(f"commbench: warning: {why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it", err=True)
     # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
-    cfg = dataclasses.replace(cfg, output=str(path.resolve()))
+    cfg = dataclasses.replace(cfg, output=str(path.resolve()), history=history)
     click.echo(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
     code = info.spawn(cfg, nproc, spawn)  # the transport's own spawner, if it has one, wraps ours
     return Outcome(code, Path(cfg.output))
@@ -174,6 +176,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
     store = None
     display: Display | None = None
     lock = threading.Lock()
+    stop_on_signals()  # SIGTERM (a scheduler's time limit) and SIGHUP end the run as Ctrl-C does
     try:
         store, port = host_store(cfg.timeout)
         env = {
@@ -213,10 +216,11 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
                 t.start()
                 relays.append(t)
         code = _supervise(procs, cfg.timeout, store)
-    except KeyboardInterrupt:
-        # The ranks run in their own sessions, so a terminal's Ctrl-C reaches only this process.
+    except KeyboardInterrupt as exc:
+        # The ranks run in their own sessions, so a terminal's Ctrl-C (or a killpg of this process
+        # group's SIGTERM) reaches only this process: it stops them as Ctrl-C would.
         _stop(procs, signal.SIGINT)
-        code = ExitCode.INTERRUPTED
+        code = interrupted_code(exc)
     for t in relays:
         t.join(timeout=2)
     if display is not None:
@@ -231,7 +235,8 @@ def _say_where(code: int, path: Path) -> None:
     # Success and wrong results end with rank 0's own line naming the file; a refusal measured nothing.
     if code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE):
         return
-    what = "interrupted" if code == ExitCode.INTERRUPTED else "stopped early"
+    stopped_by = {ExitCode.INTERRUPTED: "", ExitCode.TERMINATED: " by SIGTERM", ExitCode.HANGUP: " by SIGHUP"}
+    what = f"interrupted{stopped_by[code]}" if code in stopped_by else "stopped early"
     if path.exists():
         click.echo(f"commbench: {what}; results measured so far are in {path}", err=True)
     else:

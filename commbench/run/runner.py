@@ -19,6 +19,7 @@ from commbench.run.heartbeat import because
 from commbench.run.rotation import sweep_op
 from commbench.run.session import Session, in_groups, open_session
 from commbench.run.watchdog import bounded
+from commbench.units import counted
 
 TRANSPORT_TIMEOUT_SLACK_S = 10.0
 
@@ -59,7 +60,7 @@ def _measure(session: Session, backend: Backend) -> Outcome:
         for op in session.plan.ops:
             if sink:
                 names = {"op": [op.name], "variant": op.variants, "phase": op.phases, "dtype": cfg.dtypes}
-                sink.section(f"{op.name} on {backend.world_size} ranks{in_groups(session.grouping)}", names)
+                sink.section(f"{op.name} on {counted(backend.world_size, 'rank')}{in_groups(session.grouping)}", names)
             for dtype in cfg.dtypes:
                 wrong_total += sweep_op(session, op, dtype)
     except CollectiveFailure as exc:
@@ -72,8 +73,10 @@ def _measure(session: Session, backend: Backend) -> Outcome:
     except UserError as exc:  # rank 0's results file took no more rows (a full disk): the peers' line names it
         board.finish(f"stopped: {exc.format_message().split(';')[0]}")
         raise
-    except BaseException:
+    except BaseException as exc:
         board.finish(f"stopped in {watchdog.label}")
+        if sink and isinstance(exc, KeyboardInterrupt):
+            sink.interrupted = True  # the history says so, not only `incomplete`
         raise
     finally:
         board.finish("finished")  # a no-op after either failure above: the first state stays

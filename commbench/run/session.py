@@ -31,6 +31,7 @@ from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_error
 from commbench.run.sink import Sink
 from commbench.run.watchdog import Watchdog
+from commbench.units import counted
 
 
 @dataclass
@@ -122,7 +123,7 @@ def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agree
     sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget, history=recorder)
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
-        f"{backend.world_size} ranks on {facts.hosts}{in_groups(grouping)}, mode {cfg.mode}, "
+        f"{counted(backend.world_size, 'rank')} on {facts.hosts}{in_groups(grouping)}, mode {cfg.mode}, "
         f"{cfg.iterations_text}, {cfg.warmup} warm-up{_alone(backend.world_size)}; results -> {path}"
     )
     return sink

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import commbench
 from commbench.console import table
 from commbench.console.display import Display, Status
+from commbench.errors import signals_held
+from commbench.provenance import record_wall_time
 from commbench.results.measurement import Measurement
 from commbench.results.noise import Budget, HostLoad, summarise_noise
 from commbench.results.paths import raw_path
@@ -41,6 +43,7 @@ class Sink:
         self.started = time.monotonic()
         self.rows: list[dict[str, Any]] = []  # what the noise summary needs of each measured row
         self.history = history  # files each row in the history too (commbench/history/recorder.py)
+        self.interrupted = False  # set when Ctrl-C, SIGTERM or SIGHUP stopped the run
         self.base = {"schema_version": SCHEMA_VERSION, "commbench_version": commbench.__version__, **base}
         self.display = display
         self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
@@ -58,17 +61,19 @@ class Sink:
     def unavailable(self, op: str, variant: str, dtype: str, reason: str) -> None:
         row = {**self.base, "timestamp": _now(), "op": op, "variant": variant, "dtype": dtype}
         row.update(status="unavailable", note=reason)
-        self.writer.write(row)
-        if self.history is not None:
-            self.history.add(row)
+        with signals_held():
+            self.writer.write(row)
+            if self.history is not None:
+                self.history.add(row)
         self.display.write(self.table.line(row))
 
     def measured(self, m: Measurement) -> None:
         row = self.row(m)
-        self.writer.write(row)
+        with signals_held():  # a row is in the CSV and the history, or in neither
+            self.writer.write(row)
+            if self.history is not None:
+                self.history.add(row)
         self.rows.append({k: row[k] for k in _NOISE_COLUMNS})
-        if self.history is not None:
-            self.history.add(row)
         if self.raw is not None:
             key = {k: row[k] for k in ("run_id", *CASE_KEY)}
             round_of = [r for r, block in enumerate(m.rounds_us) for _ in block]
@@ -113,16 +118,16 @@ class Sink:
         for f in (self.writer, self.raw):
             if f is not None:
                 f.close()
-        if self.history is not None:
-            self.history.end()  # incomplete until finish() says the run completed
+        if self.history is not None:  # incomplete (or interrupted) until finish() says the run completed
+            self.history.end(interrupted=self.interrupted)
 
     def finish(self, wrong_total: int) -> None:
         if self.history is not None:
             self.history.end(completed=True)
             self.history.close()
-        summary = summarise_noise(
-            self.rows, self.budget, time.monotonic() - self.started, HostLoad.here(_ranks_here(self.base))
-        )
+        wall_s = time.monotonic() - self.started
+        record_wall_time(self.path, wall_s)  # so that a report of this CSV advises as this line does
+        summary = summarise_noise(self.rows, self.budget, wall_s, HostLoad.here(_ranks_here(self.base)))
         if summary is not None:
             self.display.write(summary.line())
         if wrong_total:

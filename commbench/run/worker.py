@@ -10,13 +10,14 @@ import signal
 import sys
 import traceback
 
-from commbench.errors import ExitCode, UserError, tell_launcher
+from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals, tell_launcher
 from commbench.launcher_env import LAUNCHER_PID_ENV, Launch, detect
 from commbench.run.config import Outcome, PeerError, SweepConfig
 
 
 def run_worker(cfg: SweepConfig, launch: Launch) -> Outcome:
     """Run this rank and turn every expected failure into one line and an exit code."""
+    stop_on_signals()  # a scheduler's SIGTERM to every process of the job: the rows kept, as on Ctrl-C
     try:
         from commbench.run.failures import CollectiveFailure
         from commbench.run.runner import run_rank
@@ -36,8 +37,8 @@ def run_worker(cfg: SweepConfig, launch: Launch) -> Outcome:
             print(f"commbench: {exc}", file=sys.stderr, flush=True)
             tell_launcher(f"commbench: {exc}")
             return Outcome(ExitCode.COLLECTIVE_FAILURE)
-    except KeyboardInterrupt:  # rows are written as they complete: nothing to save, just stop
-        return Outcome(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt as exc:  # rows are written as they complete: nothing to save, just stop
+        return Outcome(interrupted_code(exc))
 
 
 def die_with_launcher() -> None:
@@ -61,8 +62,8 @@ def main() -> None:
     try:
         die_with_launcher()
         code = run_worker(SweepConfig.from_json(sys.stdin.read()), detect()).code
-    except KeyboardInterrupt:
-        code = ExitCode.INTERRUPTED
+    except KeyboardInterrupt as exc:
+        code = interrupted_code(exc)
     except Exception:  # a bug: keep its traceback, but never exit 1, which means wrong results
         traceback.print_exc()
         code = ExitCode.INTERNAL

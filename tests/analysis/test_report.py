@@ -174,3 +174,28 @@ def test_a_report_of_several_runs_says_what_differs_and_draws_a_panel_per_varian
     one = build_report(paths[:1])  # one run: no runs section, the size chart of old
     assert "<h2 id='runs'>" not in one and "latency and busbw against size" in one
     assert [c.kind for c in build_charts(read_results(paths[:1]))] == ["size"]
+
+
+def test_the_report_advises_as_the_run_did_from_its_recorded_wall_time(tmp_path: Path) -> None:
+    """The run's last line scales its advice's cost by its own wall time, which it adds to its
+    .env.json; the report reads it there, so both say the same (they once said 32 s and 59 s)."""
+    import json
+
+    import pandas as pd
+
+    from commbench.provenance import env_path, record_wall_time
+    from commbench.results.noise import Budget, summarise_noise
+
+    csv = synth_run(tmp_path / "noisy.csv", [Case("all_gather", "flat")], seed=4, raw=False, sigma=0.6, rounds=3)
+    frame = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    frame["note"] = "noisy: p50 interval 40% wide"  # what the sink writes of such rows
+    frame.to_csv(csv, index=False)
+    env_path(csv).write_text(json.dumps({"format": 1, "hosts": []}))
+    record_wall_time(csv, 37.5)
+    rows = read_results([csv]).to_dict("records")
+    console = summarise_noise(rows, Budget(), 37.5)
+    assert console is not None and console.cost != summarise_noise(rows, Budget()).cost  # the wall time matters
+    result = CliRunner().invoke(main, ["report", str(csv), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "r.html").read_text()
+    assert f"What helps: <code>{console.option}</code> ({console.cost}, estimated from the rows)" in html

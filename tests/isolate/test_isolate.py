@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import statistics
-from itertools import combinations
+from itertools import combinations, pairwise
 
 import pandas as pd
 import pytest
@@ -304,3 +305,38 @@ def test_a_round_that_forms_the_last_rounds_groups_keeps_them():
     for created, seen in results:
         assert created == 3  # same (kept twice), other, same again
         assert seen == [[((0, 1), 0), ((2, 3), 0)]] * 3 + [[((0, 2), 0), ((1, 3), 0)], [((0, 1), 0), ((2, 3), 0)]]
+
+
+def _tiny_verdict() -> dict:
+    """Scores as a loaded cluster's small exchanges give them: GB/s in the ten-thousandths."""
+    v = _verdict()
+    v["host"]["scores"] = {"n1": 0.000288, "n2": 0.000291, "n3": 0.000279, "n4": 0.000071}
+    v["host"]["bar"] = {"median": 0.000284, "mad": 0.0000288, "margin": 0.0000568, "cut": 0.000227}
+    v["host"]["pairs"] = [[a, b, bw / 3500] for a, b, bw in v["host"]["pairs"]]
+    return v
+
+
+def test_the_console_verdict_never_writes_an_exponent():
+    text = format_verdict(_tiny_verdict())
+    assert "MAD 0.0000288" in text and "median 0.000284" in text and "n4 0.000071 GB/s" in " ".join(text.split())
+    assert not re.search(r"\de[-+]\d", text), text
+
+
+def test_the_score_axis_ticks_do_not_run_together(tmp_path, monkeypatch):
+    """Look at the chart: its score axis, a narrow panel, once wrote 8 long tick labels over each other."""
+    import matplotlib.figure
+
+    drawn = []
+    save = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (drawn.append(fig), save(fig, *a, **k))
+    )
+    draw(_tiny_verdict(), tmp_path / "tiny.png")
+    (fig,) = drawn
+    (axis,) = [ax.xaxis for ax in fig.axes if ax.get_xlabel() == "host score (GB/s)"]
+    fig.canvas.draw()
+    low, high = axis.axes.get_xlim()
+    labels = [t for t in axis.get_ticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
+    boxes = sorted((t.get_window_extent() for t in labels), key=lambda b: b.x0)
+    assert len(boxes) >= 2 and all(a.x1 < b.x0 for a, b in pairwise(boxes)), [t.get_text() for t in labels]
+    assert not [t.get_text() for t in labels if "e" in t.get_text()] and not axis.get_offset_text().get_text()

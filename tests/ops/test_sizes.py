@@ -109,3 +109,23 @@ def test_a_sweep_of_millions_of_sizes_is_refused_with_its_length():
         size_range(8, 64, float("nan"))
     with pytest.raises(UserError, match="factor"):
         size_range(8, 64, float("inf"))
+
+
+def test_a_measured_value_is_written_without_an_exponent():
+    from commbench.units import format_number
+
+    assert [format_number(v) for v in (2.88e-05, 78.53, 2.5, 12345.6, 0.000284, 0.0, 1e-9)] == [
+        "0.0000288",
+        "78.5",
+        "2.5",
+        "12346",
+        "0.000284",
+        "0",
+        "0.000000001",
+    ]
+
+
+def test_a_count_is_singular_for_one():
+    from commbench.units import counted
+
+    assert (counted(1, "rank"), counted(2, "rank"), counted(0, "rank")) == ("1 rank", "2 ranks", "0 ranks")

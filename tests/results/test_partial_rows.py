@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import main
-from commbench.results.reader import complete_records
+from commbench.results.reader import split_records
 from commbench.results.schema import COLUMNS
 from tests.support.errors import assert_one_line_error
 from tests.support.synth_results import Case, synth_run
@@ -63,7 +63,10 @@ def test_compare_ignores_a_partial_last_row_cut_anywhere(runs: tuple[Path, Path,
         assert result.exit_code == 0, result.output
         _partial_named_once(result.output, b)
         assert "wrong" not in result.output
-        assert f"# {ROWS - 1} unchanged; passed" in result.output
+        assert (
+            f"# {ROWS - 1} unchanged; 1 row of {b} not judged (cut, malformed or impossible: named above); passed"
+            in (result.output)
+        )
         assert "# only in the baseline (1 rows" in result.output or "# only in the candidate (1 rows" in result.output
 
 
@@ -85,11 +88,31 @@ def test_a_file_cut_inside_its_header_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(CliRunner().invoke(main, ["model", str(cut)]), "ends inside its header line")
 
 
-def test_complete_records_finds_where_the_partial_record_starts() -> None:
-    assert complete_records("h\n1\n") == ("h\n1\n", None)
-    assert complete_records("h\n1\n2,3") == ("h\n1\n", 3)
+def test_split_records_finds_where_the_partial_record_starts() -> None:
+    def split(text: str) -> tuple[list, int | None]:
+        records = split_records(text)
+        return [next(csv.reader(io.StringIO(row))) for _, row in records.rows], records.partial_line
+
+    assert split("h,i\n1,2\n") == ([["1", "2"]], None)
+    assert split("h,i\n1,2\n2,3") == ([["1", "2"]], 3)
     # a newline inside a quoted cell does not end the record; doubled quotes stay inside it
-    assert complete_records('h\n1,"a\nb ""c"" d"\n') == ('h\n1,"a\nb ""c"" d"\n', None)
-    assert complete_records('h\n1,"a\nb ""c"" d"') == ("h\n", 2)
-    assert complete_records('h\n1,"a\n') == ("h\n", 2)
-    assert complete_records("h") == ("", 1)
+    assert split('h,i\n1,"a\nb ""c"" d"\n') == ([["1", 'a\nb "c" d']], None)
+    assert split('h,i\n1,"a\nb ""c"" d"') == ([], 2)
+    assert split('h,i\n1,"a\n') == ([], 2)
+    assert split_records("h").partial_line == 1
+
+
+def test_a_row_cut_in_the_middle_costs_only_itself() -> None:
+    """A row cut inside a quoted cell once swallowed every row after it (its odd quote)."""
+    records = split_records('h,i\n1,2\n3,"cut\n4,5\n6,"x, y"\n7,8\n')
+    assert [(line, next(csv.reader(io.StringIO(row)))) for line, row in records.rows] == [
+        (2, ["1", "2"]),
+        (4, ["4", "5"]),
+        (5, ["6", "x, y"]),
+        (6, ["7", "8"]),
+    ]
+    assert [line for line, _ in records.malformed] == [3] and records.partial_line is None
+    short = split_records("h,i\n1,2\n3\n4,5\n")
+    assert [line for line, _ in short.rows] == [2, 4] and short.malformed == [
+        (3, "a cut or malformed row (1 cells; the header has 2)")
+    ]

@@ -47,8 +47,9 @@ def _whole_or_marked(frame) -> bool:
     return set(frame["status"]) <= {"ok", "stopped"} and stopped["note"].str.contains("its check not run").all()
 
 
-def _sweep(out: Path, *args: str) -> subprocess.Popen[str]:
-    """`commbench sweep` in the background from the repo root (so `tests.support.plugins` imports in the ranks)."""
+def _sweep(out: Path, *args: str, new_session: bool = False) -> subprocess.Popen[str]:
+    """`commbench sweep` in the background from the repo root (so `tests.support.plugins` imports in the ranks);
+    new_session: in a process group of its own, as a batch job's step runs (its pid is the group's id)."""
     cmd = [
         sys.executable,
         *"-m commbench sweep --backend gloo --nproc 2 --no-plot --timeout".split(),
@@ -64,6 +65,7 @@ def _sweep(out: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=new_session,
     )
 
 
@@ -237,6 +239,41 @@ def test_a_spawned_sweep_listens_on_loopback_only(interrupted):
     # the launcher's rendezvous store and each rank's Gloo listener, all on 127.0.0.1
     assert len(interrupted["sockets"]) >= 3, interrupted["sockets"]
     assert {addr for addr, _ in interrupted["sockets"]} <= {"127.0.0.1", "::1"}, interrupted["sockets"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sig", "code", "every_process"),
+    [
+        (signal.SIGTERM, 143, False),  # SLURM's time limit or preemption, to the launcher's process group
+        (signal.SIGTERM, 143, True),  # ... and to the ranks too, as SLURM signals every process of a step
+        (signal.SIGHUP, 129, False),  # the terminal or the session went away
+    ],
+)
+def test_sigterm_and_sighup_stop_the_run_as_ctrl_c_does(tmp_path, sig, code, every_process):
+    from commbench.history.query import list_runs
+    from commbench.history.store import open_history
+
+    out = tmp_path / "run.csv"
+    proc = _sweep(out, *LONG_SWEEP, "--history", str(tmp_path / "h.sqlite"), new_session=True)
+    _wait_for_rows(out, 2, proc)
+    ranks = list(_rank_pids(proc.pid).values())
+    os.killpg(proc.pid, sig)  # the launcher's process group; its ranks sit in sessions of their own
+    for pid in ranks if every_process else ():
+        os.kill(pid, sig)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=SLACK_S + 60)
+    assert proc.returncode == code, err
+    assert time.monotonic() - sent < SLACK_S  # "within a few seconds": here about 3 s, under load
+    name = signal.Signals(sig).name
+    assert err.strip().splitlines()[-1] == f"commbench: interrupted by {name}; results measured so far are in {out}"
+    assert "Traceback" not in err and "killed by" not in err, err
+    assert len(_read(out)) >= 2
+    assert not [p for p in ranks if _alive(p)]
+    history = open_history(str(tmp_path / "h.sqlite"), create=False)
+    (run,) = list_runs(history)
+    history.close()
+    assert run["status"] == "interrupted" and run["rows"] == len(_read(out))
 
 
 # -- 4. an inconsistent launch ----------------------------------------------------------------------
