@@ -23,7 +23,7 @@ VARIANTS = ("single", "uneven")
 def rank_main(rank: int, world: int, port: int, queue, imbalance: float, rounds: int, iters: int) -> None:
     from commbench.ops.all_to_all import AllToAll, receive_imbalance
     from commbench.ops.args import CollArgs
-    from commbench.ops.base import Point
+    from commbench.ops.spec import Point
     from commbench.run.harness import measure
     from commbench.run.watchdog import Watchdog
 

@@ -111,7 +111,7 @@ def measure_case(backend: Any, case: dict[str, Any]) -> dict[str, Any]:
     from commbench.backends import copies_of
     from commbench.ops import load_op
     from commbench.ops.args import CollArgs, complete
-    from commbench.ops.base import MemoryCase
+    from commbench.ops.memory import MemoryCase
     from commbench.run.harness import measure
     from commbench.run.resources import peak_bytes, reset_peak
     from commbench.run.watchdog import Watchdog
@@ -127,7 +127,7 @@ def measure_case(backend: Any, case: dict[str, Any]) -> dict[str, Any]:
         options, requested = workload(case["op"], size, backend.world_size, element_size)
         op = load_op(case["op"])(options)
         point = op.points([requested])[-1]
-        window = op.window_for(variant, case["window"])
+        window = op.spec.window_for(variant, case["window"])
         args = CollArgs(backend=backend, dtype=dtype, variant=variant)
         op.setup(args, point)
         wrong = 0

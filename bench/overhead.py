@@ -81,7 +81,7 @@ def measure_pairs(backend: Any, pairs: int, iters: int, window: int) -> list[tup
     identical loops differ by here, so the noise a harness/bare median cannot see below)."""
     from commbench.ops.all_gather import AllGather
     from commbench.ops.args import CollArgs
-    from commbench.ops.base import Point
+    from commbench.ops.spec import Point
     from commbench.run.harness import TimedCase
     from commbench.run.watchdog import Watchdog
 

@@ -76,7 +76,7 @@ def rank_main(rank: int, world: int, port: int, queue: Any, reps: int, iters: in
 
     from commbench.ops.all_reduce import AllReduce
     from commbench.ops.args import CollArgs
-    from commbench.ops.base import Point
+    from commbench.ops.spec import Point
     from commbench.run.harness import TimedCase, blocks
     from commbench.run.watchdog import Watchdog
 

@@ -52,7 +52,7 @@ def breakdown(backend: Any, size: int, iters: int) -> dict[str, dict[str, float]
 
     from commbench.ops.all_gather import AllGather
     from commbench.ops.args import CollArgs, wait_all
-    from commbench.ops.base import Point
+    from commbench.ops.spec import Point
     from commbench.run.timers import timer_for
 
     op = AllGather()
@@ -136,7 +136,7 @@ def layers(calls: int) -> dict[str, float]:
     from commbench.backends.gloo import GlooBackend
     from commbench.ops.all_gather import AllGather
     from commbench.ops.args import CollArgs, wait_all
-    from commbench.ops.base import Point
+    from commbench.ops.spec import Point
     from commbench.run.timers import timer_for
 
     done = _Done()

@@ -29,7 +29,7 @@ def rank_main(rank: int, world: int, port: int, queue, rounds: int, iters: int) 
     import commbench.run.harness as harness
     from commbench.ops.all_reduce import AllReduce
     from commbench.ops.args import CollArgs
-    from commbench.ops.base import Point
+    from commbench.ops.spec import Point
     from commbench.run.timers import CudaEventTimer, PerfCounterTimer, cuda_lead
     from commbench.run.watchdog import Watchdog
 

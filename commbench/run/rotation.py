@@ -9,7 +9,8 @@ import dataclasses
 import torch
 
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Op, Point
+from commbench.ops.base import Op
+from commbench.ops.spec import Point
 from commbench.results.measurement import Measurement
 from commbench.run.config import ONE_RANK_NOTE
 from commbench.run.failures import CollectiveFailure, first_sentence, refused_everywhere
@@ -48,9 +49,9 @@ def _set_up(
     for point, variant in group:
         args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
         op.setup(args, point)
-        window = op.window_for(variant, cfg.window_per_sample)
+        window = op.spec.window_for(variant, cfg.window_per_sample)
         notes = [
-            WAITS_INSIDE_NOTE if op.completes_internally(variant) and cfg.mode == "nonblocking" else "",
+            WAITS_INSIDE_NOTE if op.spec.completes_internally(variant) and cfg.mode == "nonblocking" else "",
             op.note(args),
             ONE_RANK_NOTE if backend.world_size == 1 else "",
         ]

@@ -18,7 +18,7 @@ import torch
 
 from commbench.backends.base import Backend
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Point
+from commbench.ops.spec import Point
 from commbench.run.config import SweepConfig
 from commbench.run.harness import TimedCase, blocks, planned_iters
 from commbench.run.plan import rotation_groups

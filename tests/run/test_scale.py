@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from commbench.ops.all_reduce import AllReduce
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Point
+from commbench.ops.spec import Point
 from commbench.results.measurement import Measurement
 from commbench.run.harness import TimedCase
 from commbench.run.heartbeat import STORE_WRITES_PER_S, Heartbeat, RankRecord

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Op, Point
+from commbench.ops.base import Op
+from commbench.ops.spec import Point
 from commbench.run.harness import measure
 from commbench.run.watchdog import Watchdog
 
