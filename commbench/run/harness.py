@@ -70,6 +70,7 @@ class TimedCase:
         watchdog: Watchdog,
         label: str,
         keep_per_rank: bool = False,
+        compute_for: Callable[[TimedCase, float], ComputeKernel] | None = None,
     ) -> None:
         self.op, self.args, self.phase, self.window = op, args, phase, window
         self.size_bytes = op.size_bytes(args, phase)  # S, as set up
@@ -85,9 +86,9 @@ class TimedCase:
         self._bound_per_sample = 0
         self.wrong = -1
         self.timer = timer_for(self.backend)
-        # --overlap (commbench/run/overlap.py): the runner sets compute_for, which makes the matmul
-        # from the op's agreed sample time (seconds) once the first block has measured it.
-        self.compute_for: Callable[[float], ComputeKernel] | None = None
+        # --overlap (commbench/run/overlap.py): compute_for makes the matmul for this case from the
+        # op's agreed sample time (seconds) once the first block has measured it.
+        self.compute_for = compute_for
         self.compute: ComputeKernel | None = None
         self.compute_rounds_us: list[list[float]] = []
         self.overlapped_rounds_us: list[list[float]] = []
@@ -174,15 +175,15 @@ class TimedCase:
         while len(local) < planned:
             local.append(self._sample(f"{self.label} (warm-up)"))
             if auto and len(local) == 1:
-                first = self._agree_max(local[0])
+                first = self.agree_max(local[0])
                 planned = min(planned, 1 + math.floor(WARMUP_SHARE * time_per_size / max(first, 1e-9)))
         self.watchdog.disarm()
         estimate = min(local[1:] or local) if local else math.nan
         if not auto or len(local) == 1:
             return first if auto else estimate
-        return self._agree_max(estimate)
+        return self.agree_max(estimate)
 
-    def _agree_max(self, value: float) -> float:
+    def agree_max(self, value: float) -> float:
         """The largest of every rank's value, on every rank (one all_reduce of one float64)."""
         return self._share(lambda: self.backend.reduce_floats([value], "max")[0])
 
@@ -194,7 +195,7 @@ class TimedCase:
         # Read once the block is done: on CUDA one synchronise on the block's last event.
         local_us = [us / self.window for us in self.timer.read_us()]
         if self.compute_for is not None and self.compute is None and local_us:
-            self.compute = self.compute_for(self._agree_max(statistics.median(local_us) * self.window * 1e-6))
+            self.compute = self.compute_for(self, self.agree_max(statistics.median(local_us) * self.window * 1e-6))
         overlap = self._overlap_block(iters) if self.compute is not None else None
         wrong = self._check_here() if check else None
         self._share(lambda: self._share_block(local_us, round_index, overlap, wrong))

@@ -5,6 +5,7 @@ measured so far; a variant the transport refuses becomes one `unavailable` row."
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -15,7 +16,7 @@ from commbench.results.measurement import Measurement
 from commbench.run.config import ONE_RANK_NOTE
 from commbench.run.failures import CollectiveFailure, first_sentence, refused_everywhere
 from commbench.run.harness import TimedCase
-from commbench.run.iterations import visit
+from commbench.run.iterations import compute_kernel, visit
 from commbench.run.overlap import cpu_note
 from commbench.run.plan import RotationEntry
 from commbench.run.session import Session
@@ -65,7 +66,14 @@ def _set_up(
             label = f"{op.name}/{variant}/{phase} {dtype} at {_where(point, s_bytes)}"
             # Rank 0 keeps every rank's samples only for --raw's samples file, their one reader.
             case = TimedCase(
-                op, args, phase, window=window, watchdog=session.watchdog, label=label, keep_per_rank=cfg.raw
+                op,
+                args,
+                phase,
+                window=window,
+                watchdog=session.watchdog,
+                label=label,
+                keep_per_rank=cfg.raw,
+                compute_for=functools.partial(compute_kernel, cfg) if cfg.overlap else None,
             )
             entries.append(RotationEntry(case, args, s_bytes, note, need(point, variant)))
     return entries

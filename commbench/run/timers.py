@@ -24,7 +24,6 @@ Which timer made a row is its `timer` column (TIMERS, commbench/results/timing.p
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,7 +61,7 @@ class Timer(Protocol):
 
 
 class PerfCounterTimer:
-    """The host clock: time.perf_counter itself where the device needs no synchronise (host_clock)."""
+    """The host clock: the backend's clock, which synchronises its device, then reads time.perf_counter."""
 
     name = PERF_COUNTER
 
@@ -175,26 +174,13 @@ class CudaEventTimer:
         return found
 
 
-def host_clock(backend: Backend) -> Callable[[], float]:
-    """The clock a host timer reads: time.perf_counter itself when the backend's clock is the base
-    one and its device synchronise a no-op (a CPU transport), so a mark is one clock read; else
-    backend.clock (a transport that must drain its device first, or a clock a test replaces)."""
-    from commbench.backends.base import Backend
-
-    clock = backend.clock
-    plain = getattr(clock, "__func__", None) is Backend.clock
-    if plain and getattr(type(backend), "synchronize", None) is Backend.synchronize:
-        return time.perf_counter
-    return clock
-
-
 def timer_for(backend: Backend) -> Timer:
     """CUDA events where the backend's tensors live on a GPU, else the synchronised host clock."""
     if backend.device.type == "cuda":
         import torch
 
         return CudaEventTimer(torch.cuda.Event, stream=torch.cuda.current_stream, lead=cuda_lead())
-    return PerfCounterTimer(host_clock(backend))
+    return PerfCounterTimer(backend.clock)
 
 
 def cuda_lead(cycles: int = LEAD_CYCLES) -> Callable[[], None] | None:
