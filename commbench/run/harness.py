@@ -16,7 +16,7 @@ from commbench.backends.base import Backend
 from commbench.ops.args import CollArgs, complete
 from commbench.results.measurement import Measurement
 from commbench.run.overlap import ComputeKernel
-from commbench.run.timers import timer_for
+from commbench.run.timers import Timer, timer_for
 
 if TYPE_CHECKING:
     from commbench.ops.base import Op
@@ -71,6 +71,7 @@ class TimedCase:
         label: str,
         keep_per_rank: bool = False,
         compute_for: Callable[[TimedCase, float], ComputeKernel] | None = None,
+        timer: Timer | None = None,
     ) -> None:
         self.op, self.args, self.phase, self.window = op, args, phase, window
         self.size_bytes = op.size_bytes(args, phase)  # S, as set up
@@ -85,7 +86,7 @@ class TimedCase:
         self._bound: Counter[str] = Counter()
         self._bound_per_sample = 0
         self.wrong = -1
-        self.timer = timer_for(self.backend)
+        self.timer = timer_for(self.backend) if timer is None else timer  # another timer: bench/timers.py
         # --overlap (commbench/run/overlap.py): compute_for makes the matmul for this case from the
         # op's agreed sample time (seconds) once the first block has measured it.
         self.compute_for = compute_for
@@ -215,7 +216,7 @@ class TimedCase:
         targets = [self.rounds_us, self.compute_rounds_us, self.overlapped_rounds_us][: len(parts)]
         start = 0
         for rounds, part in zip(targets, parts):
-            _extend_round(rounds, round_index, maxima[start : start + len(part)])
+            extend_round(rounds, round_index, maxima[start : start + len(part)])
             start += len(part)
         if wrong is not None:
             self.wrong = _count(self.backend.reduce_floats([wrong], "sum")[0])
@@ -296,7 +297,7 @@ class TimedCase:
         )
 
 
-def _extend_round(rounds: list[list[float]], round_index: int, maxima: list[float]) -> None:
+def extend_round(rounds: list[list[float]], round_index: int, maxima: list[float]) -> None:
     """Add a block's per-iteration maxima over ranks to round `round_index`."""
     if len(rounds) <= round_index:
         rounds.append([])
@@ -320,6 +321,7 @@ def measure(
     watchdog: Watchdog,
     label: str,
     keep_per_rank: bool = False,
+    timer: Timer | None = None,
 ) -> Measurement:
     """One case on its own: warm up, time `iters` samples of `window` back-to-back ops each in one
     block, then check one fresh iteration.
@@ -328,7 +330,9 @@ def measure(
     `window` ops before completing them all and reports time / window. The timer (timer_for) reads
     every sample once the block is done. keep_per_rank: rank 0 also keeps every rank's samples.
     """
-    case = TimedCase(op, args, phase, window=window, watchdog=watchdog, label=label, keep_per_rank=keep_per_rank)
+    case = TimedCase(
+        op, args, phase, window=window, watchdog=watchdog, label=label, keep_per_rank=keep_per_rank, timer=timer
+    )
     case.warm_up(warmup)
     case.block(iters, 0, check)
     return case.measurement()
