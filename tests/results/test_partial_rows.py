@@ -70,9 +70,8 @@ def test_compare_ignores_a_partial_last_row_cut_anywhere(runs: tuple[Path, Path,
 @pytest.mark.parametrize(
     "command",
     [
-        pytest.param(
-            ["plot", "-o", "{out}/charts/"], marks=pytest.mark.slow
-        ),  # the charts render in a pool of processes
+        # plot renders its charts in a pool of processes
+        pytest.param(["plot", "-o", "{out}/charts/"], marks=pytest.mark.slow),
         ["report", "-o", "{out}/r.html"],
         ["model"],
     ],
