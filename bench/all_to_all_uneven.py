@@ -21,11 +21,7 @@ VARIANTS = ("single", "uneven")
 
 
 def rank_main(rank: int, world: int, port: int, queue, imbalance: float, rounds: int, iters: int) -> None:
-    from commbench.ops.all_to_all import AllToAll, receive_imbalance
-    from commbench.ops.args import CollArgs
-    from commbench.ops.base import Point
-    from commbench.run.harness import measure
-    from commbench.run.watchdog import Watchdog
+    from commbench.benchkit import AllToAll, CollArgs, Point, Watchdog, measure, receive_imbalance
 
     backend = join_group(rank, world, port)
     watchdog = Watchdog(300, rank)

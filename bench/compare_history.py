@@ -24,9 +24,11 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from compare_pairs import SWEEP, called, flagged, slowed, sweep, tally  # noqa: E402
 
-from commbench.analysis.compare import compare_runs  # noqa: E402
-from commbench.analysis.history_gate import compare_history  # noqa: E402
-from commbench.history.store import open_history  # noqa: E402
+from commbench.benchkit import (  # noqa: E402
+    compare_history,
+    compare_runs,
+    open_history,
+)
 
 FACTOR = 1.2
 

@@ -26,8 +26,11 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from commbench.analysis.compare import Comparison, compare_runs  # noqa: E402
-from commbench.results.paths import raw_path  # noqa: E402
+from commbench.benchkit import (  # noqa: E402
+    Comparison,
+    compare_runs,
+    raw_path,
+)
 
 SWEEP = ["--op", "all_gather", "-b", "8", "-e", "1M", "-f", "4", "--raw", "--backend", "gloo", "--nproc", "2"]
 FACTOR = 1.5

@@ -27,8 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from commbench.isolate.report import draw
-from commbench.isolate.schedule import circle_rounds
+from commbench.benchkit import circle_rounds, draw
 from tests.isolate.test_isolate_hosts import CPU_QUOTA, HEALTHY, HOSTS, SLOW, hosts_sh, isolate, shape, verdict_lines
 from tests.test_two_hosts import netns_unavailable
 

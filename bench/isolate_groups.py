@@ -18,10 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from commbench.isolate.measure import Rounds
-from commbench.isolate.schedule import circle_rounds
-from commbench.run.config import SweepConfig
-from commbench.run.watchdog import Watchdog
+from commbench.benchkit import Rounds, SweepConfig, Watchdog, circle_rounds
 from tests.support.distributed import run_ranks
 
 

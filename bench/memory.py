@@ -39,14 +39,14 @@ from ranks import RanksFailed, join_group, stream_ranks
 
 def measurable_ops() -> list[str]:
     """Every registered op with buffers: the latency-only ones (barrier, no bus factor) hold none."""
-    from commbench.ops import registry
+    from commbench.benchkit import registry
 
     return [name for name, cls in registry().items() if cls.spec.bus_factor is not None]
 
 
 def workload(op: str, size: int, world: int, element_size: int) -> tuple[dict[str, str], int]:
     """(op options, requested size) that make about `size` bytes of work for this op."""
-    from commbench.ops.gradients import transformer_gradients
+    from commbench.benchkit import transformer_gradients
 
     elements = max(1, size // element_size)
     if op == "grouped_all_gather":
@@ -108,13 +108,17 @@ def rank_main(rank: int, world: int, port: int, queue: Any, cases: list[dict[str
 
 def measure_case(backend: Any, case: dict[str, Any]) -> dict[str, Any]:
     """This rank's figures for one case (see the module's docstring)."""
-    from commbench.backends import copies_of
-    from commbench.ops import load_op
-    from commbench.ops.args import CollArgs, complete
-    from commbench.ops.base import MemoryCase
-    from commbench.run.harness import measure
-    from commbench.run.resources import peak_bytes, reset_peak
-    from commbench.run.watchdog import Watchdog
+    from commbench.benchkit import (
+        CollArgs,
+        MemoryCase,
+        Watchdog,
+        complete,
+        copies_of,
+        load_op,
+        measure,
+        peak_bytes,
+        reset_peak,
+    )
 
     device = backend.device
     rss_at_check = reset_peak(device)  # where the memory guard reads what is available
@@ -127,7 +131,7 @@ def measure_case(backend: Any, case: dict[str, Any]) -> dict[str, Any]:
         options, requested = workload(case["op"], size, backend.world_size, element_size)
         op = load_op(case["op"])(options)
         point = op.points([requested])[-1]
-        window = op.window_for(variant, case["window"])
+        window = op.spec.window_for(variant, case["window"])
         args = CollArgs(backend=backend, dtype=dtype, variant=variant)
         op.setup(args, point)
         wrong = 0
@@ -179,8 +183,7 @@ def case_results(all_cases: list[dict[str, Any]], ranks: int, same_ranks: bool) 
 
 def cases(ops: list[str], size: int, dtype: str, window: int, backend_name: str, ranks: int) -> list[dict[str, Any]]:
     """Every variant of the ops that runs on the backend (Gloo on CPU, or NCCL on CUDA)."""
-    from commbench.backends import load_backend
-    from commbench.ops import load_op
+    from commbench.benchkit import load_backend, load_op
 
     backend = load_backend(backend_name)()
     backend.world_size = ranks
@@ -197,7 +200,7 @@ def cases(ops: list[str], size: int, dtype: str, window: int, backend_name: str,
 
 
 def main() -> None:
-    from commbench.units import format_size, parse_size
+    from commbench.benchkit import format_size, parse_size
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="256M")

@@ -79,11 +79,7 @@ def measure_pairs(backend: Any, pairs: int, iters: int, window: int) -> list[tup
     """Per size: harness p50, bare p50, the median, p10 and p90 of the per-pair ratios harness/bare,
     and the median of bare/bare: a second bare loop on buffers of its own (the A/A floor: what two
     identical loops differ by here, so the noise a harness/bare median cannot see below)."""
-    from commbench.ops.all_gather import AllGather
-    from commbench.ops.args import CollArgs
-    from commbench.ops.base import Point
-    from commbench.run.harness import TimedCase
-    from commbench.run.watchdog import Watchdog
+    from commbench.benchkit import AllGather, CollArgs, Point, TimedCase, Watchdog
 
     bare_for = horovod_bare if backend.name == "horovod" else gloo_bare
     watchdog = Watchdog(300, backend.rank)
@@ -133,8 +129,7 @@ def rank_main(rank: int, world: int, port: int, queue: Any, pairs: int, iters: i
 
 def horovod_rank(pairs: int, iters: int, window: int) -> tuple[list[tuple[float, ...]] | None, int]:
     """This process as a horovodrun rank, pinned and single-threaded as the Gloo ranks are."""
-    from commbench.backends.horovod import HorovodBackend
-    from commbench.launcher_env import detect
+    from commbench.benchkit import HorovodBackend, detect
 
     torch.set_num_threads(1)
     backend = HorovodBackend()

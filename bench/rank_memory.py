@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from commbench.run.resources import RANK_RUNTIME_BYTES
+from commbench.benchkit import RANK_RUNTIME_BYTES
 
 
 def _kib(pid: int, field: str, table: str = "smaps_rollup") -> int:

@@ -74,11 +74,7 @@ class OldCase:
 def rank_main(rank: int, world: int, port: int, queue: Any, reps: int, iters: int) -> None:
     import torch
 
-    from commbench.ops.all_reduce import AllReduce
-    from commbench.ops.args import CollArgs
-    from commbench.ops.base import Point
-    from commbench.run.harness import TimedCase, blocks
-    from commbench.run.watchdog import Watchdog
+    from commbench.benchkit import AllReduce, CollArgs, Point, TimedCase, Watchdog, blocks
 
     backend = join_group(rank, world, port)
     watchdog = Watchdog(300, rank)
@@ -142,7 +138,7 @@ def local_work(world: int, iters: int) -> dict[str, tuple[float, float, float]]:
     world has `world` ranks, on synthetic samples (the same values on every simulated rank)."""
     import torch
 
-    from commbench.run.harness import _extend_round, blocks
+    from commbench.benchkit import blocks, extend_round
 
     rng = random.Random(0)
     row = [[rng.uniform(20.0, 80.0) for _ in range(n)] for n in blocks(iters, 3)]
@@ -164,7 +160,7 @@ def local_work(world: int, iters: int) -> dict[str, tuple[float, float, float]]:
     def after() -> Any:
         rounds: list[list[float]] = []
         for r, local in enumerate(row):  # the tensor a reduction sends; its result read back
-            _extend_round(rounds, r, torch.tensor(local, dtype=torch.float64).tolist())
+            extend_round(rounds, r, torch.tensor(local, dtype=torch.float64).tolist())
         torch.tensor([0.0], dtype=torch.float64).tolist()  # the wrong count's
         return rounds
 

@@ -127,7 +127,7 @@ def one_policy(
     timeout: datetime.timedelta,
 ) -> tuple[Recorder, float, float]:
     """Rendezvous, heartbeats and a diagnosis of this process's ranks under one policy."""
-    from commbench.run.heartbeat import DIAGNOSING_KEY, DIAGNOSIS_KEY, RankRecord, store_prefix
+    from commbench.benchkit import DIAGNOSING_KEY, DIAGNOSIS_KEY, RankRecord, store_prefix
 
     rec = Recorder()
     tag = policy["name"]
@@ -201,7 +201,7 @@ def one_policy(
 
 def run(world: int, policies: list[dict[str, Any]], procs: int, threads: int) -> dict[str, dict[str, Any]]:
     """One world size on a fresh store server: its connections, then each policy in turn."""
-    from commbench.run.launch import host_store
+    from commbench.benchkit import host_store
 
     _raise_fd_limit()
     store, port = host_store(RDZV_TIMEOUT_S)
@@ -246,7 +246,7 @@ def _pct(values: list[float], p: float) -> float:
 
 
 def main() -> None:
-    from commbench.run.heartbeat import DIAGNOSIS_POLL_S, READ_S_PER_RANK, heartbeat_gap_s
+    from commbench.benchkit import DIAGNOSIS_POLL_S, READ_S_PER_RANK, heartbeat_gap_s
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worlds", type=int, nargs="+", default=[1024, 4096, 8192])

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from commbench.syncbn import STRATEGY_NAMES, SyncBatchNorm
+from commbench.benchkit import STRATEGY_NAMES, SyncBatchNorm
 
 MODES = ("forward", "forward+backward")
 TARGET = {"forward": 1.2, "forward+backward": 1.3}

@@ -50,10 +50,7 @@ def breakdown(backend: Any, size: int, iters: int) -> dict[str, dict[str, float]
     import torch
     import torch.distributed as dist
 
-    from commbench.ops.all_gather import AllGather
-    from commbench.ops.args import CollArgs, wait_all
-    from commbench.ops.base import Point
-    from commbench.run.timers import timer_for
+    from commbench.benchkit import AllGather, CollArgs, Point, timer_for, wait_all
 
     op = AllGather()
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
@@ -133,11 +130,7 @@ def layers(calls: int) -> dict[str, float]:
     """ns per call of each layer between the op and torch, the torch function a stub."""
     import torch
 
-    from commbench.backends.gloo import GlooBackend
-    from commbench.ops.all_gather import AllGather
-    from commbench.ops.args import CollArgs, wait_all
-    from commbench.ops.base import Point
-    from commbench.run.timers import timer_for
+    from commbench.benchkit import AllGather, CollArgs, GlooBackend, Point, timer_for, wait_all
 
     done = _Done()
     backend = GlooBackend()
@@ -198,7 +191,7 @@ def horovod_layers(calls: int) -> dict[str, float]:
     does (async, synchronize, copy), the bound call the harness times, and the unbound path."""
     import torch
 
-    from commbench.backends.horovod import HorovodBackend
+    from commbench.benchkit import HorovodBackend
 
     backend = HorovodBackend()
     backend.hvd = hvd = _StubHorovod()

@@ -26,12 +26,16 @@ SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20]
 def rank_main(rank: int, world: int, port: int, queue, rounds: int, iters: int) -> None:
     import torch
 
-    import commbench.run.harness as harness
-    from commbench.ops.all_reduce import AllReduce
-    from commbench.ops.args import CollArgs
-    from commbench.ops.base import Point
-    from commbench.run.timers import CudaEventTimer, PerfCounterTimer, cuda_lead
-    from commbench.run.watchdog import Watchdog
+    from commbench.benchkit import (
+        AllReduce,
+        CollArgs,
+        CudaEventTimer,
+        PerfCounterTimer,
+        Point,
+        Watchdog,
+        cuda_lead,
+        measure,
+    )
 
     backend = join_group(rank, world, port, "nccl")
     watchdog = Watchdog(300, rank)
@@ -49,9 +53,17 @@ def rank_main(rank: int, world: int, port: int, queue, rounds: int, iters: int) 
         names = list(timers)
         for r in range(rounds):
             for which in names[r % 3 :] + names[: r % 3]:
-                harness.timer_for = timers[which]  # measure() asks for its timer here
-                m = harness.measure(
-                    op, args, "comm", iters=iters, warmup=5, window=1, check=False, watchdog=watchdog, label="timers"
+                m = measure(
+                    op,
+                    args,
+                    "comm",
+                    iters=iters,
+                    warmup=5,
+                    window=1,
+                    check=False,
+                    watchdog=watchdog,
+                    label="timers",
+                    timer=timers[which](backend),
                 )
                 p50s[which].append(statistics.median(m.samples_us))
         medians = {name: statistics.median(values) for name, values in p50s.items()}

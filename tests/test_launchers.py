@@ -397,6 +397,7 @@ def test_parse_nodelist_refuses_what_it_cannot_read(nodelist):
 STUB_CONF = "ClusterName=stub\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=localhost\n"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("scontrol") is None, reason="scontrol is not installed (slurm-client)")
 @pytest.mark.parametrize("nodelist, hosts", NODELISTS, ids=[row[0] for row in NODELISTS])
 def test_the_parser_agrees_with_scontrol(tmp_path, nodelist, hosts):

@@ -23,7 +23,7 @@ import pandas as pd
 
 from commbench.errors import UserError
 from commbench.ops import spec_of
-from commbench.ops.base import ALGORITHMS
+from commbench.ops.cost import ALGORITHMS
 from commbench.results.reader import ok_rows
 from commbench.results.schema import LAYOUT_KEY, key_without
 from commbench.units import format_size

@@ -255,6 +255,12 @@ class Backend(ABC):
         self.synchronize()
         return time.perf_counter()
 
+    def host_clock(self) -> Callable[[], float]:
+        """What a host timer reads at each mark. In host memory there is nothing to drain (synchronize
+        is a no-op on CPU, overridden or not: Gloo's and Horovod's drain a GPU only), so a mark is one
+        time.perf_counter read; on a device, clock (synchronise, then read)."""
+        return time.perf_counter if self.device.type == "cpu" else self.clock
+
     # -- bookkeeping --------------------------------------------------------------------------
     def record(self, api: str) -> None:
         self.calls[api] += 1

@@ -6,7 +6,7 @@ import click
 
 from commbench.backends import BACKENDS
 from commbench.ops import specs
-from commbench.ops.base import OpSpec
+from commbench.ops.spec import OpSpec
 
 LATENCY_ONLY = "none (latency only: algbw and busbw are empty)"
 

@@ -27,7 +27,7 @@ import torch
 from commbench.backends.base import Backend
 from commbench.ops import build_ops
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Point
+from commbench.ops.spec import Point
 from commbench.results.stats import Stats, bandwidth_gbps
 from commbench.run.config import SweepConfig
 from commbench.run.groups import group_view

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError, did_you_mean
-from commbench.ops.base import Op, OpSpec
+from commbench.ops.base import Op
 from commbench.ops.options import OpOption
+from commbench.ops.spec import OpSpec
 
 if TYPE_CHECKING:
     import torch

@@ -8,7 +8,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Call, Cost, MemoryCase, Op, OpSpec, Point, elements_for, lg
+from commbench.ops.base import Call, CallsOp
+from commbench.ops.cost import Cost, lg
+from commbench.ops.memory import MemoryCase
+from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point, elements_for
 from commbench.ops.values import chunk_temporaries, contribution, gathered_wrong
 
 if TYPE_CHECKING:
@@ -16,7 +19,7 @@ if TYPE_CHECKING:
     from commbench.ops.args import CollArgs
 
 
-class AllGather(Op):
+class AllGather(CallsOp):
     """Flat output (all_gather_into_tensor and its renames), a list of n outputs, or flat in place."""
 
     spec = OpSpec(

@@ -5,14 +5,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.base import REDUCE_FACTOR, Call, Cost, MemoryCase, Op, OpSpec, Point, elements_for, lg
+from commbench.ops.base import Call, CallsOp
+from commbench.ops.cost import Cost, lg
+from commbench.ops.memory import MemoryCase
+from commbench.ops.spec import REDUCE_FACTOR, OpSpec, Point, elements_for
 from commbench.ops.values import chunk_temporaries, contribution, summed
 
 if TYPE_CHECKING:
     from commbench.ops.args import CollArgs
 
 
-class AllReduce(Op):
+class AllReduce(CallsOp):
     """One in-place sum of `count` elements (nccl-tests' all_reduce_perf, in place)."""
 
     spec = OpSpec(

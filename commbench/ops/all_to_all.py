@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Call, Cost, MemoryCase, Op, OpSpec, Point, elements_for, lg
+from commbench.ops.base import Call, CallsOp
+from commbench.ops.cost import Cost, lg
+from commbench.ops.memory import MemoryCase
 from commbench.ops.options import Number, OpOption
+from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point, elements_for
 from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
@@ -79,7 +82,7 @@ def routed(source: int, destination: int) -> Values:
     return Values(lambda i: (3 * source + 5 * destination + i) % 13 + 1, period=13)
 
 
-class AllToAll(Op):
+class AllToAll(CallsOp):
     """single (all_to_all_single), list (all_to_all of n tensors), uneven (all_to_all_single with MoE-like splits)."""
 
     spec = OpSpec(

@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from commbench.ops.args import CollArgs, wait_all
-from commbench.ops.base import Call, Cost, MemoryCase, Op, OpSpec, Point, lg
+from commbench.ops.base import Call, CallsOp
+from commbench.ops.cost import Cost, lg
+from commbench.ops.memory import MemoryCase
+from commbench.ops.spec import OpSpec, Point
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
 CHECK_DELAY_S = 0.1
 
 
-class Barrier(Op):
+class Barrier(CallsOp):
     """No rank leaves before every rank has entered; timed as one op per sample."""
 
     spec = OpSpec(

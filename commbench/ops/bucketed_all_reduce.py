@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import REDUCE_FACTOR, MemoryCase, OpSpec, Point
 from commbench.ops.bucketer import AllReduceBucketer, average_, buckets_of
 from commbench.ops.gradients import TENSORS, GradientStep, gradient_values
+from commbench.ops.memory import MemoryCase
 from commbench.ops.options import Count, Listed, OpOption
+from commbench.ops.spec import REDUCE_FACTOR, OpSpec, Point
 from commbench.ops.values import Values, chunk_temporaries, summed
 from commbench.units import format_count
 

@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, HEAP_LIMIT, MemoryCase, OpSpec, Point
 from commbench.ops.bucketer import ReduceScatterBucketer
 from commbench.ops.gradients import TENSORS, GradientStep, gradient_values, padded
+from commbench.ops.memory import HEAP_LIMIT, MemoryCase
 from commbench.ops.options import Listed, Number, OpOption
+from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point
 from commbench.ops.values import chunk_temporaries, summed
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ class BucketedReduceScatter(GradientStep):
         baseline="per_tensor",
         workload_knobs="--tensors or --bucket-cap-mb",
         options=(TENSORS, BUCKET_CAP_MB),
+        # A bucket's flush waits before the next tensor is packed.
+        completes_internally=lambda variant: variant != "per_tensor",
     )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
@@ -49,9 +52,6 @@ class BucketedReduceScatter(GradientStep):
         caps: tuple[float, ...] = self.value(BUCKET_CAP_MB)
         self.caps_mb = {f"bucketed_{c:g}MB": c for c in caps}
         self.variants = ("per_tensor", *self.caps_mb, "flat")
-
-    def completes_internally(self, variant: str) -> bool:
-        return variant != "per_tensor"  # a bucket's flush waits before the next tensor is packed
 
     def memory_bytes(self, case: MemoryCase, point: Point) -> int:
         n, e = case.world_size, case.element_size

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from commbench.ops.base import Op, Point
+from commbench.ops.base import IssueOp
 from commbench.ops.options import OpOption, Tensors
+from commbench.ops.spec import Point
 from commbench.ops.values import Values
 from commbench.units import TENSORS_SYNTAX, format_size
 
@@ -59,7 +60,7 @@ def gradient_values(rank: int, tensor: int, numel: int) -> Values:
     return Values(lambda i: ((i + 7 * tensor) % 13 + 1 + rank % 3) * (i < numel), largest=16)
 
 
-class GradientStep(Op):
+class GradientStep(IssueOp):
     """An op whose one iteration reduces the whole gradient workload; S is the workload, one size."""
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:

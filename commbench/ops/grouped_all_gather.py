@@ -7,12 +7,14 @@ result whose row r is rank r's tensor k.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Call, MemoryCase, Op, OpSpec, Point, bind_calls
+from commbench.ops.base import Call, CallsOp
 from commbench.ops.gradients import TENSORS
+from commbench.ops.memory import MemoryCase
+from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point
 from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
@@ -32,7 +34,7 @@ def stat_values(rank: int, tensor: int) -> Values:
     return Values(lambda j: (j + 3 * rank + 5 * tensor) % 13 + 1, period=13)
 
 
-class GroupedAllGather(Op):
+class GroupedAllGather(CallsOp):
     """separate (K async all_gathers), concat (one all_gather of the packed tensors), coalesced
     (torch's coalescing manager) and grouped (Horovod's grouped_allgather)."""
 
@@ -113,11 +115,6 @@ class GroupedAllGather(Op):
             return None  # the concatenation is part of the variant's time: issue() makes it every iteration
         # coalesced or grouped: the backend's one grouped operation
         return [Call(backend.all_gather_group, ([out.view(-1) for out in args.output], args.input))]
-
-    def prepare(self, args: CollArgs, phase: str) -> Callable[[], None]:
-        # issue() is overridden for concat alone: every other variant's iteration is its calls().
-        calls = self.calls(args, phase)
-        return super().prepare(args, phase) if calls is None else bind_calls(args, calls)
 
     def issue(self, args: CollArgs, phase: str) -> None:
         if args.variant == "concat":

@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.base import UNIT_FACTOR, Call, Cost, MemoryCase, OpSpec, Point, elements_for, lg
+from commbench.ops.base import Call
+from commbench.ops.cost import Cost, lg
+from commbench.ops.memory import MemoryCase
 from commbench.ops.rooted import ROOT, RootedOp
+from commbench.ops.spec import UNIT_FACTOR, OpSpec, Point, elements_for
 from commbench.ops.values import chunk_temporaries, contribution, summed
 
 if TYPE_CHECKING:

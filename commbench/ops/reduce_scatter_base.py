@@ -8,7 +8,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Call, Cost, MemoryCase, Op, OpSpec, Point, elements_for, lg
+from commbench.ops.base import Call, CallsOp
+from commbench.ops.cost import Cost, lg
+from commbench.ops.memory import MemoryCase
+from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point, elements_for
 from commbench.ops.values import Values, chunk_temporaries, summed
 
 if TYPE_CHECKING:
@@ -21,7 +24,7 @@ def shard_values(rank: int, s: int, shard: int) -> Values:
     return Values(lambda j: (j + s * shard + s) % 7 + 1 + rank % 2, period=7, largest=9)
 
 
-class ReduceScatterBase(Op):
+class ReduceScatterBase(CallsOp):
     """Flat input (reduce_scatter_tensor and its renames), a list of n inputs, or flat in place; summed."""
 
     spec = OpSpec(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from commbench.ops.base import Op
+from commbench.ops.base import CallsOp
 from commbench.ops.options import OpOption, Whole
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ ROOT = OpOption(
 )
 
 
-class RootedOp(Op):
+class RootedOp(CallsOp):
     """An op with one root rank: parsed when the op is built, checked against n once n is known."""
 
     collective: ClassVar[str]  # the Backend method it calls, which a transport may lack

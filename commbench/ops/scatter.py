@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.base import GATHER_FACTOR, Call, Cost, MemoryCase, OpSpec, Point, elements_for, lg
+from commbench.ops.base import Call
+from commbench.ops.cost import Cost, lg
+from commbench.ops.memory import MemoryCase
 from commbench.ops.rooted import ROOT, RootedOp
+from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point, elements_for
 from commbench.ops.values import chunk_temporaries, contribution, gathered_wrong
 
 if TYPE_CHECKING:

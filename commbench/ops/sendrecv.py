@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from commbench.lazy import torch
-from commbench.ops.base import UNIT_FACTOR, Call, MemoryCase, Op, OpSpec, Point, elements_for
+from commbench.ops.base import Call, CallsOp
+from commbench.ops.memory import MemoryCase
+from commbench.ops.spec import UNIT_FACTOR, OpSpec, Point, elements_for
 from commbench.ops.values import chunk_temporaries, contribution
 
 if TYPE_CHECKING:
@@ -27,7 +29,7 @@ def peers(variant: str, rank: int, world_size: int) -> tuple[int, int] | None:
     return (rank + 1) % world_size, (rank - 1) % world_size
 
 
-class SendRecv(Op):
+class SendRecv(CallsOp):
     """`count` elements sent and `count` received by every rank, as one batch of isend/irecv."""
 
     spec = OpSpec(

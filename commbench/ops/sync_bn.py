@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.lazy import torch
-from commbench.ops.base import BusFactor, MemoryCase, Op, OpSpec, Point, count_wrong
+from commbench.ops.base import IssueOp
+from commbench.ops.check import count_wrong
+from commbench.ops.memory import MemoryCase
 from commbench.ops.options import Listed, OpOption, Whole
+from commbench.ops.spec import BusFactor, OpSpec, Point
 from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 from commbench.syncbn.instrument import recording
 
@@ -57,7 +60,7 @@ class _Layer:
     y: Any = None
 
 
-class SyncBN(Op):
+class SyncBN(IssueOp):
     """Every SyncBatchNorm strategy of commbench.syncbn, plus the native CUDA layers where they run."""
 
     spec = OpSpec(
@@ -76,6 +79,7 @@ class SyncBN(Op):
         workload_name="channels C",
         workload_knobs="--channels, --batch or --spatial",
         options=(CHANNELS, BATCH, SPATIAL),
+        completes_internally=lambda variant: True,  # the layer waits for its statistics before it can normalise
     )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
@@ -97,9 +101,6 @@ class SyncBN(Op):
         if variant == NATIVE_HOROVOD and (backend.name != "horovod" or backend.device.type != "cuda"):
             return "hvd.SyncBatchNorm needs the horovod backend on CUDA"
         return None
-
-    def completes_internally(self, variant: str) -> bool:
-        return True  # the layer waits for its statistics before it can normalise
 
     def dtype_unavailable(self, dtype: Any) -> str | None:
         if not dtype.is_floating_point:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from commbench.lazy import torch
-from commbench.ops.base import wrong_elements
+from commbench.ops.check import wrong_elements
 
 # Elements per chunk: the temporaries of one chunk (the int64 index, the formula's terms, the float64
 # copies a tolerant comparison makes) stay at a few MiB, next to buffers of hundreds.

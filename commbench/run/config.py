@@ -26,7 +26,8 @@ from commbench.run.overlap import parse_compute
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
-    from commbench.ops.base import Op, Point
+    from commbench.ops.base import Op
+    from commbench.ops.spec import Point
 
 # --iters auto: each (variant, phase, size) gets DEFAULT_TIME_PER_SIZE seconds of timed work, within
 # [min, max] iterations, in DEFAULT_ROUNDS interleaved rounds. docs/measurement.md says how these

@@ -16,7 +16,7 @@ from commbench.backends.base import Backend
 from commbench.ops.args import CollArgs, complete
 from commbench.results.measurement import Measurement
 from commbench.run.overlap import ComputeKernel
-from commbench.run.timers import timer_for
+from commbench.run.timers import Timer, timer_for
 
 if TYPE_CHECKING:
     from commbench.ops.base import Op
@@ -70,6 +70,8 @@ class TimedCase:
         watchdog: Watchdog,
         label: str,
         keep_per_rank: bool = False,
+        compute_for: Callable[[TimedCase, float], ComputeKernel] | None = None,
+        timer: Timer | None = None,
     ) -> None:
         self.op, self.args, self.phase, self.window = op, args, phase, window
         self.size_bytes = op.size_bytes(args, phase)  # S, as set up
@@ -84,10 +86,10 @@ class TimedCase:
         self._bound: Counter[str] = Counter()
         self._bound_per_sample = 0
         self.wrong = -1
-        self.timer = timer_for(self.backend)
-        # --overlap (commbench/run/overlap.py): the runner sets compute_for, which makes the matmul
-        # from the op's agreed sample time (seconds) once the first block has measured it.
-        self.compute_for: Callable[[float], ComputeKernel] | None = None
+        self.timer = timer_for(self.backend) if timer is None else timer  # another timer: bench/timers.py
+        # --overlap (commbench/run/overlap.py): compute_for makes the matmul for this case from the
+        # op's agreed sample time (seconds) once the first block has measured it.
+        self.compute_for = compute_for
         self.compute: ComputeKernel | None = None
         self.compute_rounds_us: list[list[float]] = []
         self.overlapped_rounds_us: list[list[float]] = []
@@ -174,15 +176,15 @@ class TimedCase:
         while len(local) < planned:
             local.append(self._sample(f"{self.label} (warm-up)"))
             if auto and len(local) == 1:
-                first = self._agree_max(local[0])
+                first = self.agree_max(local[0])
                 planned = min(planned, 1 + math.floor(WARMUP_SHARE * time_per_size / max(first, 1e-9)))
         self.watchdog.disarm()
         estimate = min(local[1:] or local) if local else math.nan
         if not auto or len(local) == 1:
             return first if auto else estimate
-        return self._agree_max(estimate)
+        return self.agree_max(estimate)
 
-    def _agree_max(self, value: float) -> float:
+    def agree_max(self, value: float) -> float:
         """The largest of every rank's value, on every rank (one all_reduce of one float64)."""
         return self._share(lambda: self.backend.reduce_floats([value], "max")[0])
 
@@ -194,7 +196,7 @@ class TimedCase:
         # Read once the block is done: on CUDA one synchronise on the block's last event.
         local_us = [us / self.window for us in self.timer.read_us()]
         if self.compute_for is not None and self.compute is None and local_us:
-            self.compute = self.compute_for(self._agree_max(statistics.median(local_us) * self.window * 1e-6))
+            self.compute = self.compute_for(self, self.agree_max(statistics.median(local_us) * self.window * 1e-6))
         overlap = self._overlap_block(iters) if self.compute is not None else None
         wrong = self._check_here() if check else None
         self._share(lambda: self._share_block(local_us, round_index, overlap, wrong))
@@ -214,7 +216,7 @@ class TimedCase:
         targets = [self.rounds_us, self.compute_rounds_us, self.overlapped_rounds_us][: len(parts)]
         start = 0
         for rounds, part in zip(targets, parts):
-            _extend_round(rounds, round_index, maxima[start : start + len(part)])
+            extend_round(rounds, round_index, maxima[start : start + len(part)])
             start += len(part)
         if wrong is not None:
             self.wrong = _count(self.backend.reduce_floats([wrong], "sum")[0])
@@ -295,7 +297,7 @@ class TimedCase:
         )
 
 
-def _extend_round(rounds: list[list[float]], round_index: int, maxima: list[float]) -> None:
+def extend_round(rounds: list[list[float]], round_index: int, maxima: list[float]) -> None:
     """Add a block's per-iteration maxima over ranks to round `round_index`."""
     if len(rounds) <= round_index:
         rounds.append([])
@@ -319,6 +321,7 @@ def measure(
     watchdog: Watchdog,
     label: str,
     keep_per_rank: bool = False,
+    timer: Timer | None = None,
 ) -> Measurement:
     """One case on its own: warm up, time `iters` samples of `window` back-to-back ops each in one
     block, then check one fresh iteration.
@@ -327,7 +330,9 @@ def measure(
     `window` ops before completing them all and reports time / window. The timer (timer_for) reads
     every sample once the block is done. keep_per_rank: rank 0 also keeps every rank's samples.
     """
-    case = TimedCase(op, args, phase, window=window, watchdog=watchdog, label=label, keep_per_rank=keep_per_rank)
+    case = TimedCase(
+        op, args, phase, window=window, watchdog=watchdog, label=label, keep_per_rank=keep_per_rank, timer=timer
+    )
     case.warm_up(warmup)
     case.block(iters, 0, check)
     return case.measurement()

@@ -23,8 +23,6 @@ def visit(cfg: SweepConfig, entry: RotationEntry, round_index: int, progress: Sw
         entry.sample_s = case.warm_up(cfg.warmup, cfg.time_per_size if cfg.auto else None)
         iters = cfg.iters or planned_iters(entry.sample_s, cfg.time_per_size, cfg.min_iters, cfg.max_iters)
         entry.blocks = blocks(iters, cfg.rounds)
-        if cfg.overlap:
-            case.compute_for = lambda target_s, case=case: compute_kernel(cfg, case, target_s)
         # --overlap times the op, the matmul and both together: three samples per iteration.
         progress.plan(id(entry), case.op.name, entry.work, iters, entry.sample_s * (3 if cfg.overlap else 1))
     last = round_index == len(entry.blocks) - 1
@@ -52,7 +50,7 @@ def compute_kernel(cfg: SweepConfig, case: TimedCase, target_s: float) -> Comput
     if cfg.compute != AUTO:
         return ComputeKernel(side_for(float(cfg.compute)), backend.device, compute_dtype(dtype))
     return calibrate(
-        target_s, backend.device, dtype, case._agree_max, seconds_of_kernel(backend.device, backend.synchronize)
+        target_s, backend.device, dtype, case.agree_max, seconds_of_kernel(backend.device, backend.synchronize)
     )
 
 

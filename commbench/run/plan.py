@@ -14,7 +14,8 @@ import torch
 
 from commbench.ops import choose_variants, unavailable
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Op, Point
+from commbench.ops.base import Op
+from commbench.ops.spec import Point
 from commbench.results.schema import LAYOUT_KEY, key_without
 from commbench.run.config import SweepConfig, op_points
 from commbench.run.groups import Grouping

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from commbench.backends import BACKENDS, copies_of
 from commbench.lazy import torch
 from commbench.ops import choose_variants, unavailable
-from commbench.ops.base import MemoryCase, Op, Point
+from commbench.ops.base import Op
+from commbench.ops.memory import MemoryCase
+from commbench.ops.spec import Point
 from commbench.run.config import DTYPE_BYTES, SweepConfig, op_points
 from commbench.run.overlap import overlap_bytes
 from commbench.units import format_size
@@ -90,7 +92,7 @@ def largest_need(
 
 def memory_case(op: Op, variant: str, dtype: str, cfg: SweepConfig, world_size: int, on_host: bool) -> MemoryCase:
     """What op.memory_bytes needs to know of one (variant, dtype) of this sweep."""
-    window = op.window_for(variant, cfg.window_per_sample)
+    window = op.spec.window_for(variant, cfg.window_per_sample)
     return MemoryCase(world_size, variant, DTYPE_BYTES[dtype], window, copies_of(cfg.backend), on_host)
 
 

@@ -5,16 +5,18 @@ measured so far; a variant the transport refuses becomes one `unavailable` row."
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Op, Point
+from commbench.ops.base import Op
+from commbench.ops.spec import Point
 from commbench.results.measurement import Measurement
 from commbench.run.config import ONE_RANK_NOTE
 from commbench.run.failures import CollectiveFailure, first_sentence, refusal, refused_everywhere
 from commbench.run.harness import TimedCase
-from commbench.run.iterations import visit
+from commbench.run.iterations import compute_kernel, visit
 from commbench.run.overlap import cpu_note
 from commbench.run.plan import RotationEntry
 from commbench.run.session import Session
@@ -48,9 +50,9 @@ def _set_up(
     for point, variant in group:
         args = CollArgs(backend=backend, dtype=getattr(torch, dtype), variant=variant)
         op.setup(args, point)
-        window = op.window_for(variant, cfg.window_per_sample)
+        window = op.spec.window_for(variant, cfg.window_per_sample)
         notes = [
-            WAITS_INSIDE_NOTE if op.completes_internally(variant) and cfg.mode == "nonblocking" else "",
+            WAITS_INSIDE_NOTE if op.spec.completes_internally(variant) and cfg.mode == "nonblocking" else "",
             op.note(args),
             ONE_RANK_NOTE if backend.world_size == 1 else "",
         ]
@@ -64,7 +66,14 @@ def _set_up(
             label = f"{op.name}/{variant}/{phase} {dtype} at {_where(point, s_bytes)}"
             # Rank 0 keeps every rank's samples only for --raw's samples file, their one reader.
             case = TimedCase(
-                op, args, phase, window=window, watchdog=session.watchdog, label=label, keep_per_rank=cfg.raw
+                op,
+                args,
+                phase,
+                window=window,
+                watchdog=session.watchdog,
+                label=label,
+                keep_per_rank=cfg.raw,
+                compute_for=functools.partial(compute_kernel, cfg) if cfg.overlap else None,
             )
             entries.append(RotationEntry(case, args, s_bytes, note, need(point, variant)))
     return entries

@@ -30,7 +30,7 @@ from commbench.run.plan import SweepPlan, eta_prior
 from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_error
 from commbench.run.sink import Sink
-from commbench.run.watchdog import Watchdog
+from commbench.run.watchdog import Watchdog, poll_s
 from commbench.units import counted
 
 
@@ -70,13 +70,14 @@ def open_session(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[O
     configuration the ranks disagree on, an output or history rank 0 cannot open) is shared, so
     that every rank stops with it."""
     lead = backend.rank == 0
-    watchdog = Watchdog(cfg.timeout, backend.rank)
     store = connect_store(launch, min(cfg.timeout, 30.0))
+    # The board beats at the watchdog's pace and reads its label; the watchdog asks it for the diagnosis.
     board = Heartbeat(
-        store, backend.rank, backend.world_size, watchdog.poll_s, local=lambda: (backend.issued, watchdog.label)
+        store, backend.rank, backend.world_size, poll_s(cfg.timeout), local=lambda: (backend.issued, watchdog.label)
     )
-    watchdog.diagnose = lambda: timed_out(board, watchdog)
-    watchdog.diagnosis_s = board.diagnosis_s
+    watchdog = Watchdog(
+        cfg.timeout, backend.rank, diagnose=lambda: timed_out(board, watchdog), diagnosis_s=board.diagnosis_s
+    )
     board.start()
     watchdog.arm("agreeing on the configuration across ranks")
     path = None

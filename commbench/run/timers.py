@@ -5,9 +5,9 @@ at once. The harness marks the start after its untimed barrier and the stop once
 object of the sample has been waited on; the marks are direct calls (marks()), and what they
 return is kept after the stop (add()), so nothing but the mark itself sits inside a sample.
 
-- perf_counter (CPU backends): time.perf_counter() read at each mark (after the backend's device
-  synchronise, Backend.clock, on a transport whose synchronise does something), so a sample never
-  spans unfinished work.
+- perf_counter (CPU backends): time.perf_counter() read at each mark, the backend's host_clock():
+  one clock read in host memory, else Backend.clock (the device synchronised first), so a sample
+  never spans unfinished work.
 - cuda_event (CUDA backends): each mark records a CUDA event on the current stream, where the
   collectives' wait objects make the stream wait for the communication. The device is not
   synchronised at either mark: the stop event completes on the GPU when the collective does, so
@@ -24,7 +24,6 @@ Which timer made a row is its `timer` column (TIMERS, commbench/results/timing.p
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,7 +61,7 @@ class Timer(Protocol):
 
 
 class PerfCounterTimer:
-    """The host clock: time.perf_counter itself where the device needs no synchronise (host_clock)."""
+    """The host clock: the backend's clock, which synchronises its device, then reads time.perf_counter."""
 
     name = PERF_COUNTER
 
@@ -175,27 +174,13 @@ class CudaEventTimer:
         return found
 
 
-def host_clock(backend: Backend) -> Callable[[], float]:
-    """The clock a host timer reads: time.perf_counter itself when the backend's clock is the base
-    one and there is no device to synchronise (tensors in host memory, where synchronize is a no-op
-    by Backend's contract, overridden or not: Gloo's and Horovod's drain a GPU only), so a mark is one
-    clock read; else backend.clock (a transport that must drain its device first, or a clock a test
-    replaces)."""
-    from commbench.backends.base import Backend
-
-    clock = backend.clock
-    plain = getattr(clock, "__func__", None) is Backend.clock
-    no_device = backend.device.type == "cpu" or getattr(type(backend), "synchronize", None) is Backend.synchronize
-    return time.perf_counter if plain and no_device else clock
-
-
 def timer_for(backend: Backend) -> Timer:
     """CUDA events where the backend's tensors live on a GPU, else the synchronised host clock."""
     if backend.device.type == "cuda":
         import torch
 
         return CudaEventTimer(torch.cuda.Event, stream=torch.cuda.current_stream, lead=cuda_lead())
-    return PerfCounterTimer(host_clock(backend))
+    return PerfCounterTimer(backend.host_clock())
 
 
 def cuda_lead(cycles: int = LEAD_CYCLES) -> Callable[[], None] | None:

@@ -20,7 +20,13 @@ from commbench.errors import ExitCode
 class Watchdog:
     """Arm with a label before a step, disarm after; overrunning the timeout ends the process."""
 
-    def __init__(self, timeout_s: float, rank: int, diagnose: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        rank: int,
+        diagnose: Callable[[], str] | None = None,
+        diagnosis_s: float | None = None,
+    ) -> None:
         self.timeout_s = timeout_s
         self.rank = rank
         self.diagnose = diagnose
@@ -29,10 +35,10 @@ class Watchdog:
         self.last_words: Callable[[], None] | None = None
         self.label = ""
         self.deadline = math.inf
-        self.poll_s = min(1.0, max(0.05, timeout_s / 10))
+        self.poll_s = poll_s(timeout_s)
         # How long the diagnosis may take before the exit goes ahead without it (the progress board
-        # sets its own, which grows with the world size: docs/scale.md).
-        self.diagnosis_s = 4 * self.poll_s + 5
+        # has its own, which grows with the world size: docs/scale.md).
+        self.diagnosis_s = 4 * self.poll_s + 5 if diagnosis_s is None else diagnosis_s
         self._thread = threading.Thread(target=self._watch, name="commbench-watchdog", daemon=True)
         self._thread.start()
 
@@ -59,6 +65,11 @@ class Watchdog:
         if self.last_words is not None:
             bounded(lambda: str(self.last_words and self.last_words()), 5)
         os._exit(ExitCode.COLLECTIVE_FAILURE)
+
+
+def poll_s(timeout_s: float) -> float:
+    """How often a watchdog of this timeout looks at its deadline (and its rank's heartbeat beats)."""
+    return min(1.0, max(0.05, timeout_s / 10))
 
 
 def bounded(fn: Callable[[], str], seconds: float) -> str:

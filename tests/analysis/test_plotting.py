@@ -21,24 +21,12 @@ from commbench.results.reader import read_results
 from commbench.results.schema import COLUMNS
 from commbench.run.config import Outcome, SweepConfig
 from tests.support.errors import assert_one_line_error
+from tests.support.synth_results import CHART_CASES as CASES
 from tests.support.synth_results import SIZES, Case, synth_run
-
-CASES = [
-    Case("all_gather", "flat"),
-    Case("all_gather", "list", factor=1.3),
-    Case("grouped_all_gather", "separate", factor=2.0),
-    Case("grouped_all_gather", "coalesced", factor=1.0),  # twice as fast as its baseline
-    Case("sync_bn", "horovod", status="unavailable"),
-]
 
 
 def _labels(ax) -> list[str]:
     return sorted(line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_"))
-
-
-@pytest.fixture
-def run_csv(tmp_path: Path) -> Path:
-    return synth_run(tmp_path / "a.csv", CASES, seed=1, raw=False)
 
 
 def test_one_size_chart_per_op_and_phase_and_a_speedup_chart_per_family(run_csv: Path) -> None:
@@ -158,6 +146,7 @@ def test_mixed_dtypes_get_separate_charts(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow  # the charts render in a pool of processes
 @pytest.mark.parametrize("fmt, magic", [("png", b"\x89PNG"), ("svg", b"<svg")])
 def test_plot_results_writes_one_file_per_chart(run_csv: Path, tmp_path: Path, fmt: str, magic: bytes) -> None:
     written = plot_results([run_csv], tmp_path / "charts", fmt)
@@ -222,7 +211,6 @@ def test_version_1_files_read_with_the_new_columns_empty(tmp_path: Path) -> None
     } == {"spread"}
 
 
-@pytest.mark.slow
 def test_missing_some_columns_names_them(run_csv: Path, tmp_path: Path) -> None:
     lines = run_csv.read_text().splitlines()
     header = lines[0].split(",")

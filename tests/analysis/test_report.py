@@ -12,17 +12,14 @@ from commbench.analysis.charts.plot import build_charts
 from commbench.analysis.model import fit_frame, model_charts
 from commbench.cli import main
 from commbench.results.reader import read_results
-from tests.analysis.test_plotting import CASES
 from tests.support.errors import assert_one_line_error
+from tests.support.synth_results import CHART_CASES as CASES
 from tests.support.synth_results import Case, synth_run
 
 
 @pytest.fixture
-def runs(tmp_path: Path) -> list[Path]:
-    return [
-        synth_run(tmp_path / "a.csv", CASES, seed=1, raw=False),
-        synth_run(tmp_path / "b.csv", CASES[:2], seed=2, raw=False, host="otherhost"),
-    ]
+def runs(run_csv: Path) -> list[Path]:
+    return [run_csv, synth_run(run_csv.with_name("b.csv"), CASES[:2], seed=2, raw=False, host="otherhost")]
 
 
 @pytest.mark.slow

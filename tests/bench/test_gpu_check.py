@@ -72,6 +72,7 @@ def test_a_gpu_that_torch_cannot_use_fails_loudly_with_the_versions(tmp_path):
     assert f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none: a CPU build'}) cannot use it" in lines[0]
 
 
+@pytest.mark.slow
 def test_a_gpu_with_torch_missing_fails_loudly_too(tmp_path):
     broken = tmp_path / "site" / "torch"
     broken.mkdir(parents=True)

@@ -31,7 +31,7 @@ def postgres():
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])  # starts a server
 def target(request, tmp_path):
     """Where a fresh history lives: a SQLite file, or a fresh database on the PostgreSQL server."""
     if request.param == "sqlite":

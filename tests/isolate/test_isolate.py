@@ -137,6 +137,7 @@ def test_isolate_on_one_host_exits_2_with_one_line(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -8,8 +8,8 @@ import torch
 from commbench.backends.torch_dist import FLAT_ALL_GATHER, FLAT_REDUCE_SCATTER, resolve_api
 from commbench.ops.all_gather import AllGather
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Point
 from commbench.ops.reduce_scatter_base import ReduceScatterBase
+from commbench.ops.spec import Point
 from commbench.run.harness import measure
 from commbench.run.watchdog import Watchdog
 from tests.support.broken_ops import CorruptAllGather, CorruptAllReduce, CorruptReduceScatter

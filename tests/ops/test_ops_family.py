@@ -19,7 +19,6 @@ from commbench.ops.all_gather import AllGather
 from commbench.ops.all_to_all import IMBALANCE, AllToAll, receive_imbalance, uneven_splits
 from commbench.ops.args import CollArgs
 from commbench.ops.barrier import Barrier
-from commbench.ops.base import Point
 from commbench.ops.broadcast import Broadcast
 from commbench.ops.gather import Gather
 from commbench.ops.reduce import Reduce
@@ -27,6 +26,7 @@ from commbench.ops.reduce_scatter_base import ReduceScatterBase
 from commbench.ops.rooted import ROOT
 from commbench.ops.scatter import Scatter
 from commbench.ops.sendrecv import SendRecv
+from commbench.ops.spec import Point
 from tests.support import broken_ops
 from tests.support.distributed import commbench, run_ranks, torchrun
 from tests.support.errors import assert_sweep_refuses

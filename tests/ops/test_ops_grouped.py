@@ -7,8 +7,9 @@ import torch
 
 from commbench.backends import copies_of
 from commbench.ops.args import CollArgs, complete
-from commbench.ops.base import MemoryCase, Point
 from commbench.ops.grouped_all_gather import MAX_CHANNELS, GroupedAllGather, channels_for
+from commbench.ops.memory import MemoryCase
+from commbench.ops.spec import Point
 from tests.support.distributed import run_ranks
 from tests.support.fakes import FakeBackend
 from tests.support.op_cases import every_variant, run_cases

@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from commbench.cli import main
 from commbench.ops import build_ops, load_op, op_options, registry, spec_of
-from commbench.ops.base import Op, OpSpec
+from commbench.ops.base import Op
 from commbench.ops.options import OpOption, Tensors
+from commbench.ops.spec import OpSpec
 from tests.support.distributed import REPO
 from tests.support.package_copy import copy_package
 

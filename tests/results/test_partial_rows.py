@@ -70,7 +70,15 @@ def test_compare_ignores_a_partial_last_row_cut_anywhere(runs: tuple[Path, Path,
         assert "# only in the baseline (1 rows" in result.output or "# only in the candidate (1 rows" in result.output
 
 
-@pytest.mark.parametrize("command", [["plot", "-o", "{out}/charts/"], ["report", "-o", "{out}/r.html"], ["model"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        # plot renders its charts in a pool of processes
+        pytest.param(["plot", "-o", "{out}/charts/"], marks=pytest.mark.slow),
+        ["report", "-o", "{out}/r.html"],
+        ["model"],
+    ],
+)
 def test_plot_report_and_model_ignore_a_partial_last_row(
     runs: tuple[Path, Path, str], tmp_path: Path, command: list[str]
 ) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from commbench.console.display import Status
 from commbench.ops.args import CollArgs
-from commbench.ops.base import BusFactor, OpSpec, Point
+from commbench.ops.spec import BusFactor, OpSpec, Point
 from commbench.run.config import SweepConfig
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping

@@ -18,7 +18,7 @@ import torch
 
 from commbench.backends.base import Backend
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Point
+from commbench.ops.spec import Point
 from commbench.run.config import SweepConfig
 from commbench.run.harness import TimedCase, blocks, planned_iters
 from commbench.run.plan import rotation_groups
@@ -51,7 +51,7 @@ def _agree_with_a_slow_clock(backend: Backend) -> tuple[float, int, list[int]]:
             reads[0] += 1
             return real() + SLOW_CLOCK_S * reads[0]
 
-        backend.clock = slow  # type: ignore[method-assign]
+        backend.host_clock = lambda: slow  # type: ignore[method-assign]
     from commbench.ops.all_gather import AllGather
 
     op = AllGather()

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from commbench.ops.all_reduce import AllReduce
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Point
+from commbench.ops.spec import Point
 from commbench.results.measurement import Measurement
 from commbench.run.harness import TimedCase
 from commbench.run.heartbeat import STORE_WRITES_PER_S, Heartbeat, RankRecord
@@ -103,8 +103,16 @@ def _old_and_new(backend) -> dict[str, Any]:
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
     op.setup(args, Point.of_size(4096))
     watchdog = Watchdog(60, backend.rank)
-    new = TimedCase(op, args, "comm", window=1, watchdog=watchdog, label="scale", keep_per_rank=True)
-    new.compute_for = lambda target_s: ComputeKernel(16, backend.device, torch.float32)
+    new = TimedCase(
+        op,
+        args,
+        "comm",
+        window=1,
+        watchdog=watchdog,
+        label="scale",
+        keep_per_rank=True,
+        compute_for=lambda case, target_s: ComputeKernel(16, backend.device, torch.float32),
+    )
     old = _OldCase()
     real_share = new._share_block
 

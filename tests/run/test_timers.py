@@ -162,18 +162,17 @@ def test_the_host_clock_is_read_at_each_mark() -> None:
 
 def test_a_cpu_transport_marks_with_one_clock_read_even_where_it_overrides_synchronize() -> None:
     from commbench.backends.gloo import GlooBackend
-    from commbench.run.timers import host_clock
 
     cpu = GlooBackend("cpu")  # GlooBackend.synchronize drains a GPU only
-    assert host_clock(cpu) is time.perf_counter
+    assert cpu.host_clock() is time.perf_counter
     on_gpu = GlooBackend("cuda")
     on_gpu.device = torch.device("cuda", 0)  # set by init() on a GPU machine; no GPU is touched here
-    assert host_clock(on_gpu) == on_gpu.clock  # synchronise, then read
+    assert on_gpu.host_clock() == on_gpu.clock  # synchronise, then read
 
 
 @pytest.mark.parametrize("device, kind", [("cuda", CudaEventTimer), ("cpu", PerfCounterTimer)])
 def test_the_backend_device_chooses_the_timer(device: str, kind: type) -> None:
-    backend = SimpleNamespace(device=torch.device(device), clock=lambda: 0.0)
+    backend = SimpleNamespace(device=torch.device(device), host_clock=lambda: lambda: 0.0)
     timer = timer_for(backend)
     assert isinstance(timer, kind) and timer.name == {"cuda": CUDA_EVENT, "cpu": PERF_COUNTER}[device]
 

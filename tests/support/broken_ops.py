@@ -14,7 +14,7 @@ from commbench.ops.all_reduce import AllReduce
 from commbench.ops.all_to_all import AllToAll
 from commbench.ops.args import CollArgs, complete
 from commbench.ops.barrier import Barrier
-from commbench.ops.base import Op
+from commbench.ops.base import IssueOp, Op
 from commbench.ops.broadcast import Broadcast
 from commbench.ops.gather import Gather
 from commbench.ops.reduce import Reduce
@@ -39,7 +39,7 @@ def _corrupt(class_name: str, base: type[Op], name: str, result: Callable[[CollA
             _bump(target)
 
     # Named as the module attribute, so ranks can unpickle it and the CLI load it by name.
-    return type(class_name, (base,), {"name": name, "issue": issue, "__module__": __name__})
+    return type(class_name, (IssueOp, base), {"name": name, "issue": issue, "__module__": __name__})
 
 
 CorruptAllGather = _corrupt("CorruptAllGather", AllGather, "corrupt_all_gather", lambda a: a.output)
@@ -67,7 +67,7 @@ class _Done:
         return None
 
 
-class BrokenBarrier(Barrier):
+class BrokenBarrier(IssueOp, Barrier):
     """A barrier that does not wait: every rank but the last leaves before the last one arrives."""
 
     name = "broken_barrier"
@@ -76,7 +76,7 @@ class BrokenBarrier(Barrier):
         args.issue(_Done())
 
 
-class RefusingAllGather(AllGather):
+class RefusingAllGather(IssueOp, AllGather):
     """An all_gather whose `list` variant the transport refuses outright on every rank, as Gloo
     refuses some collectives on CUDA tensors: that variant must become an `unavailable` row."""
 

@@ -89,7 +89,7 @@ def cases(backend: Any) -> list[tuple[type[Op], str, str, int]]:
             if op.unavailable(variant, backend) is not None:
                 continue
             for phase in op.phases:
-                windows = sorted({op.window_for(variant, w) for w in WINDOWS})
+                windows = sorted({op.spec.window_for(variant, w) for w in WINDOWS})
                 if backend.name == "horovod" and cls.spec.name == "barrier":
                     windows = [1]  # Horovod refuses a second barrier while one is in flight (any harness)
                 found += [(cls, variant, phase, w) for w in windows]

@@ -3,13 +3,15 @@ whose iterations move its clock."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 
 from commbench.backends.base import Backend
 from commbench.ops.args import CollArgs
-from commbench.ops.base import BusFactor, Op, OpSpec, Point
+from commbench.ops.base import IssueOp
+from commbench.ops.spec import BusFactor, OpSpec, Point
 
 
 class FakeBackend(Backend):
@@ -47,11 +49,14 @@ class FakeBackend(Backend):
     def clock(self) -> float:
         return self.now
 
+    def host_clock(self) -> Callable[[], float]:
+        return self.clock  # the fake clock, on its CPU device too
+
 
 TICK_S = 2.0**-13
 
 
-class Recording(Op):
+class Recording(IssueOp):
     """An op whose every iteration advances the fake clock by 2^-13 s x (1 + S / 1 KiB), times a factor
     that `slow` may set per (variant, size, visit); every iteration is logged. Powers of two keep
     the fake clock's arithmetic exact."""

@@ -9,7 +9,8 @@ import torch
 
 from commbench.backends.gloo import torch_lacks
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Op, Point
+from commbench.ops.base import Op
+from commbench.ops.spec import Point
 from commbench.run.harness import measure
 from commbench.run.watchdog import Watchdog
 

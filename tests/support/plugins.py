@@ -13,7 +13,8 @@ import torch
 
 from commbench.ops.all_gather import AllGather
 from commbench.ops.args import CollArgs
-from commbench.ops.base import Point
+from commbench.ops.base import IssueOp
+from commbench.ops.spec import Point
 
 HANG_FROM_BYTES = 1024
 
@@ -26,7 +27,7 @@ def block_forever() -> None:
     threading.Event().wait()
 
 
-class HangOnRank1(AllGather):
+class HangOnRank1(IssueOp, AllGather):
     """all_gather (async wait objects) that rank 1 never issues: rank 0 waits in wait()."""
 
     name = "hang_on_rank1"
@@ -38,7 +39,7 @@ class HangOnRank1(AllGather):
         super().issue(args, phase)
 
 
-class HangOnRank1Coalesced(AllGather):
+class HangOnRank1Coalesced(IssueOp, AllGather):
     """Two all_gathers fused into one wait object by the coalescing manager; rank 1 never issues them."""
 
     name = "hang_on_rank1_coalesced"
@@ -57,7 +58,7 @@ class HangOnRank1Coalesced(AllGather):
         args.issue(args.backend.all_gather_group([args.output, args.state], [args.input, args.input]))
 
 
-class NeverCompletes(AllGather):
+class NeverCompletes(IssueOp, AllGather):
     """Every rank issues the all_gather, then hands back a wait object that never completes.
 
     No torch timeout covers a wait path like this one; only commbench's watchdog ends it.

@@ -45,6 +45,17 @@ def base_time_us(size: int) -> float:
     return 100.0 + size / 2000.0  # 100 us latency, 2 GB/s
 
 
+# The cases the chart, report and compare tests share (tests/conftest.py's run_csv): one family
+# with a speedup over its baseline, one op with two variants, and an unavailable row.
+CHART_CASES = [
+    Case("all_gather", "flat"),
+    Case("all_gather", "list", factor=1.3),
+    Case("grouped_all_gather", "separate", factor=2.0),
+    Case("grouped_all_gather", "coalesced", factor=1.0),  # twice as fast as its baseline
+    Case("sync_bn", "horovod", status="unavailable"),
+]
+
+
 def synth_run(
     path: Path,
     cases: list[Case],
