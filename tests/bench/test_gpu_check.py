@@ -186,6 +186,7 @@ def test_the_two_rank_step_gives_each_rank_its_own_nccl_host(tmp_path):
     assert check.TWO_RANK_ENV["NCCL_P2P_DISABLE"] == check.TWO_RANK_ENV["NCCL_SHM_DISABLE"] == "1"
 
 
+@pytest.mark.slow  # runs a step: a process
 def test_each_step_line_has_its_time_beside_its_budget(tmp_path, capsys):
     check = _gpu_check()
     runner = check.Check(tmp_path)

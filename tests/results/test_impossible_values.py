@@ -76,7 +76,14 @@ def test_compare_names_an_impossible_row_leaves_it_out_and_says_so(runs, tmp_pat
         assert f"# {ROWS - 1} unchanged;" in result.output
 
 
-@pytest.mark.parametrize("command", [["plot", "-o", "{out}/charts/"], ["report", "-o", "{out}/r.html"], ["model"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["plot", "-o", "{out}/charts/"], marks=pytest.mark.slow),  # plot draws in a process pool
+        ["report", "-o", "{out}/r.html"],
+        ["model"],
+    ],
+)
 def test_plot_report_and_model_leave_an_impossible_row_out(runs, tmp_path, command):
     _, cand = runs
     bad = _with_cell(cand, tmp_path / "bad.csv", 3, "time_us_p50", "-1")
