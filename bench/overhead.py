@@ -82,6 +82,7 @@ def measure_pairs(backend: Any, pairs: int, iters: int, window: int) -> list[tup
     from commbench.ops.all_gather import AllGather
     from commbench.ops.args import CollArgs
     from commbench.ops.base import Point
+    from commbench.results.budget import Budget
     from commbench.run.harness import TimedCase
     from commbench.run.watchdog import Watchdog
 
@@ -97,7 +98,7 @@ def measure_pairs(backend: Any, pairs: int, iters: int, window: int) -> list[tup
         for loop in loops.values():
             loop(3)  # warm-up, as the harness does
         case = TimedCase(op, args, "comm", window=window, watchdog=watchdog, label="overhead")
-        case.warm_up(3)
+        case.warm_up(Budget(iters=iters, warmup=3))
         ratios: list[float] = []
         floor: list[float] = []
         bare_all: list[float] = []
