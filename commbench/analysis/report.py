@@ -25,8 +25,7 @@ from commbench.analysis.charts.runs import runs_chart
 from commbench.analysis.hosts_report import host_sections
 from commbench.analysis.runs import STOPPED, is_multi_run, largest_differences, run_colours, run_table, what_differs
 from commbench.errors import UserError
-from commbench.results.budget import Budget
-from commbench.results.noise import NOISY, summarise_noise
+from commbench.results.noise import NOISY, Budget, summarise_noise
 from commbench.results.reader import read_results
 from commbench.units import format_size
 

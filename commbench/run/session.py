@@ -116,8 +116,9 @@ def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agree
     base = {**_run_columns(cfg, backend, grouping, facts), **record_columns}
     # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
     display = Display(choose_mode(sys.stdout, relay=launch.spawned))
+    budget = cfg.budget
     # Creates the file, or refuses before the header.
-    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, cfg.budget, history=recorder)
+    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget, history=recorder)
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
         f"{backend.world_size} ranks on {facts.hosts}{in_groups(grouping)}, mode {cfg.mode}, "
