@@ -29,9 +29,9 @@ from pathlib import Path
 import pandas as pd
 
 from commbench.errors import UserError
-from commbench.results.reader import read_one, read_samples
+from commbench.results.reader import ROUND_P50S, read_one, read_samples
 from commbench.results.schema import ROW_KEY, SERIES_KEY, key_words
-from commbench.results.stats import holm, interval_p, mann_whitney_p, rounds_p, shift_p, spread_p
+from commbench.results.stats import holm, interval_p, mann_whitney_p, normal_p, robust_sd, rounds_p, shift_p, spread_p
 from commbench.units import format_size
 
 # Metrics compare can gate on, and whether a larger value is better.
@@ -299,11 +299,9 @@ def _guard_by_series_scatter(series: dict[tuple, list[tuple[Delta, float]]]) -> 
     for rows in series.values():
         if len(rows) < SERIES_MIN_SIZES:
             continue
-        centre = statistics.median(x for _, x in rows)
-        scale = 1.4826 * statistics.median(abs(x - centre) for _, x in rows)
+        scale = robust_sd([x for _, x in rows])
         for d, x in rows:
-            scatter_p = (0.0 if x else 1.0) if scale == 0 else math.erfc(abs(x) / scale / math.sqrt(2))
-            d.p_value = max(d.p_value, scatter_p)
+            d.p_value = max(d.p_value, normal_p(x, scale))
 
 
 def _shifts(series: dict[tuple, list[tuple[Delta, float]]], spec: Comparison) -> list[Shift]:
@@ -337,7 +335,7 @@ def _test(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Comparis
     if b["status"] != "ok" or c["status"] != "ok":
         delta.verdict = "wrong results" if c["status"] == "wrong" else "wrong in baseline"
         return delta
-    rounds = _rounds(b), _rounds(c)
+    rounds = b[ROUND_P50S], c[ROUND_P50S]
     if min(map(len, rounds)) >= 2:
         delta.p_value, delta.method = rounds_p(*rounds), "rounds"
     elif all(s is not None and key in s for s in samples):
@@ -360,12 +358,6 @@ def _verdict(
         return "within noise"
     better = (candidate > baseline) == METRICS[spec.metric]
     return "improvement" if better else "regression"
-
-
-def _rounds(row: pd.Series) -> list[float]:
-    """The row's per-round p50s; none in a version-1 file."""
-    cell = row["time_us_p50_rounds"]
-    return [float(x) for x in str(cell).split(";") if x] if isinstance(cell, str) else []
 
 
 def _has_interval(row: pd.Series) -> bool:
