@@ -36,26 +36,25 @@ from pathlib import Path
 
 import pandas as pd
 
-from commbench.analysis.compare import (
+from commbench.analysis.compare import compare_frames, keyed
+from commbench.analysis.comparison_text import describe
+from commbench.analysis.verdict import (
     METRICS,
     SERIES_MIN_SIZES,
     Comparison,
     Delta,
     Shift,
     Threshold,
-    _guard_by_series_scatter,
-    _keyed,
-    _unavailable,
-    _verdict,
     checked_options,
-    compare_frames,
-    describe,
+    guard_by_series_scatter,
+    series_key,
+    unavailable,
+    verdict_of,
 )
 from commbench.errors import UserError
 from commbench.history.query import baseline_runs, run_rows, started_at
 from commbench.history.store import History
 from commbench.results.reader import ROUND_P50S, read_one, read_samples
-from commbench.results.schema import ROW_KEY, SERIES_KEY
 from commbench.results.stats import holm, log_sd, pooled_robust_sd, prediction_p
 
 MIN_HISTORY_RUNS = 3
@@ -131,8 +130,8 @@ def compare_history(
         series_threshold,
     )
     result.series_rule = "the history's spread of its fastest rounds (mean over sizes) gives"
-    _judge(result, _keyed(cand_frame, str(candidate)), frames, [r["run_id"] for r in runs])
-    result.not_compared.extend(_unavailable(frames.iloc[0:0], cand_frame))
+    _judge(result, keyed(cand_frame, str(candidate)), frames, [r["run_id"] for r in runs])
+    result.not_compared.extend(unavailable(frames.iloc[0:0], cand_frame))
     return result
 
 
@@ -152,7 +151,7 @@ def fastest_round(row: pd.Series) -> float:
 
 
 def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids: list[str]) -> None:
-    per_run = {rid: _keyed(frames[frames["run_id"] == rid], f"history run {rid}") for rid in run_ids}
+    per_run = {rid: keyed(frames[frames["run_id"] == rid], f"history run {rid}") for rid in run_ids}
     rows: list[_Row] = []
     for key in sorted(cand.index):
         c = cand.loc[key]
@@ -171,7 +170,7 @@ def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids
     logs = {id(r): [math.log(fastest_round(h)) for h in r.history] for r in rows}
     by_series: dict[tuple, list[_Row]] = {}
     for r in rows:
-        by_series.setdefault(_series_key(r.key), []).append(r)
+        by_series.setdefault(series_key(r.key), []).append(r)
     tested: list[tuple[Delta, _Row]] = []
     for members in by_series.values():
         floor = pooled_robust_sd([logs[id(r)] for r in members])
@@ -188,18 +187,14 @@ def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids
     scatter: dict[tuple, list[tuple[Delta, float]]] = {}
     for delta, r in tested:
         change = math.log(fastest_round(r.candidate)) - statistics.median(logs[id(r)])
-        scatter.setdefault(_series_key(r.key), []).append((delta, change))
-    _guard_by_series_scatter(scatter)
+        scatter.setdefault(series_key(r.key), []).append((delta, change))
+    guard_by_series_scatter(scatter)
     deltas = [d for d, _ in tested]
     for delta, adjusted in zip(deltas, holm([d.p_value for d in deltas])):
         delta.p_value = adjusted
-        delta.verdict = _verdict(result, result.threshold, delta.baseline, delta.candidate, adjusted, delta.verdict)
+        delta.verdict = verdict_of(result, result.threshold, delta.baseline, delta.candidate, adjusted, delta.verdict)
     result.deltas = sorted([*result.deltas, *deltas], key=lambda d: d.key)
     result.shifts = _series_shifts(result, by_series, run_ids)
-
-
-def _series_key(key: tuple) -> tuple:
-    return tuple(v for c, v in zip(ROW_KEY, key) if c in SERIES_KEY)
 
 
 def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_ids: list[str]) -> list[Shift]:
@@ -234,7 +229,7 @@ def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_i
     ]
     for shift, adjusted in zip(shifts, holm([s.p_value for s in shifts])):
         shift.p_value = adjusted
-        shift.verdict = _verdict(result, result.series_threshold, 1.0, shift.ratio, adjusted, shift.verdict)
+        shift.verdict = verdict_of(result, result.series_threshold, 1.0, shift.ratio, adjusted, shift.verdict)
     return shifts
 
 
