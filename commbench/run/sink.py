@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 import commbench
 from commbench.console import table
 from commbench.console.display import Display, Status
-from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
-from commbench.results.noise import HostLoad, summarise_noise
+from commbench.results.noise import Budget, HostLoad, summarise_noise
 from commbench.results.paths import raw_path
 from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, rank_hosts
 from commbench.results.stats import Stats, bandwidth_gbps, noisy, overlap_fraction, percentile
