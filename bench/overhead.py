@@ -79,7 +79,7 @@ def measure_pairs(backend: Any, pairs: int, iters: int, window: int) -> list[tup
     """Per size: harness p50, bare p50, the median, p10 and p90 of the per-pair ratios harness/bare,
     and the median of bare/bare: a second bare loop on buffers of its own (the A/A floor: what two
     identical loops differ by here, so the noise a harness/bare median cannot see below)."""
-    from commbench.benchkit import AllGather, CollArgs, Point, TimedCase, Watchdog
+    from commbench.benchkit import AllGather, Budget, CollArgs, Point, TimedCase, Watchdog
 
     bare_for = horovod_bare if backend.name == "horovod" else gloo_bare
     watchdog = Watchdog(300, backend.rank)
@@ -93,7 +93,7 @@ def measure_pairs(backend: Any, pairs: int, iters: int, window: int) -> list[tup
         for loop in loops.values():
             loop(3)  # warm-up, as the harness does
         case = TimedCase(op, args, "comm", window=window, watchdog=watchdog, label="overhead")
-        case.warm_up(3)
+        case.warm_up(Budget(iters=iters, warmup=3))
         ratios: list[float] = []
         floor: list[float] = []
         bare_all: list[float] = []

@@ -36,27 +36,27 @@ from pathlib import Path
 
 import pandas as pd
 
-from commbench.analysis.compare import (
+from commbench.analysis.compare import compare_frames, keyed
+from commbench.analysis.comparison_text import describe
+from commbench.analysis.verdict import (
     METRICS,
     SERIES_MIN_SIZES,
     Comparison,
     Delta,
     Shift,
     Threshold,
-    _guard_by_series_scatter,
-    _keyed,
-    _unavailable,
-    _verdict,
     checked_options,
-    compare_frames,
-    describe,
+    guard_by_series_scatter,
+    series_key,
+    unavailable,
+    verdict_of,
 )
 from commbench.errors import UserError
 from commbench.history.query import baseline_runs, run_rows, started_at
 from commbench.history.store import History
-from commbench.results.reader import read_one, read_samples
-from commbench.results.schema import ROW_KEY, SERIES_KEY, STOPPED
-from commbench.results.stats import holm
+from commbench.results.reader import ROUND_P50S, read_one, read_samples
+from commbench.results.schema import STOPPED
+from commbench.results.stats import holm, log_sd, pooled_robust_sd, prediction_p
 
 MIN_HISTORY_RUNS = 3
 DEFAULT_LAST = 5
@@ -131,8 +131,8 @@ def compare_history(
         series_threshold,
     )
     result.series_rule = "the history's spread of its fastest rounds (mean over sizes) gives"
-    _judge(result, _keyed(cand_frame, str(candidate)), frames, [r["run_id"] for r in runs])
-    result.not_compared.extend(_unavailable(frames.iloc[0:0], cand_frame))
+    _judge(result, keyed(cand_frame, str(candidate)), frames, [r["run_id"] for r in runs])
+    result.not_compared.extend(unavailable(frames.iloc[0:0], cand_frame))
     return result
 
 
@@ -147,13 +147,12 @@ class _Row:
 
 def fastest_round(row: pd.Series) -> float:
     """The lowest of a row's per-round p50s; its p50 where it kept none (one round, version 1)."""
-    cell = row["time_us_p50_rounds"]
-    rounds = [float(x) for x in str(cell).split(";") if x] if isinstance(cell, str) and cell else []
+    rounds = row[ROUND_P50S]
     return min(rounds) if rounds else float(row["time_us_p50"])
 
 
 def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids: list[str]) -> None:
-    per_run = {rid: _keyed(frames[frames["run_id"] == rid], f"history run {rid}") for rid in run_ids}
+    per_run = {rid: keyed(frames[frames["run_id"] == rid], f"history run {rid}") for rid in run_ids}
     rows: list[_Row] = []
     for key in sorted(cand.index):
         c = cand.loc[key]
@@ -175,13 +174,14 @@ def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids
     logs = {id(r): [math.log(fastest_round(h)) for h in r.history] for r in rows}
     by_series: dict[tuple, list[_Row]] = {}
     for r in rows:
-        by_series.setdefault(_series_key(r.key), []).append(r)
+        by_series.setdefault(series_key(r.key), []).append(r)
     tested: list[tuple[Delta, _Row]] = []
     for members in by_series.values():
-        floor = _pooled([logs[id(r)] for r in members])
+        floor = pooled_robust_sd([logs[id(r)] for r in members])
         for r in members:
             value = math.log(fastest_round(r.candidate))
-            p = _prediction_p(value, logs[id(r)], floor, _round_spread(r.candidate))
+            # The candidate's own spread: a row whose rounds disagree was disturbed while it ran.
+            p = prediction_p(value, logs[id(r)], floor, log_sd(r.candidate[ROUND_P50S]))
             baseline = statistics.median(float(h[result.metric]) for h in r.history)
             delta = Delta(r.key, baseline, float(r.candidate[result.metric]), p, "history", "unchanged")
             if not _same_way(result.metric, delta.baseline, delta.candidate, value - statistics.median(logs[id(r)])):
@@ -191,18 +191,14 @@ def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids
     scatter: dict[tuple, list[tuple[Delta, float]]] = {}
     for delta, r in tested:
         change = math.log(fastest_round(r.candidate)) - statistics.median(logs[id(r)])
-        scatter.setdefault(_series_key(r.key), []).append((delta, change))
-    _guard_by_series_scatter(scatter)
+        scatter.setdefault(series_key(r.key), []).append((delta, change))
+    guard_by_series_scatter(scatter)
     deltas = [d for d, _ in tested]
     for delta, adjusted in zip(deltas, holm([d.p_value for d in deltas])):
         delta.p_value = adjusted
-        delta.verdict = _verdict(result, result.threshold, delta.baseline, delta.candidate, adjusted, delta.verdict)
+        delta.verdict = verdict_of(result, result.threshold, delta.baseline, delta.candidate, adjusted, delta.verdict)
     result.deltas = sorted([*result.deltas, *deltas], key=lambda d: d.key)
     result.shifts = _series_shifts(result, by_series, run_ids)
-
-
-def _series_key(key: tuple) -> tuple:
-    return tuple(v for c, v in zip(ROW_KEY, key) if c in SERIES_KEY)
 
 
 def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_ids: list[str]) -> list[Shift]:
@@ -223,13 +219,13 @@ def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_i
             for r in complete
         ]
         stats[key] = (candidate, history, math.exp(statistics.fmean(metric_logs)), len(complete))
-    floor = _pooled([h for _, h, _, _ in stats.values()])
+    floor = pooled_robust_sd([h for _, h, _, _ in stats.values()])
     shifts = [
         Shift(
             key,
             sizes,
             ratio,
-            _prediction_p(value, history, floor)
+            prediction_p(value, history, floor)
             if _same_way(result.metric, 1.0, ratio, value - statistics.median(history))
             else 1.0,
         )
@@ -237,46 +233,8 @@ def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_i
     ]
     for shift, adjusted in zip(shifts, holm([s.p_value for s in shifts])):
         shift.p_value = adjusted
-        shift.verdict = _verdict(result, result.series_threshold, 1.0, shift.ratio, adjusted, shift.verdict)
+        shift.verdict = verdict_of(result, result.series_threshold, 1.0, shift.ratio, adjusted, shift.verdict)
     return shifts
-
-
-def _robust_sd(values: list[float]) -> float:
-    """1.4826 x the median absolute deviation: a standard deviation that one disturbed run cannot inflate."""
-    centre = statistics.median(values)
-    return 1.4826 * statistics.median(abs(x - centre) for x in values)
-
-
-def _pooled(groups: list[list[float]]) -> tuple[float, int]:
-    """The robust spread of several groups pooled (1.4826 x the median absolute deviation of every
-    value from its group's median), and its degrees of freedom."""
-    deviations = [abs(x - statistics.median(g)) for g in groups if len(g) > 1 for x in g]
-    df = sum(len(g) - 1 for g in groups if len(g) > 1)
-    return (1.4826 * statistics.median(deviations) if deviations else 0.0), df
-
-
-def _prediction_p(value: float, history: list[float], floor: tuple[float, int], own: float = 0.0) -> float:
-    """Two-sided p that `value` is one more draw of what gave `history`: a t prediction interval,
-    the history's standard deviation floored by the pooled one (with that one's degrees of freedom),
-    widened by the candidate's own spread `own` (a row whose rounds disagree was disturbed)."""
-    from scipy.stats import t
-
-    n = len(history)
-    sd, df = _robust_sd(history), n - 1
-    if floor[0] > sd:
-        sd, df = floor
-    diff = value - statistics.median(history)
-    scale = math.sqrt(sd**2 * (1 + 1 / n) + own**2)
-    if scale == 0:
-        return 0.0 if diff else 1.0
-    return float(2 * t.sf(abs(diff) / scale, df))
-
-
-def _round_spread(row: pd.Series) -> float:
-    """The standard deviation of a row's log per-round p50s (0 with fewer than two rounds)."""
-    cell = row["time_us_p50_rounds"]
-    rounds = [math.log(float(x)) for x in str(cell).split(";") if x] if isinstance(cell, str) and cell else []
-    return statistics.stdev(rounds) if len(rounds) > 1 else 0.0
 
 
 def _same_way(metric: str, baseline: float, candidate: float, time_change: float) -> bool:

@@ -26,6 +26,7 @@ from commbench.ops import spec_of
 from commbench.ops.cost import ALGORITHMS
 from commbench.results.reader import ok_rows
 from commbench.results.schema import LAYOUT_KEY, key_without
+from commbench.results.stats import robust_sd
 from commbench.units import format_size
 
 MIN_SIZES = 4
@@ -103,7 +104,7 @@ def fit_hockney(
         w = robust / sigma**2
         coef = np.linalg.lstsq(design * np.sqrt(w)[:, None], t * np.sqrt(w), rcond=None)[0]
         r = (t - design @ coef) / sigma
-        scale = 1.4826 * np.median(np.abs(r - np.median(r))) or 1.0
+        scale = robust_sd(r) or 1.0
         updated = np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(r), 1e-12))
         if np.allclose(updated, robust, atol=1e-6):
             break

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from commbench.results.reader import ok_rows
+from commbench.results.reader import ROUND_P50S, ok_rows
 from commbench.results.schema import key_without
 from commbench.results.stats import CONFIDENCE
 
@@ -50,7 +50,7 @@ class RowTimes:
             float(row[f"time_us_p50{suffix}"]),
             _number(row.get(f"time_us_p50_lo{suffix}")),
             _number(row.get(f"time_us_p50_hi{suffix}")),
-            parse_rounds(row.get(f"time_us_p50_rounds{suffix}")),
+            _rounds(row.get(f"{ROUND_P50S}{suffix}")),
         )
 
 
@@ -62,15 +62,9 @@ def _number(value: object) -> float:
     return number
 
 
-def parse_rounds(cell: object) -> tuple[float, ...]:
-    """'812.5;790;845' -> (812.5, 790.0, 845.0); empty, missing or malformed cells give ()."""
-    if not isinstance(cell, str) or not cell.strip():
-        return ()
-    try:
-        values = tuple(float(v) for v in cell.split(";") if v.strip())
-    except ValueError:
-        return ()
-    return values if all(v > 0 for v in values) else ()
+def _rounds(value: object) -> tuple[float, ...]:
+    """The reader's parsed rounds (results/reader.py); () where a frame not read from a CSV has none."""
+    return value if isinstance(value, tuple) else ()
 
 
 @dataclass(frozen=True)
@@ -129,7 +123,7 @@ def speedup_of(baseline: RowTimes, variant: RowTimes) -> Speedup:
 
 # The columns a speedup's two rows must share besides the workload: one run, one configuration.
 SAME_RUN = ("backend", "run", *key_without("variant", "size_bytes"))
-_TIME_COLUMNS = ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi", "time_us_p50_rounds")
+_TIME_COLUMNS = ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi", ROUND_P50S)
 
 
 def paired_speedups(rows: pd.DataFrame, baseline: str, workload: str = "size_bytes") -> pd.DataFrame:

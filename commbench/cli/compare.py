@@ -85,7 +85,8 @@ def compare(
     \b
     Exit codes: 0 no regression, 1 regression or wrong results, 2 unusable input.
     """
-    from commbench.analysis.compare import Threshold, compare_runs, format_comparison
+    from commbench.analysis.compare import Threshold, compare_runs
+    from commbench.analysis.comparison_text import format_comparison
     from commbench.errors import UserError
 
     rows_threshold = Threshold.parse(threshold)

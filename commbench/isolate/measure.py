@@ -28,10 +28,11 @@ from commbench.backends.base import Backend
 from commbench.ops import build_ops
 from commbench.ops.args import CollArgs
 from commbench.ops.spec import Point
+from commbench.results.budget import Budget
 from commbench.results.stats import Stats, bandwidth_gbps
 from commbench.run.config import SweepConfig
 from commbench.run.groups import group_view
-from commbench.run.harness import TimedCase, blocks, planned_iters
+from commbench.run.harness import TimedCase, blocks
 from commbench.run.overlap import ComputeKernel, calibrate, seconds_of_kernel, side_for
 from commbench.run.watchdog import Watchdog
 
@@ -139,10 +140,10 @@ class Rounds:
             )
         plans = []
         cfg = self.cfg
+        # A count given here (the size probe's) runs in one block, after one warm-up sample.
+        budget = cfg.budget if iters is None else Budget(iters=iters, warmup=1)
         for case in cases:
-            budget = cfg.time_per_size if cfg.auto and iters is None else None
-            sample_s = case.warm_up(cfg.warmup if iters is None else 1, budget)
-            count = iters or cfg.iters or planned_iters(sample_s, cfg.time_per_size, cfg.min_iters, cfg.max_iters)
+            count = budget.samples(case.warm_up(budget))
             plans.append(blocks(count, cfg.rounds if iters is None else 1))
         for round_index in range(max(len(p) for p in plans)):
             for case, plan in zip(cases, plans):

@@ -17,6 +17,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from commbench.results.stats import MAD_TO_SIGMA, mad
+
 K = TypeVar("K", bound=Hashable)
 Pair = tuple[int, int]
 
@@ -27,7 +29,6 @@ DEFAULT_THRESHOLD = 0.20
 # uncertain (of 4 hosts, one noisy healthy host sets it), so at 3 a host at a quarter of the
 # others' speed went unflagged on a loaded machine.
 NOISE_K = 2.0
-MAD_TO_SIGMA = 1.4826
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,7 @@ def robust_bar(values: Sequence[float], threshold: float = DEFAULT_THRESHOLD, k:
     """The median and MAD of the values, and the rule that judges a value against them."""
     if not values:
         raise ValueError("a bar over no values")
-    median = statistics.median(values)
-    mad = statistics.median(abs(v - median) for v in values)
-    return Bar(median, mad, threshold, k)
+    return Bar(statistics.median(values), mad(values), threshold, k)
 
 
 def low_outliers(

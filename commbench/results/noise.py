@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 import os
-import shlex
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from commbench.results.budget import Budget
 from commbench.results.stats import NOISY_ROUNDS, NOISY_WIDTH
 from commbench.units import counted
 
@@ -35,41 +35,6 @@ BUSY_SHARE = 0.25
 # Without a measured wall time (a report), a second of samples and their barriers costs about this
 # much wall time: on the shared 2-core machine, default sweeps took 2.1 to 2.4 (docs/measurement.md).
 DEFAULT_WALL_PER_TIMED = 2.0
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What decided the number of samples of each row: the auto budget and its bounds, or --iters."""
-
-    time_per_size: float = 0.01
-    min_iters: int = 10
-    max_iters: int = 1000
-    iters: int | None = None  # a fixed count: --iters N
-
-    @classmethod
-    def from_command(cls, command: str) -> Budget:
-        """The budget a recorded command line asked for (the CSV's command column); defaults where
-        it says nothing."""
-        try:
-            words = shlex.split(command or "")
-        except ValueError:
-            words = str(command).split()
-        values: dict[str, str] = {}
-        for i, word in enumerate(words):
-            flag, _, inline = word.partition("=")
-            if flag in ("--time-per-size", "--min-iters", "--max-iters", "--iters", "-n"):
-                value = inline or (words[i + 1] if i + 1 < len(words) else "")
-                values["--iters" if flag == "-n" else flag] = value
-        try:
-            iters = values.get("--iters", "auto")
-            return cls(
-                time_per_size=float(values.get("--time-per-size", cls.time_per_size)),
-                min_iters=int(values.get("--min-iters", cls.min_iters)),
-                max_iters=int(values.get("--max-iters", cls.max_iters)),
-                iters=None if iters == "auto" else int(iters),
-            )
-        except ValueError:
-            return cls()
 
 
 @dataclass(frozen=True)
@@ -120,7 +85,7 @@ def _planned(row: Mapping[str, Any], budget: Budget, time_per_size: float) -> fl
     fastest = _seconds(row, "time_us_min")
     if not fastest > 0:
         fastest = _sample_s(row)
-    return min(budget.max_iters, max(budget.min_iters, time_per_size / fastest))
+    return replace(budget, time_per_size=time_per_size).filling(fastest)
 
 
 def _nice(budget_s: float) -> float:

@@ -289,6 +289,7 @@ def typed(frame: pd.DataFrame, source: str) -> pd.DataFrame:
             frame[column] = frame[column].fillna("").astype(str)
         elif column in COLUMNS:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    frame[ROUND_P50S] = frame["time_us_p50_rounds"].map(parse_rounds)  # parsed once, for every judge of a row
     frame["group_size"] = frame["group_size"].fillna(frame["world_size"])
     # A file written before commands were redacted may hold a password: no report or chart shows it.
     frame["command"] = frame["command"].map(redact)
@@ -349,3 +350,18 @@ def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tu
 def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows with a trustworthy measurement: neither unavailable nor with wrong results."""
     return frame[(frame["status"] == "ok") & frame["time_us_p50"].notna()]
+
+
+# The column typed() adds: time_us_p50_rounds as a tuple of floats, () where a row has no rounds.
+ROUND_P50S = "round_p50s"
+
+
+def parse_rounds(cell: object) -> tuple[float, ...]:
+    """'812.5;790;845' -> (812.5, 790.0, 845.0); empty, missing or malformed cells give ()."""
+    if not isinstance(cell, str) or not cell.strip():
+        return ()
+    try:
+        values = tuple(float(v) for v in cell.split(";") if v.strip())
+    except ValueError:
+        return ()
+    return values if all(v > 0 for v in values) else ()

@@ -209,6 +209,58 @@ def interval_p(baseline: tuple[float, float, float], candidate: tuple[float, flo
     return math.erfc(diff / math.sqrt(se2) / math.sqrt(2))
 
 
+# 1.4826 x the median absolute deviation estimates the standard deviation of normal noise, and one
+# outlier cannot inflate it (the median's breakdown point is 50%).
+MAD_TO_SIGMA = 1.4826
+
+
+def mad(values: Sequence[float]) -> float:
+    """The median absolute deviation of the values from their median."""
+    centre = statistics.median(values)
+    return statistics.median(abs(x - centre) for x in values)
+
+
+def robust_sd(values: Sequence[float]) -> float:
+    """1.4826 x the median absolute deviation: a standard deviation that one disturbed value cannot inflate."""
+    return MAD_TO_SIGMA * mad(values)
+
+
+def pooled_robust_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """The robust spread of several groups pooled (1.4826 x the median absolute deviation of every
+    value from its group's median), and its degrees of freedom."""
+    deviations = [abs(x - statistics.median(g)) for g in groups if len(g) > 1 for x in g]
+    df = sum(len(g) - 1 for g in groups if len(g) > 1)
+    return (MAD_TO_SIGMA * statistics.median(deviations) if deviations else 0.0), df
+
+
+def log_sd(values: Sequence[float]) -> float:
+    """The standard deviation of the values' logarithms (0 with fewer than two)."""
+    return statistics.stdev([math.log(x) for x in values]) if len(values) > 1 else 0.0
+
+
+def normal_p(x: float, scale: float) -> float:
+    """Two-sided p that x is a draw of normal noise of standard deviation `scale` around 0 (with no
+    scale: 1 at 0, else 0)."""
+    return (0.0 if x else 1.0) if scale == 0 else math.erfc(abs(x) / scale / math.sqrt(2))
+
+
+def prediction_p(value: float, history: Sequence[float], floor: tuple[float, int], own: float = 0.0) -> float:
+    """Two-sided p that `value` is one more draw of what gave `history`: a t prediction interval,
+    the history's robust standard deviation floored by the pooled one `floor` (with that one's
+    degrees of freedom), widened by the candidate's own spread `own`."""
+    from scipy.stats import t
+
+    n = len(history)
+    sd, df = robust_sd(history), n - 1
+    if floor[0] > sd:
+        sd, df = floor
+    diff = value - statistics.median(history)
+    scale = math.sqrt(sd**2 * (1 + 1 / n) + own**2)
+    if scale == 0:
+        return 0.0 if diff else 1.0
+    return float(2 * t.sf(abs(diff) / scale, df))
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment: p-values whose family-wise error rate is at most the alpha
     they are compared with, however many rows a comparison holds."""

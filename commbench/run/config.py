@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.backends import BACKENDS
 from commbench.errors import UserError
+from commbench.results.budget import DEFAULT_MAX_ITERS, DEFAULT_MIN_ITERS, DEFAULT_TIME_PER_SIZE, DEFAULT_WARMUP, Budget
 from commbench.run.groups import GROUPS, layout, refusal
 from commbench.run.overlap import parse_compute
 
@@ -29,12 +30,8 @@ if TYPE_CHECKING:
     from commbench.ops.base import Op
     from commbench.ops.spec import Point
 
-# --iters auto: each (variant, phase, size) gets DEFAULT_TIME_PER_SIZE seconds of timed work, within
-# [min, max] iterations, in DEFAULT_ROUNDS interleaved rounds. docs/measurement.md says how these
-# were chosen.
-DEFAULT_TIME_PER_SIZE = 0.01
-DEFAULT_MIN_ITERS = 10
-DEFAULT_MAX_ITERS = 1000
+# --iters auto: the budget's samples (results/budget.py) in DEFAULT_ROUNDS interleaved rounds.
+# docs/measurement.md says how these were chosen.
 DEFAULT_ROUNDS = 3
 
 # Bytes per element of each dtype a sweep takes (torch-free, for memory estimates before a rank starts).
@@ -68,7 +65,7 @@ class SweepConfig:
     sizes: tuple[int, ...]
     dtypes: tuple[str, ...] = ("float32",)
     iters: int | None = None  # None: auto, from the time budget
-    warmup: int = 5
+    warmup: int = DEFAULT_WARMUP
     min_iters: int = DEFAULT_MIN_ITERS
     max_iters: int = DEFAULT_MAX_ITERS
     time_per_size: float = DEFAULT_TIME_PER_SIZE
@@ -136,6 +133,11 @@ class SweepConfig:
     def auto(self) -> bool:
         """Iterations from the time budget (--iters auto) rather than a fixed count."""
         return self.iters is None
+
+    @property
+    def budget(self) -> Budget:
+        """The iteration budget every case of the sweep is sized by."""
+        return Budget(self.time_per_size, self.min_iters, self.max_iters, self.iters, self.warmup)
 
     @property
     def iterations_text(self) -> str:

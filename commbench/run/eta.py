@@ -35,43 +35,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from commbench.console.display import Status
-
-if TYPE_CHECKING:
-    from commbench.run.config import SweepConfig
-
-# Warm-up in auto mode stops once it has taken this share of the budget (run/harness.py does so).
-WARMUP_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How the sweep sizes its cases: the auto budget (None with fixed --iters) and its bounds."""
-
-    budget_s: float | None
-    iters: int | None = None
-    min_iters: int = 10
-    max_iters: int = 1000
-    warmup: int = 5
-
-    @classmethod
-    def of(cls, cfg: SweepConfig) -> Plan:
-        return cls(cfg.time_per_size if cfg.auto else None, cfg.iters, cfg.min_iters, cfg.max_iters, cfg.warmup)
-
-    def samples(self, sample_s: float) -> int:
-        """Timed samples of a case whose samples take sample_s (the harness's planned_iters)."""
-        if self.iters is not None or self.budget_s is None:
-            return self.iters or 0
-        wanted = math.ceil(self.budget_s / sample_s) if sample_s > 0 else self.max_iters
-        return max(self.min_iters, min(self.max_iters, wanted))
-
-    def warmup_samples(self, sample_s: float) -> int:
-        """Warm-up samples of such a case: --warmup, or in auto mode at least one and at most half the budget."""
-        if self.budget_s is None:
-            return self.warmup
-        return min(max(self.warmup, 1), 1 + math.floor(WARMUP_SHARE * self.budget_s / max(sample_s, 1e-9)))
+from commbench.results.budget import Budget
 
 
 @dataclass
@@ -112,13 +78,13 @@ class SweepProgress:
     def __init__(
         self,
         planned: Sequence[tuple[str, int]],
-        plan: Plan,
+        budget: Budget,
         clock: Callable[[], float] = time.monotonic,
         prior: Mapping[tuple[str, int], float] | None = None,
     ) -> None:
         self.total = len(planned)
         self.done = 0
-        self.plan_of = plan
+        self.budget = budget
         self.clock = clock
         self.start = clock()
         self.pending: Counter[tuple[str, int]] = Counter(planned)  # not timed yet
@@ -155,7 +121,7 @@ class SweepProgress:
         else:
             sample_s = self._predict(op, size) or 0.0
         self.running[case] = _Running(iters, sample_s, size)
-        self._count(self.plan_of.warmup_samples(sample_s), sample_s, size)
+        self._count(self.budget.warmup_samples(sample_s), sample_s, size)
 
     def ran(self, case: Hashable, samples: int) -> None:
         """A block of the case ran."""
@@ -270,10 +236,10 @@ class SweepProgress:
                 continue
             sample_s = self._predict(op, size)
             if sample_s is None:
-                if self.plan_of.budget_s is None:
+                if not self.budget.auto:
                     return None
-                sample_s = self.plan_of.budget_s / self.plan_of.min_iters  # the budget, at the floor
-            samples = self.plan_of.samples(sample_s) + self.plan_of.warmup_samples(sample_s) + 1
+                sample_s = self.budget.time_per_size / self.budget.min_iters  # the budget, at the floor
+            samples = self.budget.samples(sample_s) + self.budget.warmup_samples(sample_s) + 1
             left += wall(count * self._cost(samples, sample_s), size)
         return left
 

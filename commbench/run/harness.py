@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from commbench.backends.base import Backend
 from commbench.ops.args import CollArgs, complete
+from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
 from commbench.run.overlap import ComputeKernel
 from commbench.run.timers import Timer, timer_for
@@ -31,21 +32,10 @@ def _step(op: Op, args: CollArgs, phase: str, window: int) -> None:
     complete(args)
 
 
-def planned_iters(sample_s: float, time_per_size: float, min_iters: int, max_iters: int) -> int:
-    """Samples that fill the time budget at `sample_s` seconds each, within [min_iters, max_iters]."""
-    wanted = math.ceil(time_per_size / sample_s) if sample_s > 0 else max_iters
-    return max(min_iters, min(max_iters, wanted))
-
-
 def blocks(iters: int, rounds: int) -> list[int]:
     """Split `iters` samples into at most `rounds` blocks as equal as can be (the first ones longer)."""
     used = max(1, min(rounds, iters))
     return [iters // used + (1 if r < iters % used else 0) for r in range(used)]
-
-
-# Auto mode's warm-up stops early once it has taken this share of the time budget: a 100 ms
-# collective needs one warm-up iteration, not five, before its ten timed ones.
-WARMUP_SHARE = 0.5
 
 
 class TimedCase:
@@ -157,27 +147,27 @@ class TimedCase:
         self._timed(1, label)
         return self.timer.read_us()[-1] * 1e-6
 
-    def warm_up(self, warmup: int, time_per_size: float | None = None) -> float:
-        """Fill the inputs and run the warm-up; returns the seconds per sample it saw.
+    def warm_up(self, budget: Budget) -> float:
+        """Fill the inputs and run the budget's warm-up; returns the seconds per sample it saw.
 
-        Fixed iterations (no time budget): exactly `warmup` iterations; the estimate is this rank's
+        Fixed iterations (no time budget): exactly --warmup iterations; the estimate is this rank's
         own, good for a progress estimate only. Auto mode: warm-up runs at least once, since it times
-        the case, and stops early once it has taken WARMUP_SHARE of the budget; the ranks agree on that
-        after the first iteration. The estimate is then the fastest warm-up sample after the first (a
-        cold one): on a shared machine a few descheduled samples would otherwise leave a cheap case
-        with --min-iters; it is agreed as the max over ranks, so a rank whose clock reads slower
-        decides for every rank, and every rank runs the same count.
+        the case, and stops early once it has taken its share of the budget (Budget.warmup_samples);
+        the ranks agree on that after the first iteration. The estimate is then the fastest warm-up
+        sample after the first (a cold one): on a shared machine a few descheduled samples would
+        otherwise leave a cheap case with --min-iters; it is agreed as the max over ranks, so a rank
+        whose clock reads slower decides for every rank, and every rank runs the same count.
         """
         self.op.fill(self.args)
-        auto = time_per_size is not None
-        planned = max(warmup, 1) if auto else warmup
+        auto = budget.auto
+        planned = budget.warmup_samples(0.0)  # the most it may take, before any sample is seen
         local: list[float] = []
         first = math.nan
         while len(local) < planned:
             local.append(self._sample(f"{self.label} (warm-up)"))
             if auto and len(local) == 1:
                 first = self.agree_max(local[0])
-                planned = min(planned, 1 + math.floor(WARMUP_SHARE * time_per_size / max(first, 1e-9)))
+                planned = budget.warmup_samples(first)
         self.watchdog.disarm()
         estimate = min(local[1:] or local) if local else math.nan
         if not auto or len(local) == 1:
@@ -333,6 +323,6 @@ def measure(
     case = TimedCase(
         op, args, phase, window=window, watchdog=watchdog, label=label, keep_per_rank=keep_per_rank, timer=timer
     )
-    case.warm_up(warmup)
+    case.warm_up(Budget(iters=iters, warmup=warmup))
     case.block(iters, 0, check)
     return case.measurement()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from commbench.results.stats import Stats
 from commbench.run.config import SweepConfig
 from commbench.run.eta import SweepProgress
-from commbench.run.harness import TimedCase, blocks, planned_iters
+from commbench.run.harness import TimedCase, blocks
 from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, seconds_of_kernel, side_for
 from commbench.run.plan import RotationEntry
 
@@ -20,8 +20,9 @@ def visit(cfg: SweepConfig, entry: RotationEntry, round_index: int, progress: Sw
     True when the case is done."""
     case = entry.case
     if round_index == 0:
-        entry.sample_s = case.warm_up(cfg.warmup, cfg.time_per_size if cfg.auto else None)
-        iters = cfg.iters or planned_iters(entry.sample_s, cfg.time_per_size, cfg.min_iters, cfg.max_iters)
+        budget = cfg.budget
+        entry.sample_s = case.warm_up(budget)
+        iters = budget.samples(entry.sample_s)
         entry.blocks = blocks(iters, cfg.rounds)
         # --overlap times the op, the matmul and both together: three samples per iteration.
         progress.plan(id(entry), case.op.name, entry.work, iters, entry.sample_s * (3 if cfg.overlap else 1))

@@ -20,10 +20,9 @@ from commbench.launcher_env import Launch
 from commbench.ops import world_error
 from commbench.ops.base import Op
 from commbench.provenance import layout
-from commbench.results.noise import Budget
 from commbench.results.paths import resolve_output
 from commbench.run.config import ONE_RANK_NOTE, RunFacts, SweepConfig, agree, share_refusal
-from commbench.run.eta import Plan, SweepProgress
+from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.heartbeat import Heartbeat, because, connect_store
 from commbench.run.plan import SweepPlan, eta_prior
@@ -105,7 +104,7 @@ def open_session(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[O
     share_refusal(backend, error)
     watchdog.disarm()
     plan = SweepPlan(cfg, grouping, ops)
-    progress = SweepProgress(plan.cases(), Plan.of(cfg), prior=_last_run_prior(plan, history, sink))
+    progress = SweepProgress(plan.cases(), cfg.budget, prior=_last_run_prior(plan, history, sink))
     return Session(cfg, grouping, plan, watchdog, board, progress, sink, path)
 
 
@@ -119,7 +118,7 @@ def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agree
     base = {**_run_columns(cfg, backend, grouping, facts), **record_columns}
     # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
     display = Display(choose_mode(sys.stdout, relay=launch.spawned))
-    budget = Budget(cfg.time_per_size, cfg.min_iters, cfg.max_iters, cfg.iters)
+    budget = cfg.budget
     # Creates the file, or refuses before the header.
     sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget, history=recorder)
     display.write(

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from commbench.analysis.compare import Threshold, compare_runs, mann_whitney_p
+from commbench.analysis.compare import Threshold, compare_runs
 from commbench.cli import main
 from commbench.errors import UserError
-from commbench.results.stats import holm
+from commbench.results.stats import holm, mann_whitney_p
 from tests.support.errors import assert_one_line_error
 from tests.support.synth_results import Case, synth_run
 

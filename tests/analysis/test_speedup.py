@@ -103,6 +103,7 @@ def _frame(rows: list[tuple[str, int, float, tuple[float, ...]]]) -> pd.DataFram
                 "time_us_p50_lo": p50 * 0.975,
                 "time_us_p50_hi": p50 * 1.025,
                 "time_us_p50_rounds": ";".join(map(str, rounds)),
+                "round_p50s": rounds,  # as the reader parses the column above
                 "run": "r",
                 "backend": "gloo",
                 "world_size": 2,

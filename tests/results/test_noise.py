@@ -6,8 +6,9 @@ import io
 from pathlib import Path
 
 from commbench.console.display import Display
+from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
-from commbench.results.noise import Budget, HostLoad, summarise_noise
+from commbench.results.noise import HostLoad, summarise_noise
 from commbench.run.sink import Sink
 
 
@@ -58,13 +59,6 @@ def test_the_reason_is_a_busy_host_or_rounds_that_disagree() -> None:
     assert summarise_noise(rows, Budget(), 3.0, HostLoad(2.1, 2, 2)).reason.startswith(
         "the machine's speed changed between rounds (3 of them"
     )
-
-
-def test_a_recorded_command_gives_the_budget() -> None:
-    assert Budget.from_command("commbench sweep --time-per-size 0.05 --min-iters=40 -o x.csv") == Budget(0.05, 40)
-    assert Budget.from_command("commbench sweep -n 200") == Budget(iters=200)
-    assert Budget.from_command("commbench sweep --iters auto") == Budget()
-    assert Budget.from_command("") == Budget()
 
 
 def test_the_sink_prints_the_line_before_it_is_done(tmp_path: Path) -> None:

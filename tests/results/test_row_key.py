@@ -30,7 +30,7 @@ text = text.replace(marker, marker + repr(column) + ", ")
 module = importlib.util.module_from_spec(spec)
 sys.modules[name] = module
 exec(compile(text, spec.origin, "exec"), module.__dict__)
-from commbench.analysis import compare, history_gate, model, speedup, syncbn_table, trend
+from commbench.analysis import compare, model, speedup, syncbn_table, trend, verdict
 from commbench.results import reader
 from commbench.run import plan, sink
 keys = {
@@ -38,8 +38,7 @@ keys = {
     "raw samples": module.RAW_COLUMNS,
     "required": reader.REQUIRED_COLUMNS,
     "compare match": compare.ROW_KEY,
-    "compare series": compare.SERIES_KEY,
-    "history gate": history_gate.SERIES_KEY,
+    "compare series": verdict.SERIES_KEY,  # the pairwise test's and the history gate's (verdict.series_key)
     "trend series": trend.SERIES_KEY,
     "model fit": model.FIT_KEY,
     "speedup join": speedup.SAME_RUN,
@@ -75,10 +74,10 @@ def test_a_column_added_to_the_key_reaches_every_derived_key(key: str, within_a_
 
 
 def test_the_derived_keys_are_the_row_key_less_what_they_pair_over() -> None:
-    from commbench.analysis import compare, model, speedup, syncbn_table
+    from commbench.analysis import model, speedup, syncbn_table, verdict
 
     assert schema.ROW_KEY == ("op", "variant", "phase", "dtype", "mode", "size_bytes", "world_size", "group")
-    assert compare.SERIES_KEY == ("op", "variant", "phase", "dtype", "mode", "world_size", "group")
+    assert verdict.SERIES_KEY == ("op", "variant", "phase", "dtype", "mode", "world_size", "group")
     assert model.FIT_KEY == ("run", "op", "variant", "phase", "dtype", "mode", "backend", "world_size", "group")
     assert speedup.SAME_RUN == ("backend", "run", "op", "phase", "dtype", "mode", "world_size", "group")
     assert syncbn_table.GROUP_COLUMNS == ["run", "backend", "dtype", "mode", "world_size", "group"]

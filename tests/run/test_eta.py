@@ -21,8 +21,9 @@ import pytest
 from commbench.console.display import Status
 from commbench.ops.args import CollArgs
 from commbench.ops.spec import BusFactor, OpSpec, Point
+from commbench.results.budget import Budget
 from commbench.run.config import SweepConfig
-from commbench.run.eta import Plan, SweepProgress
+from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping
 from commbench.run.plan import SweepPlan, eta_prior
 from tests.support.fakes import FakeBackend, Recording
@@ -195,7 +196,7 @@ def test_the_total_is_fixed_up_front_and_reached_at_the_end(tmp_path: Path) -> N
 
 def test_merged_and_refused_cases_count_as_done_without_changing_the_total() -> None:
     clock = [0.0]
-    progress = SweepProgress([("op", 8), ("op", 8), ("op", 16)], Plan(0.01), clock=lambda: clock[0])
+    progress = SweepProgress([("op", 8), ("op", 8), ("op", 16)], Budget(0.01), clock=lambda: clock[0])
     progress.skip("op", 8)  # 8 B and a size that rounds to it: measured once
     progress.plan("a", "op", 8, 10, 1e-3)
     progress.ran("a", 10)
@@ -207,7 +208,7 @@ def test_merged_and_refused_cases_count_as_done_without_changing_the_total() -> 
 
 
 def test_no_eta_before_anything_is_timed_and_a_fraction_from_the_count() -> None:
-    progress = SweepProgress([("op", 8)] * 4, Plan(None, iters=10), clock=lambda: 0.0)
+    progress = SweepProgress([("op", 8)] * 4, Budget(iters=10), clock=lambda: 0.0)
     status = progress.status("first")
     assert status.eta_s is None and status.text().startswith("0/4 cases, ETA --:--")
 

@@ -19,8 +19,9 @@ import torch
 from commbench.backends.base import Backend
 from commbench.ops.args import CollArgs
 from commbench.ops.spec import Point
+from commbench.results.budget import Budget
 from commbench.run.config import SweepConfig
-from commbench.run.harness import TimedCase, blocks, planned_iters
+from commbench.run.harness import TimedCase, blocks
 from commbench.run.plan import rotation_groups
 from commbench.run.watchdog import Watchdog
 from tests.support.distributed import run_ranks
@@ -31,9 +32,9 @@ from tests.support.sweeps import sweep_one_rank
 
 
 def test_planned_iterations_fill_the_budget_within_bounds() -> None:
-    assert planned_iters(0.001, 0.05, 10, 1000) == 50
-    assert planned_iters(0.2, 0.05, 10, 1000) == 10  # a slow case still gets --min-iters
-    assert planned_iters(1e-7, 0.05, 10, 1000) == 1000
+    assert Budget(0.05, 10, 1000).samples(0.001) == 50
+    assert Budget(0.05, 10, 1000).samples(0.2) == 10  # a slow case still gets --min-iters
+    assert Budget(0.05, 10, 1000).samples(1e-7) == 1000
     assert blocks(20, 3) == [7, 7, 6] and blocks(2, 3) == [1, 1] and blocks(5, 1) == [5]
 
 
@@ -58,8 +59,9 @@ def _agree_with_a_slow_clock(backend: Backend) -> tuple[float, int, list[int]]:
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
     op.setup(args, Point.of_size(64))
     case = TimedCase(op, args, "comm", window=1, watchdog=Watchdog(60, backend.rank), label="agree")
-    sample_s = case.warm_up(5, BUDGET_S)
-    iters = planned_iters(sample_s, BUDGET_S, 2, 1000)
+    budget = Budget(BUDGET_S, 2, 1000, warmup=5)
+    sample_s = case.warm_up(budget)
+    iters = budget.samples(sample_s)
     for r, n in enumerate(blocks(iters, 2)):
         case.block(n, r, check=r == 1)
     return sample_s, iters, [len(block) for block in case.rounds_us] + [case.wrong]
@@ -71,7 +73,7 @@ def test_ranks_agree_on_the_iteration_count_when_one_clock_reads_slower() -> Non
     # would issue different numbers of collectives and hang. Agreed, both take rank 1's time.
     (t0, n0, b0), (t1, n1, b1) = run_ranks(_agree_with_a_slow_clock, 2)
     assert t0 == t1 and t0 >= SLOW_CLOCK_S
-    assert n0 == n1 == planned_iters(t0, BUDGET_S, 2, 1000) == 3
+    assert n0 == n1 == Budget(BUDGET_S, 2, 1000).samples(t0) == 3
     assert b0 == b1 == [2, 1, 0]  # blocks of 2 and 1 samples; the check found nothing wrong
 
 
@@ -144,7 +146,7 @@ def test_fixed_iterations_mean_exactly_that_many(tmp_path: Path) -> None:
 def test_precision_stops_a_steady_row_early(tmp_path: Path) -> None:
     # The fake clock makes every sample of a case identical: the interval is 0 wide at once.
     rows, _ = _sweep_fake(tmp_path, time_per_size=0.05, max_iters=400, min_iters=10, rounds=3, precision=0.02)
-    planned = [planned_iters(TICK_S * (1 + s / 1024), 0.05, 10, 400) for s in rows["size_bytes"]]
+    planned = [Budget(0.05, 10, 400).samples(TICK_S * (1 + s / 1024)) for s in rows["size_bytes"]]
     assert (rows["rounds"] == 2).all()  # stopped in its second round, the first it may stop in
     assert (rows["iters"] < [p * 0.7 for p in planned]).all()
 

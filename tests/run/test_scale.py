@@ -17,6 +17,7 @@ import torch.distributed as dist
 from commbench.ops.all_reduce import AllReduce
 from commbench.ops.args import CollArgs
 from commbench.ops.spec import Point
+from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
 from commbench.run.harness import TimedCase
 from commbench.run.heartbeat import STORE_WRITES_PER_S, Heartbeat, RankRecord
@@ -122,7 +123,7 @@ def _old_and_new(backend) -> dict[str, Any]:
         real_share(local_us, round_index, overlap, wrong)
 
     new._share_block = share_both
-    new.warm_up(1)
+    new.warm_up(Budget(iters=6 + 5, warmup=1))
     for round_index, iters in enumerate((6, 5)):
         new.block(iters, round_index, check=round_index == 1)
     real = (new, old)
@@ -170,7 +171,7 @@ def _without_raw(backend) -> tuple[int, int]:
     args = CollArgs(backend=backend, dtype=torch.float32, variant="flat")
     op.setup(args, Point.of_size(64))
     case = TimedCase(op, args, "comm", window=1, watchdog=Watchdog(60, backend.rank), label="x")
-    case.warm_up(0)
+    case.warm_up(Budget(iters=4, warmup=0))
     case.block(4, 0, check=True)
     return len(case.per_rank_us), len(case.samples_us)
 

@@ -18,7 +18,7 @@ import pandas as pd
 from commbench.console.display import Display
 from commbench.ops.base import Op
 from commbench.run.config import SweepConfig
-from commbench.run.eta import Plan, SweepProgress
+from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping
 from commbench.run.plan import SweepPlan, eta_prior
 from commbench.run.rotation import sweep_op
@@ -46,7 +46,7 @@ def sweep_one_rank(
     grouping = Grouping("world", 1, backend)
     plan = SweepPlan(cfg, grouping, list(ops))
     prior = eta_prior(plan, before) if before is not None else None
-    progress = SweepProgress(plan.cases(), Plan.of(cfg), clock=lambda: backend.now, prior=prior)
+    progress = SweepProgress(plan.cases(), cfg.budget, clock=lambda: backend.now, prior=prior)
     if watch is not None:
         watch(progress)
     path.parent.mkdir(parents=True, exist_ok=True)
