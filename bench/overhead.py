@@ -134,7 +134,7 @@ def rank_main(rank: int, world: int, port: int, queue: Any, pairs: int, iters: i
 def horovod_rank(pairs: int, iters: int, window: int) -> tuple[list[tuple[float, ...]] | None, int]:
     """This process as a horovodrun rank, pinned and single-threaded as the Gloo ranks are."""
     from commbench.backends.horovod import HorovodBackend
-    from commbench.launcher_env import detect
+    from commbench.launch.env import detect
 
     torch.set_num_threads(1)
     backend = HorovodBackend()

@@ -38,7 +38,7 @@ def join_group(rank: int, world: int, port: int, backend: str = "gloo") -> Any:
     import torch
 
     from commbench.backends import load_backend
-    from commbench.launcher_env import detect
+    from commbench.launch.env import detect
 
     torch.set_num_threads(1)  # as commbench's spawner does: the ranks share the cores
     if hasattr(os, "sched_setaffinity"):  # one core per rank: fewer migrations, less noise for both loops

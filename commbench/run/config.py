@@ -36,6 +36,9 @@ DEFAULT_MIN_ITERS = 10
 DEFAULT_MAX_ITERS = 1000
 DEFAULT_ROUNDS = 3
 
+# The rank program of a sweep (SweepConfig.program).
+SWEEP_PROGRAM = "commbench.run.runner:run_sweep"
+
 # Bytes per element of each dtype a sweep takes (torch-free, for memory estimates before a rank starts).
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8}
 DTYPES = tuple(DTYPE_BYTES)
@@ -90,7 +93,11 @@ class SweepConfig:
     history: str | None = (
         None  # --history PATH|URL; "off" under --no-history; None: results/history.sqlite here (history_location)
     )
-    isolate: dict[str, Any] | None = None  # `commbench isolate`'s options: the ranks run a node sweep
+    # What each rank runs once it has joined the process group, as `module:function` taking
+    # (cfg, launch, backend): the sweep, or another program on the same launch (`commbench isolate`
+    # names its node sweep), with that program's own options (JSON-able) in program_options.
+    program: str = SWEEP_PROGRAM
+    program_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("ops", "dtypes", "variants"):
@@ -266,9 +273,9 @@ def _facts(backend: Backend, cfg: SweepConfig, ranks_error: Callable[[int], str 
     depend on the hosts, and rank 0's run id."""
     run_id = _shared_run_id(backend)
     node = backend.node_info()
-    # Under --group world the groups need no hosts: rank 0 alone writes them into its rows. A node
-    # sweep (isolate) pairs hosts on every rank.
-    if cfg.group == "world" and cfg.isolate is None:
+    # Under --group world the sweep's groups need no hosts: rank 0 alone writes them into its rows.
+    # Another rank program (isolate's node sweep) pairs hosts on every rank.
+    if cfg.group == "world" and cfg.program == SWEEP_PROGRAM:
         nodes = backend.gather_object(node)
         message = ranks_error(backend.world_size) if ranks_error is not None else None
     else:

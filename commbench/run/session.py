@@ -13,10 +13,10 @@ import torch
 
 import commbench
 from commbench.backends.base import Backend
+from commbench.backends.job import Launch
 from commbench.console.display import Display, choose_mode
 from commbench.errors import UserError
 from commbench.history.store import History, open_run_history
-from commbench.launcher_env import Launch
 from commbench.ops import world_error
 from commbench.ops.base import Op
 from commbench.provenance import layout
