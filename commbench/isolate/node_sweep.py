@@ -26,7 +26,8 @@ from commbench.isolate.schedule import circle_rounds, pack
 from commbench.isolate.verdict import Bar, confirmed_link, confirmed_node, low_outliers, plan_link, plan_node, suspects
 from commbench.results.paths import resolve_output, write_atomically
 from commbench.results.writer import CsvAppender
-from commbench.run.config import Outcome, PeerError, SweepConfig, agree
+from commbench.run.agreement import PeerError, agree
+from commbench.run.config import Outcome, SweepConfig
 from commbench.run.watchdog import Watchdog
 
 Pair = tuple[int, int]

@@ -13,7 +13,8 @@ import traceback
 from commbench.backends.job import Launch
 from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals, tell_launcher
 from commbench.launch.env import LAUNCHER_PID_ENV, detect
-from commbench.run.config import Outcome, PeerError, SweepConfig
+from commbench.run.agreement import PeerError
+from commbench.run.config import Outcome, SweepConfig
 
 
 def run_worker(cfg: SweepConfig, launch: Launch) -> Outcome:

@@ -22,7 +22,8 @@ from commbench.ops.base import Op
 from commbench.provenance import layout
 from commbench.results.noise import Budget
 from commbench.results.paths import resolve_output
-from commbench.run.config import ONE_RANK_NOTE, RunFacts, SweepConfig, agree, share_refusal
+from commbench.run.agreement import RunFacts, agree, share_refusal
+from commbench.run.config import ONE_RANK_NOTE, SweepConfig
 from commbench.run.eta import Plan, SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.heartbeat import Heartbeat, because, connect_store
