@@ -3,11 +3,15 @@ SweepConfig: run it, as one rank of a launcher's job or by spawning local ranks,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from commbench.errors import UserError
-from commbench.launch.env import LaunchOptions
 from commbench.run.config import Outcome, SweepConfig
+
+if TYPE_CHECKING:
+    from commbench.launch.env import LaunchOptions
 
 
 def execute(cfg: SweepConfig, how: LaunchOptions) -> Outcome:

@@ -10,7 +10,6 @@ import click
 from commbench.cli.execute import execute
 from commbench.cli.options import _fraction, _iters, build_config, launch_options, plot_option
 from commbench.errors import UserError
-from commbench.launch.env import LaunchOptions
 from commbench.run.config import DEFAULT_MAX_ITERS, DEFAULT_MIN_ITERS, DEFAULT_ROUNDS, DEFAULT_TIME_PER_SIZE
 from commbench.units import parse_size
 
@@ -116,6 +115,8 @@ def isolate(
         program_options=opts.to_dict(),
         **options,
     )
+    from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
+
     outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe))
     if plot and outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
         _chart(outcome.output)

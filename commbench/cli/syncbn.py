@@ -18,7 +18,6 @@ from commbench.cli.options import (
     split_names,
 )
 from commbench.errors import UserError
-from commbench.launch.env import LaunchOptions
 from commbench.ops.sync_bn import BATCH, CHANNELS, SPATIAL
 from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 
@@ -72,6 +71,8 @@ def syncbn(
     if unknown := [s for s in chosen if s not in valid]:
         raise UserError(f"unknown strategy {unknown[0]!r}; valid strategies: {', '.join(valid)}")
     cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, variants=chosen, **options)
+    from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
+
     outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe))
     if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
         _print_comparison(outcome.output)
