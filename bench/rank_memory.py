@@ -32,7 +32,7 @@ def _kib(pid: int, field: str, table: str = "smaps_rollup") -> int:
 def _ranks(launcher: int) -> list[int]:
     """The pids of the launcher's rank processes."""
     children = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
-    return [int(p) for p in children if b"commbench.run.worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    return [int(p) for p in children if b"commbench.launch.worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
 
 
 def measure(ranks: int, samples: int) -> tuple[float, float, float]:

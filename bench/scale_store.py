@@ -1,6 +1,6 @@
 """The rendezvous store under 1,024 to 8,192 simulated ranks: what commbench's heartbeat costs it.
 
-One real TCPStore server, hosted as `commbench sweep` hosts it (commbench.run.launch.host_store),
+One real TCPStore server, hosted as `commbench sweep` hosts it (commbench.launch.start.host_store),
 and N simulated ranks: --procs client processes, each holding N / procs store connections and
 driving them from a few threads. Each simulated rank does what a rank does to the store:
 

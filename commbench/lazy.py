@@ -12,6 +12,13 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 
+def resolve(path: str) -> Any:
+    """The object a `module:name` path names, its module imported now (a backend's class, a
+    transport's spawner, a rank program): the name travels as text, so nothing imports it before it runs."""
+    module_name, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
 class LazyModule:
     """A stand-in for a module that imports it at the first attribute access."""
 

@@ -70,7 +70,7 @@ def collect_host(
     import torch
 
     from commbench import __version__
-    from commbench.launcher_env import HOST_ENV
+    from commbench.backends.job import HOST_ENV
 
     environ = os.environ if environ is None else environ
     run = run or _run

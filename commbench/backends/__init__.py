@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from commbench.backends import copies
 from commbench.backends.copies import Copies
 from commbench.errors import UserError
+from commbench.lazy import resolve
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -102,7 +103,7 @@ class BackendInfo:
     loopback); else "module:function" taking (cfg, nproc, spawn) that prepares what the transport's
     ranks need (Horovod's rendezvous server) and calls spawn(cfg, nproc, rank_env=...), commbench's
     spawner, which it is handed so that it imports nothing of the launcher's. launchers: the
-    launcher kinds (commbench.launcher_env.KINDS) whose ranks it can run, None for every kind; a
+    launcher kinds (commbench.launch.env.KINDS) whose ranks it can run, None for every kind; a
     rank under another is refused with launch_hint.
     """
 
@@ -124,12 +125,12 @@ class BackendInfo:
 
     def load(self) -> type[Backend]:
         """The Backend subclass (imports its module, and torch)."""
-        return _resolve(self.target)
+        return resolve(self.target)
 
     def spawn(self, cfg: Any, nproc: int, spawn: Spawn) -> int:
         """Start nproc local ranks with this transport's spawner, or with `spawn` itself (cfg: the
         run's SweepConfig, which this layer passes on without reading, so it names no run/ type)."""
-        return spawn(cfg, nproc) if self.spawner is None else _resolve(self.spawner)(cfg, nproc, spawn)
+        return spawn(cfg, nproc) if self.spawner is None else resolve(self.spawner)(cfg, nproc, spawn)
 
     def launcher_error(self, kind: str) -> str | None:
         """Why a rank started by this launcher kind cannot run this transport, or None."""
@@ -169,17 +170,12 @@ BACKENDS: dict[str, BackendInfo] = {
             copies.horovod,
             gpu_per_rank=horovod_on_gpus,
             interface_env="HOROVOD_GLOO_IFACE",
-            spawner="commbench.run.horovod_launch:spawn_horovod",
+            spawner="commbench.launch.horovod:spawn_horovod",
             launchers=("horovodrun",),
             launch_hint=HOROVOD_LAUNCH_HINT,
         ),
     )
 }
-
-
-def _resolve(path: str) -> Any:
-    module_name, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
 
 
 def copies_of(backend: str) -> Copies:

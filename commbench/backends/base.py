@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 
 if TYPE_CHECKING:
-    from commbench.launcher_env import Launch
+    from commbench.backends.job import Launch
 
 
 class Work(Protocol):

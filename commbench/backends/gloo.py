@@ -11,7 +11,7 @@ from commbench.backends.torch_dist import TorchDistBackend
 
 if TYPE_CHECKING:
     from commbench.backends.base import Work
-    from commbench.launcher_env import Launch
+    from commbench.backends.job import Launch
 
 # What Gloo cannot run on CUDA tensors, read from torch/csrc/distributed/c10d/ProcessGroupGloo.cpp
 # (docs/gpu.md): the collectives it stages through pinned host memory (its *CUDAWork classes:

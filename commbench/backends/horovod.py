@@ -26,7 +26,7 @@ from commbench.backends.devices import bind_own_gpu
 from commbench.errors import UserError
 
 if TYPE_CHECKING:
-    from commbench.launcher_env import Launch
+    from commbench.backends.job import Launch
 
 INSTALL_HINT = "install it with `bash scripts/install-horovod.sh` (see docs/horovod.md)"
 

@@ -11,7 +11,7 @@ from commbench.backends.torch_dist import TorchDistBackend
 from commbench.errors import UserError
 
 if TYPE_CHECKING:
-    from commbench.launcher_env import Launch
+    from commbench.backends.job import Launch
 
 # NCCL's words when two ranks of one communicator sit on one GPU.
 DUPLICATE_GPU = "Duplicate GPU detected"

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from commbench.backends.base import Backend, Work
 
 if TYPE_CHECKING:
-    from commbench.launcher_env import Launch
+    from commbench.backends.job import Launch
 
 # Newest first.
 FLAT_ALL_GATHER = ("all_gather_single", "all_gather_into_tensor", "_all_gather_base")

@@ -3,24 +3,22 @@ SweepConfig: run it, as one rank of a launcher's job or by spawning local ranks,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from commbench.errors import UserError
 from commbench.run.config import Outcome, SweepConfig
 
+if TYPE_CHECKING:
+    from commbench.launch.env import LaunchOptions
 
-def execute(
-    cfg: SweepConfig,
-    nproc: int | None,
-    master_addr: str | None = None,
-    master_port: int | None = None,
-    oversubscribe: bool = False,
-) -> Outcome:
+
+def execute(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
     """Run the sweep as one rank of a launcher's job, or by spawning local ranks."""
-    from commbench.launcher_env import detect
-    from commbench.run.launch import start
+    from commbench.launch.start import start
 
-    return start(cfg, nproc, detect(master_addr=master_addr, master_port=master_port), oversubscribe)
+    return start(cfg, how)
 
 
 def chart_after(outcome: Outcome, plot: bool, overwrite: bool = False) -> None:

@@ -91,7 +91,7 @@ def isolate(
       torchrun --nnodes 8 --nproc-per-node 8 ... -m commbench isolate --json verdict.json
       srun -N 8 --ntasks-per-node 8 commbench isolate --backend nccl
     """
-    from commbench.isolate.options import PROBE_SIZES, IsolateOptions
+    from commbench.isolate.options import ISOLATE_PROGRAM, PROBE_SIZES, IsolateOptions
 
     chosen = parse_size(size) if size is not None else None
     json_file = str(Path(json_path).resolve()) if json_path is not None else None
@@ -104,14 +104,20 @@ def isolate(
     opts = IsolateOptions(
         size=chosen, threshold=threshold if threshold is not None else 0.2, bisect=bisect, json=json_file
     )
+    # The node sweep runs on the launch a sweep makes; what the launcher checks before ranks start
+    # (the op's rank count, the host's cores and memory) sees its exchange: sendrecv of float32
+    # (isolate/measure.py's), up to the largest size it may take.
     cfg = build_config(
         ops=("sendrecv",),
         sizes=[chosen or max(PROBE_SIZES)],
-        dtypes=(),
-        isolate=opts.to_dict(),
+        dtypes=("float32",),
+        program=ISOLATE_PROGRAM,
+        program_options=opts.to_dict(),
         **options,
     )
-    outcome = execute(cfg, nproc, master_addr, master_port, oversubscribe)
+    from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
+
+    outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe))
     if plot and outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
         _chart(outcome.output)
     sys.exit(outcome.code)

@@ -92,6 +92,8 @@ def sweep(
     )
     op_options, variants = pop_op_options(options), pop_variants(options)
     cfg = build_config(ops=ops, sizes=chosen, op_options=op_options, variants=variants, **options)
-    outcome = execute(cfg, nproc, master_addr, master_port, oversubscribe)
+    from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
+
+    outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe))
     chart_after(outcome, plot, cfg.overwrite)
     sys.exit(outcome.code)

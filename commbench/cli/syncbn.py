@@ -71,7 +71,9 @@ def syncbn(
     if unknown := [s for s in chosen if s not in valid]:
         raise UserError(f"unknown strategy {unknown[0]!r}; valid strategies: {', '.join(valid)}")
     cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, variants=chosen, **options)
-    outcome = execute(cfg, nproc, master_addr, master_port, oversubscribe)
+    from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
+
+    outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe))
     if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
         _print_comparison(outcome.output)
     chart_after(outcome, plot, cfg.overwrite)

@@ -34,6 +34,7 @@ from commbench.run.config import SweepConfig
 from commbench.run.groups import group_view
 from commbench.run.harness import TimedCase, blocks
 from commbench.run.overlap import ComputeKernel, calibrate, seconds_of_kernel, side_for
+from commbench.run.rotation import in_rounds
 from commbench.run.watchdog import Watchdog
 
 EXCHANGE_OP = "sendrecv"
@@ -145,11 +146,14 @@ class Rounds:
         for case in cases:
             count = budget.samples(case.warm_up(budget))
             plans.append(blocks(count, cfg.rounds if iters is None else 1))
-        for round_index in range(max(len(p) for p in plans)):
-            for case, plan in zip(cases, plans):
-                if round_index < len(plan):
-                    last = round_index == len(plan) - 1
-                    case.block(plan[round_index], round_index, check=cfg.check and last)
+        # Visited in rounds as a sweep visits its cases (every warm-up first, as the exchanges go together).
+        pending = [(case, plan) for case, plan in zip(cases, plans) if plan]
+        for round_index, visit in in_rounds(pending, max(len(p) for p in plans)):
+            case, plan = visit
+            last = round_index == len(plan) - 1
+            case.block(plan[round_index], round_index, check=cfg.check and last)
+            if last:
+                pending[:] = [other for other in pending if other is not visit]
         # Rank 0 alone holds every rank's samples (gathered block by block); every rank needs the
         # results, since what is measured next depends on them.
         found = [[_exchange(case, unit) for case in cases] for unit in units] if self.backend.rank == 0 else None

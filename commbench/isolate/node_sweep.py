@@ -16,6 +16,7 @@ from typing import Any
 
 import commbench
 from commbench.backends.base import Backend
+from commbench.backends.job import Launch
 from commbench.errors import ExitCode, UserError
 from commbench.isolate.cluster import Cluster
 from commbench.isolate.measure import PROBE_SAMPLES, PROBE_WINDOW_S, Exchange, Rounds, compute_probe
@@ -23,10 +24,10 @@ from commbench.isolate.options import BANDWIDTH_BOUND, PROBE_MAX_S, PROBE_SIZES,
 from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
 from commbench.isolate.schedule import circle_rounds, pack
 from commbench.isolate.verdict import Bar, confirmed_link, confirmed_node, low_outliers, plan_link, plan_node, suspects
-from commbench.launcher_env import Launch
 from commbench.results.paths import resolve_output, write_atomically
 from commbench.results.writer import CsvAppender
-from commbench.run.config import Outcome, PeerError, SweepConfig, agree
+from commbench.run.agreement import PeerError, agree
+from commbench.run.config import Outcome, SweepConfig
 from commbench.run.watchdog import Watchdog
 
 Pair = tuple[int, int]
@@ -39,7 +40,7 @@ COMPUTE_REPEATS = 3
 
 def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
     """Run the node sweep on this rank; the outcome's code is 1 when anything was flagged, else 0."""
-    opts = IsolateOptions.from_dict(cfg.isolate or {})
+    opts = IsolateOptions.from_dict(cfg.program_options)
     lead = backend.rank == 0
     watchdog = Watchdog(cfg.timeout, backend.rank)
     watchdog.arm("agreeing on the configuration across ranks")

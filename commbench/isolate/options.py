@@ -8,6 +8,8 @@ from typing import Any
 from commbench.errors import UserError
 from commbench.isolate.verdict import DEFAULT_THRESHOLD, NOISE_K
 
+# The rank program `commbench isolate` names in its SweepConfig (SweepConfig.program).
+ISOLATE_PROGRAM = "commbench.isolate.node_sweep:isolate_rank"
 LATENCY_BYTES = 8
 PROBE_SIZES = tuple(64 * 1024 * 4**k for k in range(6))  # 64K .. 64M
 # The probe takes the first size whose exchange takes this many times the latency size's: the

@@ -1,2 +1,20 @@
-"""Running a sweep: configuration, launching ranks, the harness's timed loop, rank 0's sink of rows
-(CSV, table, progress, history), and its safeguards."""
+"""One rank's sweep: what each rank runs once its process group is joined (how the ranks start is
+commbench/launch/'s). The modules, in the order a rank meets them:
+
+    config      SweepConfig, the validated options every rank receives as JSON
+    runner      run_rank(): join the group, run the rank program the config names (the sweep's)
+    session     open_session(): agree, form the groups, open rank 0's outputs
+    agreement   agree() / share_refusal(): one configuration and one refusal across ranks; RunFacts
+    groups      --group: the rank groups of world, intra or inter
+    plan        the cases to measure, their memory, the groups of cases alive together
+    rotation    the rotation over a group's cases in rounds (in_rounds(), isolate's too), rows as they end
+    iterations  one visit of a case: warm-up and iteration plan, a block, --precision, the check
+    harness     TimedCase: the timed loop and its correctness check; timers: how a sample is read
+    overlap     --overlap's compute kernel
+    sink        rank 0's rows: the CSV, the printed table, the progress line
+    record      the run's record: every host's environment, the history entry
+    eta         progress and the time left
+    resources   what this host cannot run, refused before anything starts
+    heartbeat   where every rank is, in the rendezvous store; watchdog: a step that overruns
+    failures    how a transport's errors read
+"""

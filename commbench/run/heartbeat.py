@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from commbench.launcher_env import Launch
+    from commbench.backends.job import Launch
 
 
 class Store(Protocol):

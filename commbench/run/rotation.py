@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterator
+from typing import TypeVar
 
 import torch
 
@@ -20,6 +22,8 @@ from commbench.run.iterations import compute_kernel, visit
 from commbench.run.overlap import cpu_note
 from commbench.run.plan import RotationEntry
 from commbench.run.session import Session
+
+T = TypeVar("T")
 
 WAITS_INSIDE_NOTE = "completes its collectives inside each iteration: measured one op at a time (window 1)"
 
@@ -105,43 +109,49 @@ def rotate(session: Session, op: Op, dtype: str, entries: list[RotationEntry]) -
             write(entry, f"{rounds}, its check not run", stopped=True)
 
     watchdog.last_words = write_unfinished
-    refused: set[int] = set()  # entries of a variant the transport refused (by id: entries hold tensors)
     try:
-        for round_index in range(cfg.rounds):
-            for entry in list(pending):
-                if id(entry) in refused:
+        for round_index, entry in in_rounds(pending, cfg.rounds):
+            label = entry.case.label + (f", round {round_index + 1}/{cfg.rounds}" if cfg.rounds > 1 else "")
+            if sink:
+                sink.progress(progress.status(label))
+            board.step(label)
+            try:
+                done = visit(cfg, entry, round_index, progress)
+            except RuntimeError as exc:
+                if round_index == 0 and (reason := refused_everywhere(session.backend, exc)) is not None:
+                    # The variant's other sizes would be refused alike: one unavailable row for it.
+                    variant = entry.args.variant
+                    dropped = [e for e in pending if e.args.variant == variant and not e.case.rounds_us]
+                    pending[:] = [e for e in pending if not any(e is d for d in dropped)]
+                    for e in dropped:  # counted as done: the total stays what was announced
+                        progress.skip(op.name, e.work, id(e))
+                    if sink:
+                        sink.unavailable(op.name, variant, dtype, reason)
                     continue
-                label = entry.case.label + (f", round {round_index + 1}/{cfg.rounds}" if cfg.rounds > 1 else "")
-                if sink:
-                    sink.progress(progress.status(label))
-                board.step(label)
-                try:
-                    done = visit(cfg, entry, round_index, progress)
-                except RuntimeError as exc:
-                    if round_index == 0 and (reason := refused_everywhere(session.backend, exc)) is not None:
-                        # The variant's other sizes would be refused alike: one unavailable row for it.
-                        variant = entry.args.variant
-                        dropped = [e for e in pending if e.args.variant == variant and not e.case.rounds_us]
-                        refused |= {id(e) for e in dropped}
-                        pending[:] = [e for e in pending if id(e) not in refused]
-                        for e in dropped:  # counted as done: the total stays what was announced
-                            progress.skip(op.name, e.work, id(e))
-                        if sink:
-                            sink.unavailable(op.name, variant, dtype, reason)
-                        continue
-                    raise CollectiveFailure(
-                        f"rank {board.rank}: {label} failed: {first_sentence(exc)}", refusal=refusal(exc)
-                    ) from exc
-                if done:
-                    pending.remove(entry)
-                    wrong_total += max(entry.case.wrong, 0)
-                    write(entry)
+                raise CollectiveFailure(
+                    f"rank {board.rank}: {label} failed: {first_sentence(exc)}", refusal=refusal(exc)
+                ) from exc
+            if done:
+                pending.remove(entry)
+                wrong_total += max(entry.case.wrong, 0)
+                write(entry)
     except BaseException:
         write_unfinished()
         raise
     finally:
         watchdog.last_words = None
     return wrong_total
+
+
+def in_rounds(pending: list[T], rounds: int) -> Iterator[tuple[int, T]]:
+    """The rotation's order: (round index, case) for every case still in `pending`, once per round,
+    in order. The caller removes a case from `pending` once its last block has run (or the transport
+    refused it); a case removed during a round is not visited again. The sweep's rotation and
+    `commbench isolate`'s rounds of exchanges (isolate/measure.py) both visit their cases so."""
+    for round_index in range(rounds):
+        for case in list(pending):
+            if any(case is other for other in pending):  # by identity: cases hold tensors
+                yield round_index, case
 
 
 def _with_notes(session: Session, entry: RotationEntry, note: str) -> Measurement:

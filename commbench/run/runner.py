@@ -8,12 +8,15 @@ iterations in commbench/run/iterations.py, the transport's errors in commbench/r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from commbench.backends import load_backend
 from commbench.backends.base import Backend
+from commbench.backends.job import Launch
 from commbench.errors import ExitCode, UserError
-from commbench.launcher_env import Launch
+from commbench.lazy import resolve
 from commbench.ops.base import Op
-from commbench.run.config import Outcome, SweepConfig
+from commbench.run.config import SWEEP_PROGRAM, Outcome, SweepConfig
 from commbench.run.failures import CollectiveFailure, first_sentence
 from commbench.run.heartbeat import because
 from commbench.run.rotation import sweep_op
@@ -22,6 +25,8 @@ from commbench.run.watchdog import bounded
 from commbench.units import counted
 
 TRANSPORT_TIMEOUT_SLACK_S = 10.0
+# A rank program (SweepConfig.program): run on a process group this rank has joined.
+RankProgram = Callable[[SweepConfig, Launch, Backend], Outcome]
 
 
 def run_rank(cfg: SweepConfig, launch: Launch) -> Outcome:
@@ -35,11 +40,11 @@ def run_rank(cfg: SweepConfig, launch: Launch) -> Outcome:
     except RuntimeError as exc:  # torch.distributed's errors: the store or a peer cannot be reached
         raise CollectiveFailure(f"rank {launch.rank}: could not join the process group: {first_sentence(exc)}") from exc
     try:
-        if cfg.isolate is not None:  # `commbench isolate`: the same launch, a node sweep on the ranks
-            from commbench.isolate.node_sweep import isolate_rank
-
-            return isolate_rank(cfg, launch, backend)
-        return run_sweep(cfg, launch, backend, ops)
+        if cfg.program == SWEEP_PROGRAM:
+            return run_sweep(cfg, launch, backend, ops)
+        # Another program on the same launch (`commbench isolate`'s node sweep), named in the config.
+        program: RankProgram = resolve(cfg.program)
+        return program(cfg, launch, backend)
     finally:
         backend.close()
 

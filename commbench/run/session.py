@@ -13,15 +13,16 @@ import torch
 
 import commbench
 from commbench.backends.base import Backend
+from commbench.backends.job import Launch
 from commbench.console.display import Display, choose_mode
 from commbench.errors import UserError
 from commbench.history.store import History, open_run_history
-from commbench.launcher_env import Launch
 from commbench.ops import world_error
 from commbench.ops.base import Op
 from commbench.provenance import layout
 from commbench.results.paths import resolve_output
-from commbench.run.config import ONE_RANK_NOTE, RunFacts, SweepConfig, agree, share_refusal
+from commbench.run.agreement import RunFacts, agree, share_refusal
+from commbench.run.config import ONE_RANK_NOTE, SweepConfig
 from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.heartbeat import Heartbeat, because, connect_store

@@ -77,7 +77,8 @@ def test_a_rank_reports_the_host_its_launch_names(monkeypatch: pytest.MonkeyPatc
     import socket
 
     from commbench.backends.gloo import GlooBackend
-    from commbench.launcher_env import HOST_ENV, Launch, detect
+    from commbench.backends.job import HOST_ENV, Launch
+    from commbench.launch.env import detect
 
     assert detect({}).host == socket.gethostname()
     assert detect({HOST_ENV: "node7"}).host == "node7"

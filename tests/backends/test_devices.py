@@ -11,10 +11,11 @@ import torch
 
 import commbench.backends.horovod as horovod_backend
 from commbench.backends.devices import bind_own_gpu, cuda_index
+from commbench.backends.job import Launch
 from commbench.backends.nccl import NcclBackend
 from commbench.errors import UserError
-from commbench.launcher_env import Launch, detect
-from tests.test_launchers import HYDRA, MVAPICH, OMPI_TWO_HOSTS, SRUN
+from commbench.launch.env import detect
+from tests.launch.test_launchers import HYDRA, MVAPICH, OMPI_TWO_HOSTS, SRUN
 
 # (local_rank, visible GPUs, ranks on the host, CUDA_VISIBLE_DEVICES set) -> index, or fragments of the refusal.
 CHOICES: list[tuple[str, tuple[int | None, int, int | None, bool], int | list[str]]] = [
@@ -58,7 +59,7 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Any:
     return gpus
 
 
-# Launches as detected from each launcher's environment (tests/test_launchers.py), and the GPU the
+# Launches as detected from each launcher's environment (tests/launch/test_launchers.py), and the GPU the
 # rank takes on a host with 4 visible GPUs, or with one GPU bound per task.
 LAUNCHES = [
     ("srun: SLURM_LOCALID", SRUN, {}, 4, 1),

@@ -12,6 +12,7 @@ from itertools import combinations, pairwise
 import pandas as pd
 import pytest
 
+from commbench.backends.job import Launch
 from commbench.isolate.cluster import Cluster
 from commbench.isolate.measure import PROBE_WINDOW_S, _window_sample
 from commbench.isolate.node_sweep import compute_reference, under_torchrun
@@ -26,7 +27,6 @@ from commbench.isolate.verdict import (
     robust_bar,
     suspects,
 )
-from commbench.launcher_env import Launch
 from tests.support.distributed import commbench, run_ranks
 from tests.support.fake_hosts import run_on_fake_hosts
 

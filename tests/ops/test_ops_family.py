@@ -255,7 +255,8 @@ def test_list_shows_s_and_the_factor_of_every_new_op():
 
 def _family_in_groups(backend, folder: str, root: str) -> list[str]:
     """The runner's sweep of the family in intra and inter groups of four ranks as two hosts of two."""
-    from commbench.run.config import PeerError, SweepConfig
+    from commbench.run.agreement import PeerError
+    from commbench.run.config import SweepConfig
     from tests.run.test_groups import _as_host_of_two
 
     _as_host_of_two(backend)

@@ -96,7 +96,7 @@ def _members(backend) -> dict[str, object]:
     """For each kind, this rank's group as the view sees it, and the world ranks a real all_gather returns."""
     import torch
 
-    from commbench.run.config import agree
+    from commbench.run.agreement import agree
     from commbench.run.groups import form_groups
 
     _as_host_of_two(backend)
@@ -169,7 +169,7 @@ def test_groups_of_one_rank_are_unavailable_rows_saying_why(tmp_path):
 
 
 def _agree_on_uneven_hosts(backend) -> str:
-    from commbench.run.config import PeerError, agree
+    from commbench.run.agreement import PeerError, agree
 
     backend.host = "node0" if backend.rank < 2 else "node1"
     try:

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 import commbench.backends
 import commbench.backends.horovod
-import commbench.run.horovod_launch
-import commbench.run.launch
+import commbench.launch.horovod
+import commbench.launch.start
 import commbench.run.resources
 from commbench.cli import main
 from commbench.errors import ExitCode
@@ -41,7 +41,7 @@ def spawned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[SweepConfig, int]]:
         calls.append((cfg, nproc))
         return ExitCode.OK
 
-    monkeypatch.setattr(commbench.run.launch, "spawn", spawn)
+    monkeypatch.setattr(commbench.launch.start, "spawn", spawn)
     return calls
 
 
@@ -111,7 +111,7 @@ def test_an_output_that_cannot_be_created_is_refused_before_spawning(spawned: li
 def test_nccl_ranks_beyond_the_visible_gpus_are_refused(spawned: list, monkeypatch: pytest.MonkeyPatch) -> None:
     nccl = dataclasses.replace(commbench.backends.BACKENDS["nccl"], missing=lambda: None)
     monkeypatch.setitem(commbench.backends.BACKENDS, "nccl", nccl)
-    monkeypatch.setattr(commbench.run.launch, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(commbench.launch.start, "visible_gpus", lambda: 1)
     result = CliRunner().invoke(main, ["sweep", "--backend", "nccl", "--nproc", "2", *QUICK])
     assert_one_line_error(result, "--nproc 2 needs 2 GPUs with nccl (one per rank), but 1 is visible", "--backend gloo")
     assert spawned == []
@@ -125,7 +125,7 @@ def fake_gpus(monkeypatch: pytest.MonkeyPatch) -> Any:
     nccl = dataclasses.replace(commbench.backends.BACKENDS["nccl"], missing=lambda: None)
     monkeypatch.setitem(commbench.backends.BACKENDS, "nccl", nccl)
     monkeypatch.setattr(commbench.backends, "cuda_missing", lambda: None)
-    monkeypatch.setattr(commbench.run.launch, "visible_gpus", lambda: gpus.count)
+    monkeypatch.setattr(commbench.launch.start, "visible_gpus", lambda: gpus.count)
     monkeypatch.setattr(commbench.backends.horovod, "horovod_on_gpus", lambda: gpus.horovod_nccl)
     return gpus
 
@@ -139,7 +139,7 @@ def spawned_horovod(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls.append(nproc)
         return ExitCode.OK
 
-    monkeypatch.setattr(commbench.run.horovod_launch, "spawn_horovod", spawn_horovod)
+    monkeypatch.setattr(commbench.launch.horovod, "spawn_horovod", spawn_horovod)
     return calls
 
 

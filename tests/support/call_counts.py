@@ -116,7 +116,7 @@ def differences(backend: Any) -> dict[str, Any]:
 def main() -> None:
     """Under horovodrun: rank 0 prints the cases compared and the ones that differ, as JSON."""
     from commbench.backends.horovod import HorovodBackend
-    from commbench.launcher_env import detect
+    from commbench.launch.env import detect
 
     backend = HorovodBackend()
     backend.init(120, detect())

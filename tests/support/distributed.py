@@ -25,7 +25,7 @@ def rendezvous_store(timeout_s: float = 300) -> Iterator[int]:
     (TORCHELASTIC_USE_AGENT_STORE, as torchrun's workers do). torchrun's c10d rendezvous, pointed at
     it, finds the port taken and joins as a client too.
     """
-    from commbench.run.launch import host_store
+    from commbench.launch.start import host_store
 
     store, port = host_store(timeout_s)
     try:
@@ -50,7 +50,7 @@ def rank_env(rank: int, world: int, port: int) -> dict[str, str]:
 def _entry(fn: Callable[..., Any], backend_name: str, rank: int, world: int, port: int, out: Any, args: tuple) -> None:
     os.environ.update(rank_env(rank, world, port))
     from commbench.backends import load_backend
-    from commbench.launcher_env import detect
+    from commbench.launch.env import detect
 
     backend = load_backend(backend_name)()
     try:

@@ -13,7 +13,7 @@ import sys
 import torch
 
 from commbench.backends.horovod import HorovodBackend
-from commbench.launcher_env import detect
+from commbench.launch.env import detect
 
 RESULT_TAG = "HOROVOD_CASES"
 

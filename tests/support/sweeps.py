@@ -63,7 +63,7 @@ def sweep_one_rank(
 def sweep_on_rank(backend: Any, cfg: SweepConfig, options: Mapping[str, str] | None = None) -> None:
     """The runner's whole sweep (agreement, groups, measurement, rows to cfg.output) on this rank of a
     real group, as a launched rank runs it; for run_ranks. The caller reads cfg.output back."""
-    from commbench.launcher_env import detect
+    from commbench.launch.env import detect
     from commbench.ops import build_ops
     from commbench.run.runner import run_sweep
 

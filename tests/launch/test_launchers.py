@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from commbench.backends.job import LOCAL, Launch
 from commbench.errors import UserError
-from commbench.launcher_env import DEFAULT_PORT, LOCAL, Launch, derived_port, detect, export_torch_env, torch_env
-from commbench.slurm_nodelist import expand_nodelist, parse_nodelist, tasks_on_node
+from commbench.launch.env import DEFAULT_PORT, derived_port, detect, export_torch_env, torch_env
+from commbench.launch.slurm import expand_nodelist, parse_nodelist, tasks_on_node
 from tests.support.errors import assert_one_line_error
 
 TORCHRUN = {
@@ -416,7 +417,7 @@ def test_without_a_slurm_configuration_scontrol_is_not_asked(monkeypatch, tmp_pa
     """Without one, scontrol would look it up in DNS and fail: the parser answers instead."""
     calls = []
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
-    monkeypatch.setattr("commbench.slurm_nodelist.SLURM_CONF_FILES", (str(tmp_path / "absent.conf"),))
+    monkeypatch.setattr("commbench.launch.slurm.SLURM_CONF_FILES", (str(tmp_path / "absent.conf"),))
     assert expand_nodelist("n[1-2]", environ={}) == ["n1", "n2"] and calls == []
 
 
@@ -472,12 +473,12 @@ def test_multi_host_mpirun_without_an_address_says_which_option_to_set(monkeypat
 
 def test_under_mpirun_the_rank_gets_torchs_variables_and_the_options(monkeypatch):
     """The sweep command hands the rank torch's env:// variables, with --master-addr / --master-port applied."""
-    import commbench.run.worker
+    import commbench.launch.worker
     from commbench.run.config import Outcome
 
     seen: list[tuple[dict[str, str], Launch]] = []
     monkeypatch.setattr(
-        commbench.run.worker, "run_worker", lambda cfg, launch: seen.append((dict(os.environ), launch)) or Outcome(0)
+        commbench.launch.worker, "run_worker", lambda cfg, launch: seen.append((dict(os.environ), launch)) or Outcome(0)
     )
     saved = dict(os.environ)
     try:

@@ -1,4 +1,4 @@
-"""Entry point of one rank: `python -m commbench.run.worker`, its SweepConfig as JSON on stdin.
+"""Entry point of one rank: `python -m commbench.launch.worker`, its SweepConfig as JSON on stdin.
 
 The same run_worker() serves ranks started by a launcher (in-process) and by commbench's spawner.
 """
@@ -10,9 +10,11 @@ import signal
 import sys
 import traceback
 
+from commbench.backends.job import Launch
 from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals, tell_launcher
-from commbench.launcher_env import LAUNCHER_PID_ENV, Launch, detect
-from commbench.run.config import Outcome, PeerError, SweepConfig
+from commbench.launch.env import LAUNCHER_PID_ENV, detect
+from commbench.run.agreement import PeerError
+from commbench.run.config import Outcome, SweepConfig
 
 
 def run_worker(cfg: SweepConfig, launch: Launch) -> Outcome:

@@ -27,11 +27,12 @@ import click
 from commbench.console.display import PROGRESS_MARK, Display, Status
 from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals
 from commbench.history.store import check_run_history
-from commbench.launcher_env import (
+from commbench.launch.env import (
     LAUNCHER_PID_ENV,
     RANK_COUNT_OPTION,
     TORCH_ENV_KINDS,
-    Launch,
+    LaunchOptions,
+    detect,
     export_torch_env,
 )
 from commbench.ops import world_error
@@ -61,16 +62,17 @@ def default_nproc(backend: str) -> int:
     return max(1, visible_gpus()) if gpu_per_rank(backend) else 2
 
 
-def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bool = False) -> Outcome:
+def start(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
     """Run this process as one rank of a launcher's job, or spawn local ranks; returns how it ended.
 
     Before a rank is spawned, everything this process can know is checked: the output file, the
     history, the host's cores and memory against the ranks and the sweep, the GPUs against nccl ranks.
     """
     from commbench.backends import BACKENDS
-    from commbench.run.worker import run_worker
+    from commbench.launch.worker import run_worker
 
     info = BACKENDS[cfg.backend]
+    launch, nproc = detect(master_addr=how.master_addr, master_port=how.master_port), how.nproc
     if launch.is_rank:
         if (hint := info.launcher_error(launch.kind)) is not None:
             raise UserError(hint)
@@ -90,7 +92,7 @@ def start(cfg: SweepConfig, nproc: int | None, launch: Launch, oversubscribe: bo
         raise UserError(error)
     path = resolve_output(cfg.output, cfg.backend, nproc, cfg.overwrite, cfg.raw)
     history = check_run_history(cfg.history)  # refused here in well under a second, not by rank 0
-    _check_host(cfg, nproc, oversubscribe)
+    _check_host(cfg, nproc, how.oversubscribe)
     if nproc == 1:
         why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
         click.echo(f"commbench: warning: {why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it", err=True)
@@ -199,7 +201,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
         config = cfg.to_json()
         for rank in range(nproc):
             proc = subprocess.Popen(
-                [sys.executable, "-m", "commbench.run.worker"],
+                [sys.executable, "-m", "commbench.launch.worker"],
                 env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

@@ -1,38 +1,35 @@
 """Who started this process, read from its environment only (torch-free): a launcher, which made
 it one rank of a job, or a user, and then commbench spawns its own ranks.
 
-detect() computes a `Launch` once and it is handed down: the launch module acts on it, and each
+detect() computes a `Launch` once and it is handed down: launch/start.py acts on it, and each
 backend receives it in `init()`, so no backend reads launcher variables. torch_env() turns a Launch
 into the variables torch.distributed's env:// rendezvous reads (the ones torchrun sets), so the
 torch backends work the same under srun and mpirun as under torchrun.
 
 The first launcher that matches wins: horovodrun, torchrun, the MPI launchers, SLURM, else local.
 docs/launchers.md has the variables each is recognised by, which SLURM processes count as srun
-tasks, and where the ranks meet. SLURM's compressed lists are read by commbench/slurm_nodelist.py.
+tasks, and where the ranks meet. SLURM's compressed lists are read by commbench/launch/slurm.py; the Launch type itself lives in
+commbench/backends/job.py, below every layer that receives it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import sys
 import zlib
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from commbench.backends.job import HOST_ENV, LOCAL, Launch
 from commbench.errors import UserError
-from commbench.slurm_nodelist import expand_nodelist, tasks_on_node
+from commbench.launch.slurm import expand_nodelist, tasks_on_node
 
 # Set by commbench's spawner in every rank it starts (the configuration itself goes in on stdin).
 LAUNCHER_PID_ENV = "COMMBENCH_LAUNCHER_PID"
-# The host name a rank reports (hosts, node_ranks, --group) instead of its real one: a test hook
-# that makes ranks on one machine count as several hosts.
-HOST_ENV = "COMMBENCH_HOST"
 # What joins hosts in the hosts column (a;b) and ranks in node_ranks (0@a/0;1@b/1).
 HOST_SEPARATORS = ";@/"
 
-KINDS = ("torchrun", "horovodrun", "slurm", "openmpi", "mpich", "mvapich", "local")
 MPI_KINDS = ("openmpi", "mpich", "mvapich")
 # Launchers whose ranks commbench turns into torch's env:// variables itself (export_torch_env).
 TORCH_ENV_KINDS = ("slurm", *MPI_KINDS)
@@ -66,41 +63,14 @@ RANK_COUNT_OPTION = {
 
 
 @dataclass(frozen=True)
-class Launch:
-    """One process's place in a job, and where its ranks meet.
+class LaunchOptions:
+    """What a measuring command is told about starting its ranks: --nproc (None: the backend's
+    default), --oversubscribe, and --master-addr / --master-port (under srun and mpirun only)."""
 
-    kind is "local" (started by a user: commbench spawns the ranks) or the launcher that started
-    this rank (KINDS); ranks commbench spawned get torchrun's variables and read as "torchrun".
-    local_rank, local_world_size and node_rank are None when the launcher does not say (node_rank under a
-    multi-host mpirun, or without torchrun's GROUP_RANK); master_addr and master_port are None
-    where no torch rendezvous applies (local, horovodrun).
-    """
-
-    kind: str
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int | None = 0  # None where the launcher does not say (RANK and WORLD_SIZE set by hand)
-    local_world_size: int | None = None
-    node_rank: int | None = None
+    nproc: int | None = None
     master_addr: str | None = None
     master_port: int | None = None
-    spawned: bool = False  # started by commbench's own spawner
-    attempt: int = 0  # torchrun's restart count: keys in a store it keeps across restarts are per attempt
-    host: str = field(default_factory=socket.gethostname)  # as the rank reports it: HOST_ENV, if set, says
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown launcher kind {self.kind!r}; one of {', '.join(KINDS)}")
-        if not 0 <= self.rank < self.world_size:
-            raise UserError(f"{self.kind} says rank {self.rank} of {self.world_size}: not a valid rank")
-
-    @property
-    def is_rank(self) -> bool:
-        """True inside one rank of a job; False in a process that still has to start the ranks."""
-        return self.kind != "local"
-
-
-LOCAL = Launch("local")
+    oversubscribe: bool = False
 
 
 def launched_by_horovodrun(env: Mapping[str, str] | None = None) -> bool:
