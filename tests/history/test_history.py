@@ -375,7 +375,8 @@ def test_without_sqlalchemy_the_default_history_is_skipped_and_an_asked_one_refu
     its default history (one warning); a history the user asked for is refused in one line."""
     import builtins
 
-    from commbench.errors import UserError
+    from commbench.console.lines import show_warning
+    from commbench.errors import UserError, warnings_shown_by
     from commbench.history.store import open_run_history
 
     real_import = builtins.__import__
@@ -388,7 +389,8 @@ def test_without_sqlalchemy_the_default_history_is_skipped_and_an_asked_one_refu
     monkeypatch.setattr(builtins, "__import__", no_sqlalchemy)
     monkeypatch.delenv("COMMBENCH_HISTORY")
     monkeypatch.chdir(tmp_path)
-    assert open_run_history(None) is None
+    with warnings_shown_by(show_warning):  # as the CLI shows them
+        assert open_run_history(None) is None
     assert "sqlalchemy is not installed" in capsys.readouterr().err
     with pytest.raises(UserError, match="needs sqlalchemy"):
         open_run_history(str(tmp_path / "h.sqlite"))
