@@ -18,7 +18,7 @@ from commbench.errors import UserError
 from commbench.history.importer import import_csvs
 from commbench.history.query import find_run, list_runs, run_rows
 from commbench.history.recorder import RunInfo, RunRecorder, now
-from commbench.history.store import HISTORY_SCHEMA, META, open_history
+from commbench.history.store import HISTORY_ENV, HISTORY_SCHEMA, META, open_history
 from tests.support.distributed import REPO
 from tests.support.synth_results import Case, synth_run
 
@@ -387,7 +387,7 @@ def test_without_sqlalchemy_the_default_history_is_skipped_and_an_asked_one_refu
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_sqlalchemy)
-    monkeypatch.delenv("COMMBENCH_HISTORY")
+    monkeypatch.delenv(HISTORY_ENV)
     monkeypatch.chdir(tmp_path)
     with warnings_shown_by(show_warning):  # as the CLI shows them
         assert open_run_history(None) is None
