@@ -9,7 +9,7 @@ import click
 
 from commbench.cli.execute import execute
 from commbench.cli.options import _fraction, _iters, build_config, config_option, launch_options, plot_option
-from commbench.errors import UserError
+from commbench.errors import UserError, warn
 from commbench.units import parse_size
 
 
@@ -107,6 +107,6 @@ def _chart(csv_path: Path) -> None:
     try:
         out = draw(read_verdict(csv_path), csv_path.with_name(csv_path.stem + "-isolate.png"))
     except UserError as exc:
-        click.echo(f"commbench: warning: no chart: {exc.format_message()}", err=True)
+        warn(f"no chart: {exc.format_message()}")
         return
     click.echo(f"# chart: {out}")
