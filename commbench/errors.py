@@ -1,4 +1,6 @@
-"""How commbench ends: one enum of exit codes, and the single abort path for user errors."""
+"""How commbench ends: one enum of exit codes, the user error every layer raises, and the one channel
+its warnings travel by. Nothing here writes to the terminal: the program's entry point (the CLI, a
+rank's worker) shows what arrives (commbench.console.lines)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
-
-import click
 
 
 class ExitCode(IntEnum):
@@ -101,15 +102,49 @@ def did_you_mean(given: str, choices: Iterable[str]) -> str:
     return f" (did you mean {near}?)" if (near := closest(given, choices)) else ""
 
 
-class UserError(click.ClickException):
-    """A mistake the user can fix; the message says how. Bugs keep their traceback instead."""
+class UserError(Exception):
+    """A mistake the user can fix; the message says how. Bugs keep their traceback instead. The entry
+    point prints `line()` alone and exits with `exit_code`."""
 
     exit_code = ExitCode.USAGE
 
-    def show(self, file=None) -> None:  # one line, prefixed like the rest of commbench's output
-        line = f"commbench: error: {self.format_message()}"
-        click.echo(line, err=True, file=file)
-        tell_launcher(line)
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def format_message(self) -> str:
+        return self.message
+
+    def line(self) -> str:  # one line, prefixed like the rest of commbench's output
+        return f"commbench: error: {self.message}"
+
+
+class CommbenchWarning(UserWarning):
+    """A warning of commbench's where no entry point shows them: commbench used as a library."""
+
+
+# Who shows a warning: the one the entry point installed last (warnings_shown_by), else Python's
+# warnings (commbench used as a library, a test). Library layers call warn() and nothing else.
+_SHOWERS: list[Callable[[str], None]] = []
+
+
+def warn(text: str) -> None:
+    """Say something went wrong that does not stop the run (text without the `commbench: warning:`
+    prefix, which the shower adds)."""
+    if _SHOWERS:
+        _SHOWERS[-1](text)
+    else:
+        warnings.warn(text, CommbenchWarning, stacklevel=2)
+
+
+@contextlib.contextmanager
+def warnings_shown_by(show: Callable[[str], None]) -> Iterator[None]:
+    """Every warn() while the block runs goes to show (the CLI's and a rank's: one line on stderr)."""
+    _SHOWERS.append(show)
+    try:
+        yield
+    finally:
+        _SHOWERS.remove(show)
 
 
 # torchrun names this file in each worker's environment and, when a worker fails, prints the first

@@ -1,7 +1,7 @@
 """Where a run ran: one record per host (versions, devices, network, the transport's variables), the
 differences between hosts, and the run's fingerprint.
 
-Each host's lowest rank collects its host's record once per run (commbench/run/record.py
+Each host's lowest rank collects its host's record once per run (commbench/run/host_records.py
 gathers them to rank 0); rank 0 writes them beside the CSV as `<stem>.env.json`, warns once when
 the hosts differ, and files them in the history. `commbench env` shows this host's record.
 

@@ -19,18 +19,21 @@ from commbench.cli.plot import plot
 from commbench.cli.report import report
 from commbench.cli.sweep import sweep
 from commbench.cli.syncbn import syncbn
-from commbench.errors import ExitCode, interrupted_code, tell_launcher
+from commbench.console.lines import show_user_error, show_warning
+from commbench.errors import ExitCode, UserError, interrupted_code, tell_launcher, warnings_shown_by
 
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class CommbenchGroup(click.Group):
-    """Usage mistakes (an unknown option, a bad choice) end in one line, like every other user error."""
+    """Usage mistakes (an unknown option, a bad choice) end in one line, like every other user error;
+    every layer's warnings are shown here, one line each on stderr."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
         try:
-            return super().main(*args, **kwargs)
+            with warnings_shown_by(show_warning):
+                return super().main(*args, **kwargs)
         except _NO_ARGS_IS_HELP as exc:  # bare `commbench`: show the help, not an error line
             click.echo(exc.format_message())
             sys.exit(ExitCode.OK)
@@ -39,6 +42,9 @@ class CommbenchGroup(click.Group):
             line = f"commbench: error: {exc.format_message()} (see `{command} --help`)"
             click.echo(line, err=True)
             tell_launcher(line)
+            sys.exit(exc.exit_code)
+        except UserError as exc:
+            show_user_error(exc)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             exc.show()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from commbench.errors import UserError
+from commbench.errors import UserError, warn
 from commbench.run.config import Outcome, SweepConfig
 
 if TYPE_CHECKING:
@@ -36,6 +36,6 @@ def chart_after(outcome: Outcome, plot: bool, overwrite: bool = False) -> None:
     try:
         paths = plot_beside(outcome.output, overwrite=overwrite)
     except UserError as exc:
-        click.echo(f"commbench: warning: no charts: {exc.format_message()}", err=True)
+        warn(f"no charts: {exc.format_message()}")
         return
     click.echo(f"# charts: {paths[0].parent}/ ({len(paths)} files)")

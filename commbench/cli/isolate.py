@@ -8,9 +8,8 @@ from pathlib import Path
 import click
 
 from commbench.cli.execute import execute
-from commbench.cli.options import _fraction, _iters, build_config, launch_options, plot_option
-from commbench.errors import UserError
-from commbench.run.config import DEFAULT_MAX_ITERS, DEFAULT_MIN_ITERS, DEFAULT_ROUNDS, DEFAULT_TIME_PER_SIZE
+from commbench.cli.options import _fraction, _iters, build_config, config_option, launch_options, plot_option
+from commbench.errors import UserError, warn
 from commbench.units import parse_size
 
 
@@ -40,27 +39,11 @@ from commbench.units import parse_size
     callback=_iters,
     help="Timed exchanges per pair and size, or auto to fill --time-per-size.",
 )
-@click.option(
-    "--time-per-size",
-    type=float,
-    default=DEFAULT_TIME_PER_SIZE,
-    show_default=True,
-    help="With --iters auto: seconds of timed exchanges per pair and size.",
-)
-@click.option(
-    "--min-iters", type=int, default=DEFAULT_MIN_ITERS, show_default=True, help="With --iters auto: at least this many."
-)
-@click.option(
-    "--max-iters", type=int, default=DEFAULT_MAX_ITERS, show_default=True, help="With --iters auto: at most this many."
-)
-@click.option(
-    "--rounds",
-    type=int,
-    default=DEFAULT_ROUNDS,
-    show_default=True,
-    help="Blocks each pair's samples are timed in, interleaved with the other size's.",
-)
-@click.option("--warmup", "-w", type=int, default=5, show_default=True, help="Untimed exchanges per pair and size.")
+@config_option("time_per_size", "With --iters auto: seconds of timed exchanges per pair and size.")
+@config_option("min_iters")
+@config_option("max_iters")
+@config_option("rounds", "Blocks each pair's samples are timed in, interleaved with the other size's.")
+@config_option("warmup", "Untimed exchanges per pair and size.")
 @launch_options
 @plot_option
 def isolate(
@@ -130,6 +113,6 @@ def _chart(csv_path: Path) -> None:
     try:
         out = draw(read_verdict(csv_path), csv_path.with_name(csv_path.stem + "-isolate.png"))
     except UserError as exc:
-        click.echo(f"commbench: warning: no chart: {exc.format_message()}", err=True)
+        warn(f"no chart: {exc.format_message()}")
         return
     click.echo(f"# chart: {out}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +14,28 @@ import click
 
 from commbench.backends import backends_help
 from commbench.errors import UserError
+from commbench.history.store import HISTORY_ENV
 from commbench.redact import redact_argv
-from commbench.run.config import (
-    DEFAULT_MAX_ITERS,
-    DEFAULT_MIN_ITERS,
-    DEFAULT_ROUNDS,
-    DEFAULT_TIME_PER_SIZE,
-    DEVICES,
-    DTYPES,
-    MODES,
-    SweepConfig,
-)
-from commbench.run.groups import GROUPS
+from commbench.run.config import DTYPES, Flag, SweepConfig
 
 F = Callable[..., Any]
+
+
+def config_option(name: str, help: str | None = None) -> Callable[[F], F]:
+    """The option of SweepConfig's field `name`, built from the field: its default and type, its
+    flag's help (or `help`, a command's own wording), short name and choices. The option is named
+    as the field is, so build_config hands click's values to SweepConfig as they come."""
+    spec = next(f for f in fields(SweepConfig) if f.name == name)
+    flag: Flag = spec.metadata["flag"]
+    text = help or flag.help
+    long = "--" + name.replace("_", "-")
+    if isinstance(spec.default, bool):  # a switch: --x/--no-x when it is on by default
+        if spec.default:
+            return click.option(f"{long}/--no-{long[2:]}", name, default=True, show_default=True, help=text)
+        return click.option(long, name, is_flag=True, help=text)
+    kind = click.Choice(flag.choices) if flag.choices else type(spec.default)
+    names = [long, *([flag.short] if flag.short else []), name]
+    return click.option(*names, type=kind, default=spec.default, show_default=True, help=text)
 
 
 def _compose(*decorators: F) -> Callable[[F], F]:
@@ -99,13 +108,7 @@ launch_options = _compose(
         "(default: results/<timestamp>-<backend>-n<world>-<tag>.csv).",
     ),
     overwrite_option,
-    click.option(
-        "--timeout",
-        type=float,
-        default=300.0,
-        show_default=True,
-        help="Seconds a collective may take before the rank ends with a diagnosis (1 to 604800).",
-    ),
+    config_option("timeout"),
     click.option(
         "--master-addr",
         default=None,
@@ -136,93 +139,25 @@ measure_options = _compose(
         callback=_iters,
         help="Timed iterations per (variant, phase, size): a number (1 to 1,000,000), or auto to fill --time-per-size.",
     ),
-    click.option(
-        "--time-per-size",
-        type=float,
-        default=DEFAULT_TIME_PER_SIZE,
-        show_default=True,
-        help="With --iters auto: seconds of timed work per (variant, phase, size).",
-    ),
-    click.option(
-        "--min-iters",
-        type=int,
-        default=DEFAULT_MIN_ITERS,
-        show_default=True,
-        help="With --iters auto: at least this many.",
-    ),
-    click.option(
-        "--max-iters",
-        type=int,
-        default=DEFAULT_MAX_ITERS,
-        show_default=True,
-        help="With --iters auto: at most this many.",
-    ),
-    click.option(
-        "--rounds",
-        type=int,
-        default=DEFAULT_ROUNDS,
-        show_default=True,
-        help="Visit every (variant, phase, size) this many times in rotation, each visit a block of its iterations.",
-    ),
+    config_option("time_per_size"),
+    config_option("min_iters"),
+    config_option("max_iters"),
+    config_option("rounds"),
     click.option(
         "--precision",
         default=None,
         callback=_fraction,
         help="Stop a row early once its p50's 95% interval is this narrow, e.g. 2% (within the budget).",
     ),
-    click.option(
-        "--warmup",
-        "-w",
-        type=int,
-        default=5,
-        show_default=True,
-        help="Untimed iterations per size, 0 to 1,000,000 (with --iters auto at most this many, at least 1).",
-    ),
-    click.option(
-        "--mode",
-        type=click.Choice(MODES),
-        default="blocking",
-        show_default=True,
-        help="blocking: barrier, then time issue+wait of one op; nonblocking: issue --window ops, wait all, time / window.",
-    ),
-    click.option(
-        "--window",
-        type=int,
-        default=8,
-        show_default=True,
-        help="Ops in flight per sample in nonblocking mode (1 to 1024).",
-    ),
-    click.option(
-        "--check/--no-check", default=True, show_default=True, help="Verify every result and count wrong elements."
-    ),
-    click.option("--raw", is_flag=True, help="Also write per-iteration, per-rank samples to <output>.raw.csv."),
-    click.option(
-        "--device",
-        type=click.Choice(DEVICES),
-        default="auto",
-        show_default=True,
-        help="Where gloo's tensors live: cpu (auto), or cuda to measure Gloo on GPU tensors.",
-    ),
-    click.option(
-        "--overlap",
-        is_flag=True,
-        help="Also time a matmul alone and the op with the matmul run while it is in flight, and report how "
-        "much of the shorter one was hidden (columns comm_us, compute_us, overlapped_us, overlap; docs/overlap.md).",
-    ),
-    click.option(
-        "--compute",
-        default="auto",
-        show_default=True,
-        help="With --overlap: the matmul's FLOP count (e.g. 1G, 5e9), or auto (about as long as the op at each size).",
-    ),
-    click.option(
-        "--group",
-        type=click.Choice(GROUPS),
-        default="world",
-        show_default=True,
-        help="Ranks each op runs among: world (all), intra (one group per host, all groups at once), "
-        "inter (one group per local rank index, across hosts).",
-    ),
+    config_option("warmup"),
+    config_option("mode"),
+    config_option("window"),
+    config_option("check"),
+    config_option("raw"),
+    config_option("device"),
+    config_option("overlap"),
+    config_option("compute"),
+    config_option("group"),
 )
 
 
@@ -234,9 +169,9 @@ def history_location_option(what: str, dest: str = "location", *aliases: str) ->
         *aliases,
         dest,
         default=None,
-        envvar="COMMBENCH_HISTORY",
+        envvar=HISTORY_ENV,
         help=f"{what}: a SQLite file, or a postgresql:// URL a team shares "
-        "(default: $COMMBENCH_HISTORY, else results/history.sqlite in the current folder, the same for every command).",
+        f"(default: ${HISTORY_ENV}, else results/history.sqlite in the current folder, the same for every command).",
     )
 
 

@@ -17,7 +17,7 @@ from commbench.cli.options import (
     plot_option,
     split_names,
 )
-from commbench.errors import UserError
+from commbench.errors import UserError, warn
 from commbench.ops.sync_bn import BATCH, CHANNELS, SPATIAL
 from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 
@@ -88,4 +88,4 @@ def _print_comparison(csv_path: Path) -> None:
     try:
         click.echo(format_table(read_results([csv_path])) or "# sync_bn: no measured row to compare")
     except UserError as exc:
-        click.echo(f"commbench: warning: no sync_bn comparison: {exc.format_message()}", err=True)
+        warn(f"no sync_bn comparison: {exc.format_message()}")

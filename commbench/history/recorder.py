@@ -13,9 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import click
-
-from commbench.errors import UserError
+from commbench.errors import UserError, warn
 from commbench.history.store import HOSTS, ROWS, RUNS, History, number
 from commbench.redact import redact
 from commbench.results.schema import COLUMNS
@@ -149,8 +147,7 @@ class RunRecorder:
         except (UserError, SQLAlchemyError) as exc:
             self.failed = True
             why = exc.format_message() if isinstance(exc, UserError) else type(exc).__name__
-            click.echo(
-                f"commbench: warning: the history {self.history.label} stopped taking rows ({why}); "
-                f"the CSV has them all (`commbench history import` files it later)",
-                err=True,
+            warn(
+                f"the history {self.history.label} stopped taking rows ({why}); "
+                f"the CSV has them all (`commbench history import` files it later)"
             )

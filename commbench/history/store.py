@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
-
-from commbench.errors import UserError
+from commbench.errors import UserError, warn
 from commbench.redact import redact
 
 # The history's own schema version (not the CSV's): MIGRATIONS below bring any older history up to it.
@@ -124,10 +122,7 @@ def check_run_history(requested: str | None) -> str | None:
 
 
 def _without_default(why: str) -> None:
-    click.echo(
-        f"commbench: warning: this run is not filed in its default history ({why}); the CSV keeps every row",
-        err=True,
-    )
+    warn(f"this run is not filed in its default history ({why}); the CSV keeps every row")
 
 
 def is_url(target: str) -> bool:

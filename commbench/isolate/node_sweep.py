@@ -17,6 +17,7 @@ from typing import Any
 import commbench
 from commbench.backends.base import Backend
 from commbench.backends.job import Launch
+from commbench.console.lines import say
 from commbench.errors import ExitCode, UserError
 from commbench.isolate.cluster import Cluster
 from commbench.isolate.measure import PROBE_SAMPLES, PROBE_WINDOW_S, Exchange, Rounds, compute_probe
@@ -73,8 +74,8 @@ def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
         write_atomically(verdict_path(path), text)
         if opts.json:
             write_atomically(Path(opts.json), text)
-        print(format_verdict(verdict), flush=True)
-        print(f"# done: results in {path}, verdict in {verdict_path(path)}", flush=True)
+        say(format_verdict(verdict))
+        say(f"# done: results in {path}, verdict in {verdict_path(path)}")
     flagged = verdict["flagged_hosts"] or verdict["flagged_links"] or verdict["flagged_ranks"]
     code = ExitCode.FAILED if flagged or verdict["wrong"] else ExitCode.OK
     if code == ExitCode.FAILED and under_torchrun(launch):
@@ -82,10 +83,9 @@ def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
         # node, "the job failed"): a finding is not one. The verdict file carries it instead.
         if lead:
             where = opts.json or (verdict_path(path) if path is not None else "the verdict file")
-            print(
+            say(
                 f"# isolate: exit code 0 under torchrun (it turns a rank's exit 1 into a crash report); "
-                f"the finding is in {where}: flagged_hosts, flagged_links, flagged_ranks",
-                flush=True,
+                f"the finding is in {where}: flagged_hosts, flagged_links, flagged_ranks"
             )
         code = ExitCode.OK
     return Outcome(code, path)
@@ -133,7 +133,7 @@ class NodeSweep:
 
     def say(self, text: str) -> None:
         if self.lead:
-            print(text, flush=True)
+            say(text)
 
     def run(self) -> dict[str, Any]:
         c, opts = self.cluster, self.opts

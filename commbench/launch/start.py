@@ -22,10 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-import click
-
 from commbench.console.display import PROGRESS_MARK, Display, Status
-from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals
+from commbench.console.lines import say
+from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals, warn
 from commbench.history.store import check_run_history
 from commbench.launch.env import (
     LAUNCHER_PID_ENV,
@@ -95,10 +94,10 @@ def start(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
     _check_host(cfg, nproc, how.oversubscribe)
     if nproc == 1:
         why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
-        click.echo(f"commbench: warning: {why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it", err=True)
+        warn(f"{why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it")
     # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
     cfg = dataclasses.replace(cfg, output=str(path.resolve()), history=history)
-    click.echo(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
+    say(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
     code = info.spawn(cfg, nproc, spawn)  # the transport's own spawner, if it has one, wraps ours
     return Outcome(code, Path(cfg.output))
 
@@ -240,9 +239,9 @@ def _say_where(code: int, path: Path) -> None:
     stopped_by = {ExitCode.INTERRUPTED: "", ExitCode.TERMINATED: " by SIGTERM", ExitCode.HANGUP: " by SIGHUP"}
     what = f"interrupted{stopped_by[code]}" if code in stopped_by else "stopped early"
     if path.exists():
-        click.echo(f"commbench: {what}; results measured so far are in {path}", err=True)
+        say(f"commbench: {what}; results measured so far are in {path}", err=True)
     else:
-        click.echo(f"commbench: {what} before any result was written (nothing at {path})", err=True)
+        say(f"commbench: {what} before any result was written (nothing at {path})", err=True)
 
 
 def _supervise(procs: list[subprocess.Popen[str]], timeout_s: float, store: Any) -> int:
@@ -255,7 +254,7 @@ def _supervise(procs: list[subprocess.Popen[str]], timeout_s: float, store: Any)
         for rank, code in enumerate(codes):
             if code is not None and code < 0 and rank not in reported:
                 reported.add(rank)
-                click.echo(
+                say(
                     f"commbench: rank {rank} (pid {procs[rank].pid}) was killed by {_signal_name(-code)}"
                     f"{_last_step(store, rank)}",
                     err=True,
@@ -270,7 +269,7 @@ def _supervise(procs: list[subprocess.Popen[str]], timeout_s: float, store: Any)
             return failed if failed is not None else 0
         if time.monotonic() > deadline:
             alive = [i for i, c in enumerate(codes) if c is None]
-            click.echo(
+            say(
                 f"commbench: rank(s) {', '.join(map(str, alive))} did not stop after a peer failed; killing them",
                 err=True,
             )

@@ -11,7 +11,8 @@ import sys
 import traceback
 
 from commbench.backends.job import Launch
-from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals, tell_launcher
+from commbench.console.lines import say, show_user_error, show_warning
+from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals, tell_launcher, warnings_shown_by
 from commbench.launch.env import LAUNCHER_PID_ENV, detect
 from commbench.run.agreement import PeerError
 from commbench.run.config import Outcome, SweepConfig
@@ -25,9 +26,10 @@ def run_worker(cfg: SweepConfig, launch: Launch) -> Outcome:
         from commbench.run.runner import run_rank
 
         try:
-            return run_rank(cfg, launch)
+            with warnings_shown_by(show_warning):  # a spawned rank has no CLI around it to show them
+                return run_rank(cfg, launch)
         except UserError as exc:
-            exc.show()
+            show_user_error(exc)
             return Outcome(exc.exit_code)
         except PeerError as exc:
             # torchrun's summary names the first rank to exit: often this one, so it gets the line too.
@@ -36,7 +38,7 @@ def run_worker(cfg: SweepConfig, launch: Launch) -> Outcome:
             )
             return Outcome(ExitCode.USAGE)
         except CollectiveFailure as exc:
-            print(f"commbench: {exc}", file=sys.stderr, flush=True)
+            say(f"commbench: {exc}", err=True)
             tell_launcher(f"commbench: {exc}")
             return Outcome(ExitCode.COLLECTIVE_FAILURE)
     except KeyboardInterrupt as exc:  # rows are written as they complete: nothing to save, just stop

@@ -15,11 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
 import numpy as np
 import pandas as pd
 
-from commbench.errors import UserError
+from commbench.errors import UserError, warn
 from commbench.redact import redact
 from commbench.results.nccl_tests import is_nccl_tests
 from commbench.results.nccl_tests import read_cells as nccl_tests_cells
@@ -168,18 +167,14 @@ def _read_csv(path: Path, what: str) -> tuple[pd.DataFrame, list[int]]:
     if len(set(records.header)) != len(records.header) or not all(records.header):
         raise UserError(f"{what} {path} is not a readable CSV: its header repeats a column or has an empty one")
     for line, why in records.malformed[:MAX_NAMED]:
-        _warn(f"{path} line {line}: {why}: skipped")
+        warn(f"{path} line {line}: {why}: skipped")
     if len(records.malformed) > MAX_NAMED:
-        _warn(f"{path}: {len(records.malformed) - MAX_NAMED} more cut or malformed rows skipped")
+        warn(f"{path}: {len(records.malformed) - MAX_NAMED} more cut or malformed rows skipped")
     if records.partial_line is not None:
-        _warn(f"{path} ends in a partial row (line {records.partial_line}): ignored")
+        warn(f"{path} ends in a partial row (line {records.partial_line}): ignored")
     frame = pd.read_csv(io.StringIO(records.good_text()), dtype=str, keep_default_na=False, na_values=[""])
     frame.attrs["skipped"] = len(records.malformed) + (records.partial_line is not None)
     return frame, [line for line, _ in records.rows]
-
-
-def _warn(text: str) -> None:
-    click.echo(f"commbench: warning: {text}", err=True)
 
 
 # What a cell of a measurement must be: (whole number, smallest, whether the smallest is allowed,
@@ -258,9 +253,9 @@ def _validated(path: Path) -> pd.DataFrame:
         raise UserError(f"{path} holds a header but no rows: the run measured nothing")
     impossible = impossible_cells(frame)
     for position, column, why in impossible[:MAX_NAMED]:
-        _warn(f"{path} line {lines[position]}, column {column}: {why}: row left out")
+        warn(f"{path} line {lines[position]}, column {column}: {why}: row left out")
     if len(impossible) > MAX_NAMED:
-        _warn(f"{path}: {len(impossible) - MAX_NAMED} more rows with impossible values left out")
+        warn(f"{path}: {len(impossible) - MAX_NAMED} more rows with impossible values left out")
     skipped = frame.attrs["skipped"] + len(impossible)
     if impossible:
         frame = frame.drop(index=frame.index[[p for p, _, _ in impossible]]).reset_index(drop=True)
@@ -336,7 +331,7 @@ def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tu
     raw["time_us"] = pd.to_numeric(raw["time_us"], errors="coerce")
     impossible = ~(np.isfinite(raw["time_us"]) & (raw["time_us"] > 0))
     if impossible.any():  # a sample that is no time: left out of the tests the samples feed
-        _warn(f"{path}: {int(impossible.sum())} samples whose time_us is not a finite positive number left out")
+        warn(f"{path}: {int(impossible.sum())} samples whose time_us is not a finite positive number left out")
         raw = raw[~impossible]
     for column in LAYOUT_KEY:  # the run's, the same on each of its rows
         raw[column] = raw["run_id"].map(runs[column].first().to_dict())

@@ -2,7 +2,7 @@
 
 Before the first collective the ranks compare a digest of their SweepConfig, so a broken launch
 script that hands ranks different options is caught with the name of the option that differs. The
-comparison is one all_reduce of a few numbers; the ranks gather their full fingerprints (to name
+comparison is one all_reduce of a few numbers; the ranks gather their per-option digests (to name
 the option) only when the digests differ or a rank has an error to report.
 """
 
@@ -65,8 +65,8 @@ def agree(
 
 
 def _digest(cfg: SweepConfig) -> float:
-    """The fingerprint as a float64 that holds its 52 low bits exactly."""
-    text = json.dumps(cfg.fingerprint(), sort_keys=True).encode()
+    """The option digests, hashed, as a float64 that holds its 52 low bits exactly."""
+    text = json.dumps(cfg.option_digests(), sort_keys=True).encode()
     return float(int.from_bytes(hashlib.sha1(text).digest()[:8], "big") & ((1 << 52) - 1))
 
 
@@ -120,9 +120,9 @@ def _group_error(cfg: SweepConfig, hosts: list[str], ranks_error: Callable[[int]
 def _agree_in_full(
     backend: Backend, cfg: SweepConfig, error: str | None, ranks_error: Callable[[int], str | None] | None
 ) -> RunFacts:
-    """Every rank's fingerprint, error and node on every rank: what differs, and who found what."""
+    """Every rank's option digests, error and node on every rank: what differs, and who found what."""
     mine = {
-        "fingerprint": cfg.fingerprint(),
+        "digests": cfg.option_digests(),
         "error": error,
         "node": backend.node_info(),
         "run_id": uuid.uuid4().hex[:12],
@@ -187,11 +187,11 @@ def node_ranks(ranks: list[int], places: list[str]) -> str:
 
 def _inconsistent(everyone: list[dict[str, Any]]) -> str | None:
     """Which options differ from rank 0's, and on which ranks; None when every rank agrees."""
-    reference = everyone[0]["fingerprint"]
+    reference = everyone[0]["digests"]
     odd: dict[str, list[int]] = {}
     for other in everyone[1:]:
         for option, digest in reference.items():
-            if other["fingerprint"].get(option) != digest:
+            if other["digests"].get(option) != digest:
                 odd.setdefault(option, []).append(other["node"]["rank"])
     if not odd:
         return None

@@ -1,7 +1,7 @@
 """The resolved configuration of one sweep.
 
 A SweepConfig is validated once, in the launching process, and shipped to every rank as JSON;
-the ranks then agree on it (commbench/run/agreement.py compares its fingerprint() across ranks).
+the ranks then agree on it (commbench/run/agreement.py compares its option_digests() across ranks).
 """
 
 from __future__ import annotations
@@ -54,6 +54,21 @@ ONE_RANK_NOTE = "a single rank measures a local copy, not communication"
 
 
 @dataclass(frozen=True)
+class Flag:
+    """How a SweepConfig field is given on the command line, stated beside its default: the CLI
+    builds the option from the field (cli/options.py's config_option), named as the field is."""
+
+    help: str
+    short: str | None = None
+    choices: tuple[str, ...] | None = None
+
+
+def option(default: Any, help: str, short: str | None = None, choices: tuple[str, ...] | None = None) -> Any:
+    """A field that is also a command-line option: its default, once, and its flag."""
+    return field(default=default, metadata={"flag": Flag(help, short, choices)})
+
+
+@dataclass(frozen=True)
 class SweepConfig:
     """Everything a rank needs to run a sweep. Validated in __post_init__ with actionable messages."""
 
@@ -62,28 +77,55 @@ class SweepConfig:
     sizes: tuple[int, ...]
     dtypes: tuple[str, ...] = ("float32",)
     iters: int | None = None  # None: auto, from the time budget
-    warmup: int = DEFAULT_WARMUP
-    min_iters: int = DEFAULT_MIN_ITERS
-    max_iters: int = DEFAULT_MAX_ITERS
-    time_per_size: float = DEFAULT_TIME_PER_SIZE
-    rounds: int = DEFAULT_ROUNDS
+    warmup: int = option(
+        DEFAULT_WARMUP,
+        "Untimed iterations per size, 0 to 1,000,000 (with --iters auto at most this many, at least 1).",
+        "-w",
+    )
+    min_iters: int = option(DEFAULT_MIN_ITERS, "With --iters auto: at least this many.")
+    max_iters: int = option(DEFAULT_MAX_ITERS, "With --iters auto: at most this many.")
+    time_per_size: float = option(
+        DEFAULT_TIME_PER_SIZE, "With --iters auto: seconds of timed work per (variant, phase, size)."
+    )
+    rounds: int = option(
+        DEFAULT_ROUNDS,
+        "Visit every (variant, phase, size) this many times in rotation, each visit a block of its iterations.",
+    )
     precision: float | None = None  # stop a row once its p50's interval is this narrow (relative width)
-    mode: str = "blocking"
-    window: int = 8
-    check: bool = True
+    mode: str = option(
+        "blocking",
+        "blocking: barrier, then time issue+wait of one op; nonblocking: issue --window ops, wait all, time / window.",
+        choices=MODES,
+    )
+    window: int = option(8, "Ops in flight per sample in nonblocking mode (1 to 1024).")
+    check: bool = option(True, "Verify every result and count wrong elements.")
     output: str | None = None  # as the user gave it; None for the default name
     overwrite: bool = False
-    raw: bool = False
-    timeout: float = 300.0
+    raw: bool = option(False, "Also write per-iteration, per-rank samples to <output>.raw.csv.")
+    timeout: float = option(300.0, "Seconds a collective may take before the rank ends with a diagnosis (1 to 604800).")
     op_options: dict[str, Any] = field(default_factory=dict)  # typed values (OpOption.value), JSON-able
     variants: tuple[str, ...] = ()  # --variant: only these, for each op that has any of them
-    group: str = "world"  # --group: world, intra or inter (commbench/run/groups.py)
-    device: str = "auto"  # --device: where gloo's tensors live (cpu, or cuda); the others choose their own
-    overlap: bool = False  # --overlap: also the compute kernel alone and both together (run/overlap.py)
-    compute: str = "auto"  # --compute: the kernel's FLOP count, or auto (about the op's own time)
+    group: str = option(  # commbench/run/groups.py
+        "world",
+        "Ranks each op runs among: world (all), intra (one group per host, all groups at once), "
+        "inter (one group per local rank index, across hosts).",
+        choices=GROUPS,
+    )
+    device: str = option(  # the other backends choose their own
+        "auto", "Where gloo's tensors live: cpu (auto), or cuda to measure Gloo on GPU tensors.", choices=DEVICES
+    )
+    overlap: bool = option(  # run/overlap.py
+        False,
+        "Also time a matmul alone and the op with the matmul run while it is in flight, and report how "
+        "much of the shorter one was hidden (columns comm_us, compute_us, overlapped_us, overlap; docs/overlap.md).",
+    )
+    compute: str = option(
+        "auto",
+        "With --overlap: the matmul's FLOP count (e.g. 1G, 5e9), or auto (about as long as the op at each size).",
+    )
     command: str = ""
     history: str | None = (
-        None  # --history PATH|URL; "off" under --no-history; None: results/history.sqlite here (history_location)
+        None  # --history PATH|URL; history/store.py's NO_HISTORY under --no-history; None: the default (history_location)
     )
     # What each rank runs once it has joined the process group, as `module:function` taking
     # (cfg, launch, backend): the sweep, or another program on the same launch (`commbench isolate`
@@ -180,7 +222,7 @@ class SweepConfig:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
-    def fingerprint(self) -> dict[str, str]:
+    def option_digests(self) -> dict[str, str]:
         """Per-option digests, compared across ranks to catch inconsistent launches.
 
         `output`, `command` and `history` legitimately differ per rank (only rank 0 writes), so they

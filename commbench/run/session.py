@@ -26,8 +26,8 @@ from commbench.run.config import ONE_RANK_NOTE, SweepConfig
 from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.heartbeat import Heartbeat, because, connect_store
+from commbench.run.host_records import begin_record, gather_host_envs
 from commbench.run.plan import SweepPlan, eta_prior
-from commbench.run.record import begin_record, gather_host_envs
 from commbench.run.resources import memory_error
 from commbench.run.sink import Sink
 from commbench.run.watchdog import Watchdog, poll_s

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from commbench.history.store import HISTORY_ENV
 from tests.support.distributed import commbench
 
 SWEEP = ["sweep", "--op", "all_gather", "--variant", "flat", "-b", "1K", "-e", "8K", "-n", "3", "-w", "1", "--no-plot"]
@@ -16,7 +17,7 @@ SWEEP = ["sweep", "--op", "all_gather", "--variant", "flat", "-b", "1K", "-e", "
 
 @pytest.mark.slow
 def test_the_readme_baseline_recipe_works_end_to_end(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.delenv("COMMBENCH_HISTORY")  # the default location, as a user has it
+    monkeypatch.delenv(HISTORY_ENV)  # the default location, as a user has it
     run = lambda *args: commbench(*args, cwd=tmp_path)  # noqa: E731
     for out in ("baseline/main.csv", "new.csv"):
         done = run(*SWEEP, "-o", out)

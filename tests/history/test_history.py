@@ -18,7 +18,7 @@ from commbench.errors import UserError
 from commbench.history.importer import import_csvs
 from commbench.history.query import find_run, list_runs, run_rows
 from commbench.history.recorder import RunInfo, RunRecorder, now
-from commbench.history.store import HISTORY_SCHEMA, META, open_history
+from commbench.history.store import HISTORY_ENV, HISTORY_SCHEMA, META, open_history
 from tests.support.distributed import REPO
 from tests.support.synth_results import Case, synth_run
 
@@ -341,7 +341,8 @@ def test_without_sqlalchemy_the_default_history_is_skipped_and_an_asked_one_refu
     its default history (one warning); a history the user asked for is refused in one line."""
     import builtins
 
-    from commbench.errors import UserError
+    from commbench.console.lines import show_warning
+    from commbench.errors import UserError, warnings_shown_by
     from commbench.history.store import open_run_history
 
     real_import = builtins.__import__
@@ -352,9 +353,10 @@ def test_without_sqlalchemy_the_default_history_is_skipped_and_an_asked_one_refu
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_sqlalchemy)
-    monkeypatch.delenv("COMMBENCH_HISTORY")
+    monkeypatch.delenv(HISTORY_ENV)
     monkeypatch.chdir(tmp_path)
-    assert open_run_history(None) is None
+    with warnings_shown_by(show_warning):  # as the CLI shows them
+        assert open_run_history(None) is None
     assert "sqlalchemy is not installed" in capsys.readouterr().err
     with pytest.raises(UserError, match="needs sqlalchemy"):
         open_run_history(str(tmp_path / "h.sqlite"))

@@ -56,8 +56,8 @@ def test_a_group_kind_that_does_not_exist_is_refused_in_the_configuration():
     with pytest.raises(UserError, match="unknown group 'rack'; valid groups: world, intra, inter"):
         SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,), group="rack")
     assert (
-        SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,)).fingerprint()["group"]
-        != (SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,), group="intra").fingerprint()["group"])
+        SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,)).option_digests()["group"]
+        != (SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8,), group="intra").option_digests()["group"])
     )
 
 

@@ -15,10 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
-
 import commbench
-from commbench.errors import UserError
+from commbench.errors import UserError, warn
 from commbench.provenance import collect_host, env_document, env_path, write_env
 
 if TYPE_CHECKING:
@@ -60,7 +58,7 @@ def gather_host_envs(
             records.append(_counted(json.loads(scoped.get(other)), list(rank_hosts)))
         except RuntimeError as exc:  # torch's store errors; a host whose reporter died fails the run soon anyway
             reason = (str(exc).strip().splitlines() or ["no answer"])[0]
-            click.echo(f"commbench: warning: no environment record from host {other}: {reason}", err=True)
+            warn(f"no environment record from host {other}: {reason}")
     return records
 
 
@@ -92,7 +90,7 @@ def begin_record(
     document = env_document(run_id, run_layout, host_envs)
     write_env(path, document)
     if document["differences"]:
-        click.echo(f"commbench: warning: the hosts differ: {'; '.join(document['differences'])}", err=True)
+        warn(f"the hosts differ: {'; '.join(document['differences'])}")
     columns = {"fingerprint": document["fingerprint"], "env_file": env_path(path).name}
     if history is None:
         return columns, None
@@ -113,6 +111,6 @@ def begin_record(
     try:
         return columns, RunRecorder(history, run)
     except UserError as exc:
-        click.echo(f"commbench: warning: this run is not in the history: {exc.format_message()}", err=True)
+        warn(f"this run is not in the history: {exc.format_message()}")
         history.close()
         return columns, None
