@@ -73,17 +73,20 @@ def test_without_the_postgresql_driver_a_url_says_which_extra_to_install(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_broken_default_history_never_stops_a_sweep(tmp_path):
+def test_a_broken_default_history_never_stops_a_sweep(tmp_path, monkeypatch):
+    """The default history is results/history.sqlite in the folder the command runs from."""
+    monkeypatch.delenv("COMMBENCH_HISTORY")  # the tests' own default (tests/conftest.py): this one is the real one
     damaged = _damaged_histories(tmp_path)["cut"]
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "history.sqlite").write_bytes(damaged.read_bytes())
-    done = commbench("sweep", *SWEEP, "-o", str(tmp_path / "out" / "a.csv"))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "history.sqlite").write_bytes(damaged.read_bytes())
+    done = commbench("sweep", *SWEEP, "-o", str(tmp_path / "out" / "a.csv"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "not filed in its default history" in warnings[0], done.stderr
     assert "is damaged" in warnings[0] and "Traceback" not in done.stderr
     assert len((tmp_path / "out" / "a.csv").read_text().splitlines()) == 2  # the header and its one row
-    assert (tmp_path / "out" / "history.sqlite").read_bytes() == damaged.read_bytes()  # left as it was
+    assert (tmp_path / "results" / "history.sqlite").read_bytes() == damaged.read_bytes()  # left as it was
 
 
 def _lost_midway(target: str, csv: Path, kept: int) -> None:

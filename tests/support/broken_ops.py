@@ -88,7 +88,7 @@ class RefusingAllGather(IssueOp, AllGather):
         super().issue(args, phase)
 
 
-class RefusingAllToAll(AllToAll):
+class RefusingAllToAll(IssueOp, AllToAll):
     """An all_to_all whose `uneven` variant the transport refuses on every rank in c10d's words for a
     method a backend lacks (torch 2.11's Gloo says them for alltoall): a refusal no table knows,
     read from its text as the fallback, must still be an `unavailable` row."""
