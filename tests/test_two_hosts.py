@@ -60,6 +60,7 @@ def _namespaces() -> set[str]:
 def two_hosts():
     if (reason := netns_unavailable()) is not None:
         pytest.skip(reason)
+    two_hosts_sh("down", check=False)  # what a run killed before its teardown left behind would stop `up`
     try:
         up = two_hosts_sh("up")
         yield up.stderr

@@ -53,6 +53,10 @@ def hosts_sh(*args: str) -> str:
 def cluster():
     if (reason := netns_unavailable()) is not None:
         pytest.skip(reason)
+    # What a run killed before its teardown left behind (namespaces, links, cgroups) would stop `up`.
+    subprocess.run(
+        ["bash", str(SCRIPT), "down"], env={**os.environ, "HOSTS_PREFIX": PREFIX}, capture_output=True, timeout=120
+    )
     try:
         hosts_sh("up", str(len(HOSTS)))
         yield HOSTS
