@@ -25,7 +25,7 @@ def visit(cfg: SweepConfig, entry: RotationEntry, round_index: int, progress: Sw
         iters = budget.samples(entry.sample_s)
         entry.blocks = blocks(iters, cfg.rounds)
         # --overlap times the op, the matmul and both together: three samples per iteration.
-        progress.plan(id(entry), case.op.name, entry.work, iters, entry.sample_s * (3 if cfg.overlap else 1))
+        progress.warmed_up(id(entry), case.op.name, entry.work, iters, entry.sample_s * (3 if cfg.overlap else 1))
     last = round_index == len(entry.blocks) - 1
     chunks = (
         [entry.blocks[round_index]] if cfg.precision is None else blocks(entry.blocks[round_index], PRECISION_CHUNKS)
