@@ -88,7 +88,7 @@ def rotate(session: Session, op: Op, dtype: str, entries: list[RotationEntry]) -
 
     A slow spell of the machine then lands on a block of every case rather than on all samples of
     one, and the rounds are independent replicates (compare tests against their spread). The first
-    visit warms the case up and plans its iterations; the last one checks the result. A row is
+    visit warms the case up and cuts its samples into blocks; the last one checks the result. A row is
     written as soon as its last block has run. Should the sweep stop before that (a failed or hung
     collective, Ctrl-C), rank 0 still writes each unfinished case's row from the blocks it has, with
     status `stopped` and a note saying how many rounds ran: nothing measured is lost, and nothing
