@@ -20,7 +20,7 @@ from commbench.backends.job import Launch
 from commbench.console.lines import say
 from commbench.errors import ExitCode, UserError
 from commbench.isolate.cluster import Cluster
-from commbench.isolate.measure import PROBE_SAMPLES, PROBE_WINDOW_S, Exchange, Rounds, compute_probe
+from commbench.isolate.exchanges import PROBE_SAMPLES, PROBE_WINDOW_S, Exchange, Rounds, compute_probe
 from commbench.isolate.options import BANDWIDTH_BOUND, PROBE_MAX_S, PROBE_SIZES, IsolateOptions
 from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
 from commbench.isolate.schedule import circle_rounds, pack
@@ -160,7 +160,7 @@ class NodeSweep:
         round_s = []
         for r, pairs in enumerate(schedule):
             start = time.perf_counter()
-            self.measure(hosts, pairs, sizes, f"round {r + 1}/{len(schedule)}", r + 1)
+            self.exchange_pairs(hosts, pairs, sizes, f"round {r + 1}/{len(schedule)}", r + 1)
             round_s.append(self.backend_max(time.perf_counter() - start))
             self.say(f"# round {r + 1}/{len(schedule)}: {len(pairs)} pair(s) at once, {round_s[-1]:.2f} s")
         verdict: dict[str, Any] = {
@@ -185,7 +185,7 @@ class NodeSweep:
             local_schedule = circle_rounds(c.local_size)
             for r, local_pairs in enumerate(local_schedule):
                 pairs = [(h[i], h[j]) for h in c.ranks for i, j in local_pairs]
-                self.measure(ranks, pairs, sizes, f"local round {r + 1}/{len(local_schedule)}", r + 1)
+                self.exchange_pairs(ranks, pairs, sizes, f"local round {r + 1}/{len(local_schedule)}", r + 1)
             local = self.judge(ranks, size)
         verdict["local"] = local
         verdict["compute"] = self.judge_compute(probe)
@@ -201,7 +201,7 @@ class NodeSweep:
         return max(self.backend.all_gather_object(value))
 
     # -- measuring -------------------------------------------------------------------------------
-    def measure(
+    def exchange_pairs(
         self, level: Level, pairs: Sequence[Pair], sizes: Sequence[int], label: str, round_no: int, kind: str = ""
     ) -> dict[Pair, float]:
         """Exchange every pair at once, at every size; keeps and returns the first size's bandwidths."""
@@ -294,7 +294,9 @@ class NodeSweep:
         for repeat in range(CONFIRM_REPEATS if wanted else 0):
             for i, pairs in enumerate(pack(wanted)):
                 label = f"confirmation {repeat + 1}.{i + 1}"
-                for pair, bw in self.measure(level, pairs, [size], label, i + 1, kind=f"confirm_{level.kind}").items():
+                for pair, bw in self.exchange_pairs(
+                    level, pairs, [size], label, i + 1, kind=f"confirm_{level.kind}"
+                ).items():
                     best[pair] = max(bw, best.get(pair, 0.0))
         flagged = [s for s in first.nodes if confirmed_node(node_confirmations[s], best, t, first.node_bar)]
         links = [p for p in first.links if confirmed_link(link_confirmations[p], best, t)]

@@ -147,7 +147,7 @@ def in_rounds(pending: list[T], rounds: int) -> Iterator[tuple[int, T]]:
     """The rotation's order: (round index, case) for every case still in `pending`, once per round,
     in order. The caller removes a case from `pending` once its last block has run (or the transport
     refused it); a case removed during a round is not visited again. The sweep's rotation and
-    `commbench isolate`'s rounds of exchanges (isolate/measure.py) both visit their cases so."""
+    `commbench isolate`'s rounds of exchanges (isolate/exchanges.py) both visit their cases so."""
     for round_index in range(rounds):
         for case in list(pending):
             if any(case is other for other in pending):  # by identity: cases hold tensors

@@ -14,7 +14,7 @@ import pytest
 
 from commbench.backends.job import Launch
 from commbench.isolate.cluster import Cluster
-from commbench.isolate.measure import PROBE_WINDOW_S, _window_sample
+from commbench.isolate.exchanges import PROBE_WINDOW_S, _window_sample
 from commbench.isolate.node_sweep import compute_reference, under_torchrun
 from commbench.isolate.report import draw, format_verdict
 from commbench.isolate.schedule import byes, circle_rounds, pack
@@ -286,7 +286,7 @@ def test_isolate_end_to_end_on_hosts_named_by_commbench_host(tmp_path):
 
 def _rounds_in_turn(backend, partitions):
     """Rounds.run over partitions in turn: (groups created, every exchange's wrong count and ranks)."""
-    from commbench.isolate.measure import Rounds
+    from commbench.isolate.exchanges import Rounds
     from commbench.run.config import SweepConfig
     from commbench.run.watchdog import Watchdog
 
