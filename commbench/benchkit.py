@@ -21,7 +21,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "commbench.backends.gloo": ("GlooBackend",),
     "commbench.backends.horovod": ("HorovodBackend",),
     "commbench.history.store": ("open_history",),
-    "commbench.isolate.measure": ("Rounds",),
+    "commbench.isolate.exchanges": ("Rounds",),
     "commbench.isolate.report": ("draw",),
     "commbench.isolate.schedule": ("circle_rounds",),
     "commbench.launch.env": ("detect",),

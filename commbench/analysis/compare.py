@@ -28,12 +28,12 @@ import pandas as pd
 
 from commbench.analysis.comparison_text import describe
 from commbench.analysis.verdict import (
+    DEFAULT_CRITERIA,
     SERIES_MIN_SIZES,
     Comparison,
+    Criteria,
     Delta,
     Shift,
-    Threshold,
-    checked_options,
     guard_by_series_scatter,
     noise_test,
     series_key,
@@ -77,28 +77,12 @@ def _nothing_in_common(
     )
 
 
-def compare_runs(
-    baseline: Path,
-    candidate: Path,
-    metric: str = "time_us_p50",
-    threshold: Threshold | None = None,
-    alpha: float = 0.05,
-    series_threshold: Threshold | None = None,
-) -> Comparison:
+def compare_runs(baseline: Path, candidate: Path, criteria: Criteria = DEFAULT_CRITERIA) -> Comparison:
     """Match the two runs' rows and classify every change; rows in one run only are kept in lists."""
-    checked_options(metric, alpha, threshold, series_threshold)  # before any file is read
+    criteria.checked()  # before any file is read
     frames = (read_one(baseline), read_one(candidate))
     samples = (read_samples(baseline, frames[0]), read_samples(candidate, frames[1]))
-    return compare_frames(
-        *frames,
-        str(baseline),
-        str(candidate),
-        samples,
-        metric,
-        threshold,
-        alpha,
-        series_threshold,
-    )
+    return compare_frames(*frames, str(baseline), str(candidate), samples, criteria)
 
 
 def compare_frames(
@@ -107,18 +91,16 @@ def compare_frames(
     baseline: str,
     candidate: str,
     samples: tuple = (None, None),
-    metric: str = "time_us_p50",
-    threshold: Threshold | None = None,
-    alpha: float = 0.05,
-    series_threshold: Threshold | None = None,
+    criteria: Criteria = DEFAULT_CRITERIA,
 ) -> Comparison:
     """compare_runs on two runs already read (a baseline from the history has no file)."""
-    threshold, series_threshold = checked_options(metric, alpha, threshold, series_threshold)
+    criteria = criteria.checked()
+    metric = criteria.metric
     base, cand = keyed(base_frame, baseline), keyed(cand_frame, candidate)
     common = base.index.intersection(cand.index)
     if common.empty:
         raise _nothing_in_common(base, cand, baseline, candidate)
-    result = Comparison(metric, threshold, alpha, baseline, candidate, series_threshold)
+    result = Comparison(criteria, baseline, candidate)
     for label, frame in ((baseline, base_frame), (candidate, cand_frame)):
         if frame.attrs.get("skipped"):
             result.unjudged[label] = frame.attrs["skipped"]
@@ -131,14 +113,16 @@ def compare_frames(
             # A latency-only op (a barrier, S = 0) has no bandwidth to compare.
             result.not_compared.append(f"{describe(key)} has no {metric} (latency only); compare it on a time metric")
             continue
-        result.deltas.append(noise_test(key, b, c, samples, result))
+        result.deltas.append(noise_test(key, b, c, samples, metric))
     tested = [d for d in result.deltas if d.method]
     series = _series(tested)
     guard_by_series_scatter(series)
     for delta, adjusted in zip(tested, holm([d.p_value for d in tested])):
         delta.p_value = adjusted
-        delta.verdict = verdict_of(result, result.threshold, delta.baseline, delta.candidate, adjusted, delta.verdict)
-    result.shifts = _shifts(series, result)
+        delta.verdict = verdict_of(
+            criteria, criteria.threshold, delta.baseline, delta.candidate, adjusted, delta.verdict
+        )
+    result.shifts = _shifts(series, criteria)
     return result
 
 
@@ -151,7 +135,7 @@ def _series(tested: list[Delta]) -> dict[tuple, list[tuple[Delta, float]]]:
     return series
 
 
-def _shifts(series: dict[tuple, list[tuple[Delta, float]]], spec: Comparison) -> list[Shift]:
+def _shifts(series: dict[tuple, list[tuple[Delta, float]]], criteria: Criteria) -> list[Shift]:
     """Every series with SERIES_MIN_SIZES or more tested rows, judged as a whole (Holm over them)."""
     shifts = []
     for key, rows in sorted(series.items()):
@@ -160,5 +144,5 @@ def _shifts(series: dict[tuple, list[tuple[Delta, float]]], spec: Comparison) ->
             shifts.append(Shift(key, len(logs), math.exp(statistics.fmean(logs)), shift_p(logs)))
     for shift, adjusted in zip(shifts, holm([s.p_value for s in shifts])):
         shift.p_value = adjusted
-        shift.verdict = verdict_of(spec, spec.series_threshold, 1.0, shift.ratio, adjusted, shift.verdict)
+        shift.verdict = verdict_of(criteria, criteria.series_threshold, 1.0, shift.ratio, adjusted, shift.verdict)
     return shifts

@@ -23,11 +23,11 @@ def describe(key: tuple) -> str:
 
 def format_comparison(result: Comparison) -> str:
     """The delta table and the lists of rows not compared, as compare prints them."""
-    unit = "GB/s" if result.metric.endswith("gbps") else "us"
+    unit = "GB/s" if result.criteria.metric.endswith("gbps") else "us"
     tested = sum(1 for d in result.deltas if d.method)
     lines = [
-        f"# compare {result.metric} ({unit}): baseline {result.baseline_label} -> candidate {result.candidate_label}",
-        f"# a row changes only when |change| > {result.threshold} and the noise test gives p < {result.alpha:g} "
+        f"# compare {result.criteria.metric} ({unit}): baseline {result.baseline_label} -> candidate {result.candidate_label}",
+        f"# a row changes only when |change| > {result.criteria.threshold} and the noise test gives p < {result.criteria.alpha:g} "
         f"(p adjusted by Holm's method over the {tested} rows tested)",
         *(f"# noise test {m}: {TESTS[m]}" for m in result.methods),
         *(f"# {note}" for note in result.notes),
@@ -42,8 +42,8 @@ def format_comparison(result: Comparison) -> str:
         )
     if result.shifts:
         lines.append(
-            f"# series as a whole (geometric mean over its sizes; counts when |change| > {result.series_threshold} "
-            f"and {result.series_rule} p < {result.alpha:g}, Holm over the "
+            f"# series as a whole (geometric mean over its sizes; counts when |change| > {result.criteria.series_threshold} "
+            f"and {result.series_rule} p < {result.criteria.alpha:g}, Holm over the "
             f"{len(result.shifts)} series):"
         )
         lines.extend(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -39,13 +39,13 @@ import pandas as pd
 from commbench.analysis.compare import compare_frames, keyed
 from commbench.analysis.comparison_text import describe
 from commbench.analysis.verdict import (
+    DEFAULT_CRITERIA,
     METRICS,
     SERIES_MIN_SIZES,
     Comparison,
+    Criteria,
     Delta,
     Shift,
-    Threshold,
-    checked_options,
     guard_by_series_scatter,
     series_key,
     unavailable,
@@ -78,16 +78,14 @@ def compare_history(
     candidate: Path,
     history: History,
     last: int = DEFAULT_LAST,
-    metric: str = "time_us_p50",
-    threshold: Threshold | None = None,
-    alpha: float = 0.05,
-    series_threshold: Threshold | None = None,
+    criteria: Criteria = DEFAULT_CRITERIA,
 ) -> Comparison:
     """Judge the candidate CSV against the last `last` complete runs of its fingerprint that started
     before it (the candidate itself left out, should it be in the history)."""
     if last < 1:
         raise UserError(f"--last must be at least 1 (got {last})")
-    threshold, series_threshold = checked_options(metric, alpha, threshold, series_threshold or threshold)
+    # Against the history a series' threshold defaults to the row's.
+    criteria = replace(criteria, series_threshold=criteria.series_threshold or criteria.threshold).checked()
     cand_frame = read_one(candidate)
     run_ids = [r for r in cand_frame["run_id"].unique() if r]
     if len(run_ids) != 1:
@@ -112,10 +110,7 @@ def compare_history(
             f"history run {latest['run_id']} ({latest['started_at']})",
             str(candidate),
             (None, read_samples(candidate)),
-            metric,
-            threshold,
-            alpha,
-            series_threshold,
+            criteria,
         )
         result.notes.append(
             f"the history {history.label} holds {wanted} of fingerprint {fingerprint} before this one "
@@ -123,12 +118,9 @@ def compare_history(
         )
         return result
     result = Comparison(
-        metric,
-        threshold,
-        alpha,
+        criteria,
         f"history {history.label}: {wanted} of fingerprint {fingerprint} ({', '.join(r['run_id'] for r in runs)})",
         str(candidate),
-        series_threshold,
     )
     result.series_rule = "the history's spread of its fastest rounds (mean over sizes) gives"
     _judge(result, keyed(cand_frame, str(candidate)), frames, [r["run_id"] for r in runs])
@@ -153,17 +145,18 @@ def fastest_round(row: pd.Series) -> float:
 
 def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids: list[str]) -> None:
     per_run = {rid: keyed(frames[frames["run_id"] == rid], f"history run {rid}") for rid in run_ids}
+    metric = result.criteria.metric
     rows: list[_Row] = []
     for key in sorted(cand.index):
         c = cand.loc[key]
-        if math.isnan(float(c[result.metric])):
-            result.not_compared.append(f"{describe(key)} has no {result.metric} (latency only)")
+        if math.isnan(float(c[metric])):
+            result.not_compared.append(f"{describe(key)} has no {metric} (latency only)")
             continue
         if c["status"] == STOPPED:
             result.not_compared.append(f"{describe(key)} was stopped before its last round (never checked)")
             continue
         if c["status"] != "ok":
-            result.deltas.append(Delta(key, math.nan, float(c[result.metric]), math.nan, "", "wrong results"))
+            result.deltas.append(Delta(key, math.nan, float(c[metric]), math.nan, "", "wrong results"))
             continue
         found = [per_run[r].loc[key] for r in run_ids if key in per_run[r].index]
         found = [h for h in found if h["status"] == "ok" and fastest_round(h) > 0]
@@ -182,9 +175,9 @@ def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids
             value = math.log(fastest_round(r.candidate))
             # The candidate's own spread: a row whose rounds disagree was disturbed while it ran.
             p = prediction_p(value, logs[id(r)], floor, log_sd(r.candidate[ROUND_P50S]))
-            baseline = statistics.median(float(h[result.metric]) for h in r.history)
-            delta = Delta(r.key, baseline, float(r.candidate[result.metric]), p, "history", "unchanged")
-            if not _same_way(result.metric, delta.baseline, delta.candidate, value - statistics.median(logs[id(r)])):
+            baseline = statistics.median(float(h[metric]) for h in r.history)
+            delta = Delta(r.key, baseline, float(r.candidate[metric]), p, "history", "unchanged")
+            if not _same_way(metric, delta.baseline, delta.candidate, value - statistics.median(logs[id(r)])):
                 delta.p_value = 1.0  # the rounds moved the other way: no evidence for the change the metric shows
             tested.append((delta, r))
     # As in the pairwise test, a row must also stand out of its series' changes across sizes in this run.
@@ -196,13 +189,16 @@ def _judge(result: Comparison, cand: pd.DataFrame, frames: pd.DataFrame, run_ids
     deltas = [d for d, _ in tested]
     for delta, adjusted in zip(deltas, holm([d.p_value for d in deltas])):
         delta.p_value = adjusted
-        delta.verdict = verdict_of(result, result.threshold, delta.baseline, delta.candidate, adjusted, delta.verdict)
+        delta.verdict = verdict_of(
+            result.criteria, result.criteria.threshold, delta.baseline, delta.candidate, adjusted, delta.verdict
+        )
     result.deltas = sorted([*result.deltas, *deltas], key=lambda d: d.key)
     result.shifts = _series_shifts(result, by_series, run_ids)
 
 
 def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_ids: list[str]) -> list[Shift]:
     """Each series of SERIES_MIN_SIZES or more sizes that every history run measured, judged whole."""
+    metric = result.criteria.metric
     stats: dict[tuple, tuple[float, list[float], float, int]] = {}
     for key, members in by_series.items():
         complete = [r for r in members if len(r.history) == len(run_ids)]
@@ -215,7 +211,7 @@ def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_i
             for j in range(len(run_ids))
         ]
         metric_logs = [
-            math.log(float(r.candidate[result.metric]) / statistics.median(float(h[result.metric]) for h in r.history))
+            math.log(float(r.candidate[metric]) / statistics.median(float(h[metric]) for h in r.history))
             for r in complete
         ]
         stats[key] = (candidate, history, math.exp(statistics.fmean(metric_logs)), len(complete))
@@ -226,14 +222,16 @@ def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_i
             sizes,
             ratio,
             prediction_p(value, history, floor)
-            if _same_way(result.metric, 1.0, ratio, value - statistics.median(history))
+            if _same_way(metric, 1.0, ratio, value - statistics.median(history))
             else 1.0,
         )
         for key, (value, history, ratio, sizes) in sorted(stats.items())
     ]
     for shift, adjusted in zip(shifts, holm([s.p_value for s in shifts])):
         shift.p_value = adjusted
-        shift.verdict = verdict_of(result, result.series_threshold, 1.0, shift.ratio, adjusted, shift.verdict)
+        shift.verdict = verdict_of(
+            result.criteria, result.criteria.series_threshold, 1.0, shift.ratio, adjusted, shift.verdict
+        )
     return shifts
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -72,6 +72,34 @@ class Threshold:
 DEFAULT_SERIES_THRESHOLD = Threshold(0.20, True)
 
 
+@dataclass(frozen=True)
+class Criteria:
+    """What a change must pass to count: the metric, the thresholds of a row and of a series, and alpha.
+
+    A threshold left None takes its default when checked (the history gate defaults the series'
+    to the row's, the pairwise test to DEFAULT_SERIES_THRESHOLD)."""
+
+    metric: str = "time_us_p50"
+    threshold: Threshold | None = None
+    alpha: float = 0.05
+    series_threshold: Threshold | None = None
+
+    def checked(self) -> Criteria:
+        """These criteria with their defaults; an unknown metric, an alpha outside (0, 1) or an absolute
+        series threshold refused in one line."""
+        if self.metric not in METRICS:
+            raise UserError(f"unknown metric {self.metric!r}; valid metrics: {', '.join(METRICS)}")
+        if not 0 < self.alpha < 1:
+            raise UserError(f"--alpha must lie between 0 and 1 (got {self.alpha:g})")
+        series_threshold = self.series_threshold or DEFAULT_SERIES_THRESHOLD
+        if not series_threshold.relative:
+            raise UserError(f"--series-threshold takes a percentage such as 20% (got {series_threshold})")
+        return replace(self, threshold=self.threshold or Threshold(0.05, True), series_threshold=series_threshold)
+
+
+DEFAULT_CRITERIA = Criteria()
+
+
 @dataclass
 class Delta:
     """One matched row: the metric in both runs, the change, the noise test's p and the verdict."""
@@ -112,12 +140,9 @@ class Shift:
 class Comparison:
     """Everything `commbench compare` reports; `failed` decides its exit code."""
 
-    metric: str
-    threshold: Threshold
-    alpha: float
+    criteria: Criteria  # checked: both thresholds set
     baseline_label: str
     candidate_label: str
-    series_threshold: Threshold = field(default_factory=lambda: DEFAULT_SERIES_THRESHOLD)
     deltas: list[Delta] = field(default_factory=list)
     shifts: list[Shift] = field(default_factory=list)
     only_baseline: list[tuple] = field(default_factory=list)
@@ -144,21 +169,6 @@ class Comparison:
     @property
     def methods(self) -> list[str]:
         return sorted({d.method for d in self.deltas if d.method})
-
-
-def checked_options(
-    metric: str, alpha: float, threshold: Threshold | None, series_threshold: Threshold | None
-) -> tuple[Threshold, Threshold]:
-    """The thresholds with their defaults; an unknown metric, an alpha outside (0, 1) or an absolute
-    series threshold refused in one line."""
-    if metric not in METRICS:
-        raise UserError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
-    if not 0 < alpha < 1:
-        raise UserError(f"--alpha must lie between 0 and 1 (got {alpha:g})")
-    series_threshold = series_threshold or DEFAULT_SERIES_THRESHOLD
-    if not series_threshold.relative:
-        raise UserError(f"--series-threshold takes a percentage such as 20% (got {series_threshold})")
-    return threshold or Threshold(0.05, True), series_threshold
 
 
 def guard_by_series_scatter(series: dict[tuple, list[tuple[Delta, float]]]) -> None:
@@ -191,9 +201,9 @@ def unavailable(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[str]:
     ]
 
 
-def noise_test(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Comparison) -> Delta:
+def noise_test(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, metric: str) -> Delta:
     """The row's delta with the noise test's own p-value (adjusted over the rows afterwards)."""
-    delta = Delta(key, float(b[spec.metric]), float(c[spec.metric]), math.nan, "", "unchanged")
+    delta = Delta(key, float(b[metric]), float(c[metric]), math.nan, "", "unchanged")
     if b["status"] != "ok" or c["status"] != "ok":
         statuses = b["status"], c["status"]
         # A stopped case was measured but never checked: neither a regression nor wrong, not judged.
@@ -220,15 +230,15 @@ def noise_test(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, spec: Com
 
 
 def verdict_of(
-    spec: Comparison, threshold: Threshold, baseline: float, candidate: float, p: float, unchanged: str
+    criteria: Criteria, threshold: Threshold, baseline: float, candidate: float, p: float, unchanged: str
 ) -> str:
     """A change (of a row, or of a series as the ratio against 1) that exceeds the threshold is an
     improvement or a regression when p < alpha, else within noise; below it, the verdict stays."""
     if not threshold.exceeded(baseline, candidate):
         return unchanged
-    if p >= spec.alpha:
+    if p >= criteria.alpha:
         return "within noise"
-    better = (candidate > baseline) == METRICS[spec.metric]
+    better = (candidate > baseline) == METRICS[criteria.metric]
     return "improvement" if better else "regression"
 
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from commbench.cli.options import history_location_option
 from commbench.errors import ExitCode
+
+if TYPE_CHECKING:
+    from commbench.analysis.verdict import Comparison, Criteria
 
 
 @click.command()
@@ -85,12 +89,17 @@ def compare(
     \b
     Exit codes: 0 no regression, 1 regression or wrong results, 2 unusable input.
     """
-    from commbench.analysis.compare import Threshold, compare_runs
+    from commbench.analysis.compare import compare_runs
     from commbench.analysis.comparison_text import format_comparison
+    from commbench.analysis.verdict import Criteria, Threshold
     from commbench.errors import UserError
 
-    rows_threshold = Threshold.parse(threshold)
-    series = Threshold.parse(series_threshold) if series_threshold is not None else None
+    criteria = Criteria(
+        metric,
+        Threshold.parse(threshold),
+        alpha,
+        Threshold.parse(series_threshold) if series_threshold is not None else None,
+    )
     if location is not None and location.startswith("-"):
         raise UserError(
             f"--history takes the history's location, a SQLite file or a postgresql:// URL (got {location!r})"
@@ -102,9 +111,9 @@ def compare(
             f"`commbench compare {location}` (or `commbench compare --history PATH|URL {location}`)"
         )
     if len(csvs) == 1:
-        result = _against_history(csvs[0], location, last, metric, rows_threshold, alpha, series)
+        result = _against_history(csvs[0], location, last, criteria)
     elif len(csvs) == 2:
-        result = compare_runs(csvs[0], csvs[1], metric, rows_threshold, alpha, series)
+        result = compare_runs(csvs[0], csvs[1], criteria)
     else:
         raise UserError(
             f"compare takes BASELINE.csv CANDIDATE.csv, or one CANDIDATE.csv to judge against the history "
@@ -114,7 +123,7 @@ def compare(
     sys.exit(ExitCode.FAILED if result.failed else ExitCode.OK)
 
 
-def _against_history(candidate: Path, location: str | None, last: int, metric, threshold, alpha, series):
+def _against_history(candidate: Path, location: str | None, last: int, criteria: Criteria) -> Comparison:
     from commbench.analysis.history_gate import compare_history
     from commbench.history.store import history_location, open_history
 
@@ -124,6 +133,6 @@ def _against_history(candidate: Path, location: str | None, last: int, metric, t
         raise UserError(f"results file {candidate} does not exist")
     history = open_history(history_location(location) or "", create=False)
     try:
-        return compare_history(candidate, history, last, metric, threshold, alpha, series)
+        return compare_history(candidate, history, last, criteria)
     finally:
         history.close()

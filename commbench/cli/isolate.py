@@ -89,7 +89,7 @@ def isolate(
     )
     # The node sweep runs on the launch a sweep makes; what the launcher checks before ranks start
     # (the op's rank count, the host's cores and memory) sees its exchange: sendrecv of float32
-    # (isolate/measure.py's), up to the largest size it may take.
+    # (isolate/exchanges.py's), up to the largest size it may take.
     cfg = build_config(
         ops=("sendrecv",),
         sizes=[chosen or max(PROBE_SIZES)],

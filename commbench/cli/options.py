@@ -123,7 +123,7 @@ launch_options = _compose(
     ),
 )
 
-measure_options = _compose(
+timing_options = _compose(
     click.option(
         "--dtype",
         "dtypes",

@@ -12,9 +12,9 @@ from commbench.cli.options import (
     build_config,
     history_options,
     launch_options,
-    measure_options,
     plot_option,
     split_names,
+    timing_options,
 )
 from commbench.errors import UserError, closest
 from commbench.units import parse_size, parse_size_list, size_range
@@ -52,7 +52,7 @@ def refuse_extra_arguments(extra: list[str]) -> None:
 )
 @click.option("--sizes", default=None, help="Explicit comma-separated sizes instead of -b/-e/-f, e.g. 1K,64K,4M.")
 @launch_options
-@measure_options
+@timing_options
 @history_options
 @op_option_flags
 @plot_option

@@ -13,9 +13,9 @@ from commbench.cli.options import (
     build_config,
     history_options,
     launch_options,
-    measure_options,
     plot_option,
     split_names,
+    timing_options,
 )
 from commbench.errors import UserError, warn
 from commbench.ops.sync_bn import BATCH, CHANNELS, SPATIAL
@@ -33,7 +33,7 @@ from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
     help="Only these strategies, repeatable or comma-separated (default: all; the native CUDA layers where they run).",
 )
 @launch_options
-@measure_options
+@timing_options
 @history_options
 @plot_option
 def syncbn(

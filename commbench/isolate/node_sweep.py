@@ -20,11 +20,19 @@ from commbench.backends.job import Launch
 from commbench.console.lines import say
 from commbench.errors import ExitCode, UserError
 from commbench.isolate.cluster import Cluster
-from commbench.isolate.measure import PROBE_SAMPLES, PROBE_WINDOW_S, Exchange, Rounds, compute_probe
+from commbench.isolate.exchanges import PROBE_SAMPLES, PROBE_WINDOW_S, Exchange, Rounds, compute_probe
 from commbench.isolate.options import BANDWIDTH_BOUND, PROBE_MAX_S, PROBE_SIZES, IsolateOptions
 from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
 from commbench.isolate.schedule import circle_rounds, pack
-from commbench.isolate.verdict import Bar, confirmed_link, confirmed_node, low_outliers, plan_link, plan_node, suspects
+from commbench.isolate.verdict import (
+    Bar,
+    confirmed_link,
+    confirmed_node,
+    link_confirmation,
+    low_outliers,
+    node_confirmation,
+    suspects,
+)
 from commbench.results.paths import resolve_output, write_atomically
 from commbench.results.writer import CsvAppender
 from commbench.run.agreement import PeerError, agree
@@ -152,7 +160,7 @@ class NodeSweep:
         round_s = []
         for r, pairs in enumerate(schedule):
             start = time.perf_counter()
-            self.measure(hosts, pairs, sizes, f"round {r + 1}/{len(schedule)}", r + 1)
+            self.exchange_pairs(hosts, pairs, sizes, f"round {r + 1}/{len(schedule)}", r + 1)
             round_s.append(self.backend_max(time.perf_counter() - start))
             self.say(f"# round {r + 1}/{len(schedule)}: {len(pairs)} pair(s) at once, {round_s[-1]:.2f} s")
         verdict: dict[str, Any] = {
@@ -177,7 +185,7 @@ class NodeSweep:
             local_schedule = circle_rounds(c.local_size)
             for r, local_pairs in enumerate(local_schedule):
                 pairs = [(h[i], h[j]) for h in c.ranks for i, j in local_pairs]
-                self.measure(ranks, pairs, sizes, f"local round {r + 1}/{len(local_schedule)}", r + 1)
+                self.exchange_pairs(ranks, pairs, sizes, f"local round {r + 1}/{len(local_schedule)}", r + 1)
             local = self.judge(ranks, size)
         verdict["local"] = local
         verdict["compute"] = self.judge_compute(probe)
@@ -193,7 +201,7 @@ class NodeSweep:
         return max(self.backend.all_gather_object(value))
 
     # -- measuring -------------------------------------------------------------------------------
-    def measure(
+    def exchange_pairs(
         self, level: Level, pairs: Sequence[Pair], sizes: Sequence[int], label: str, round_no: int, kind: str = ""
     ) -> dict[Pair, float]:
         """Exchange every pair at once, at every size; keeps and returns the first size's bandwidths."""
@@ -273,17 +281,25 @@ class NodeSweep:
         def among(node: int) -> dict[int, float]:  # the scores of the nodes it can be paired with
             return {m: first.scores[m] for m in level.peers(node) if m in first.scores}
 
-        node_plans = {s: plan_node(s, among(s), slow, 2 * i) for i, s in enumerate(first.nodes)}
-        link_plans = {p: plan_link(*p, among(p[0]), slow, i) for i, p in enumerate(first.links)}
-        wanted = list(dict.fromkeys(p for plan in [*node_plans.values(), *link_plans.values()] for p in plan.pairs))
+        node_confirmations = {s: node_confirmation(s, among(s), slow, 2 * i) for i, s in enumerate(first.nodes)}
+        link_confirmations = {p: link_confirmation(*p, among(p[0]), slow, i) for i, p in enumerate(first.links)}
+        wanted = list(
+            dict.fromkeys(
+                p
+                for confirmation in [*node_confirmations.values(), *link_confirmations.values()]
+                for p in confirmation.pairs
+            )
+        )
         best: dict[Pair, float] = {}
         for repeat in range(CONFIRM_REPEATS if wanted else 0):
             for i, pairs in enumerate(pack(wanted)):
                 label = f"confirmation {repeat + 1}.{i + 1}"
-                for pair, bw in self.measure(level, pairs, [size], label, i + 1, kind=f"confirm_{level.kind}").items():
+                for pair, bw in self.exchange_pairs(
+                    level, pairs, [size], label, i + 1, kind=f"confirm_{level.kind}"
+                ).items():
                     best[pair] = max(bw, best.get(pair, 0.0))
-        flagged = [s for s in first.nodes if confirmed_node(node_plans[s], best, t, first.node_bar)]
-        links = [p for p in first.links if confirmed_link(link_plans[p], best, t)]
+        flagged = [s for s in first.nodes if confirmed_node(node_confirmations[s], best, t, first.node_bar)]
+        links = [p for p in first.links if confirmed_link(link_confirmations[p], best, t)]
         n = level.name
 
         def shown(pairs: list[Pair]) -> list[list[Any]]:
@@ -295,13 +311,13 @@ class NodeSweep:
             "suspects": [n(s) for s in first.nodes],
             "confirmations": {
                 n(s): {"pairs": shown(p.suspect_pairs), "references": shown(p.reference_pairs)}
-                for s, p in node_plans.items()
+                for s, p in node_confirmations.items()
             },
             "link_bar": _bar(first.link_bar) if first.link_bar else None,
             "link_suspects": [[n(a), n(b), first.ratios[(a, b)]] for a, b in first.links],
             "link_confirmations": {
                 f"{n(a)}-{n(b)}": {"pairs": shown(p.suspect_pairs), "references": shown(p.reference_pairs)}
-                for (a, b), p in link_plans.items()
+                for (a, b), p in link_confirmations.items()
             },
             "pairs": [[n(a), n(b), bw] for (a, b), bw in sorted(level.bw.items())],
             "flagged": [n(s) for s in flagged],

@@ -152,14 +152,14 @@ class Confirmation:
         return self.suspect_pairs + self.reference_pairs
 
 
-def plan_node(suspect: int, scores: Mapping[int, float], slow: set[int], start: int = 0) -> Confirmation:
+def node_confirmation(suspect: int, scores: Mapping[int, float], slow: set[int], start: int = 0) -> Confirmation:
     """A suspect node against two healthy partners p and q, and p against q as the reference."""
     partners = healthy_partners(scores, slow, [suspect], 2, start)
     reference = [_pair(partners[0], partners[1])] if len(partners) == 2 else []
     return Confirmation([_pair(suspect, p) for p in partners], reference)
 
 
-def plan_link(a: int, b: int, scores: Mapping[int, float], slow: set[int], start: int = 0) -> Confirmation:
+def link_confirmation(a: int, b: int, scores: Mapping[int, float], slow: set[int], start: int = 0) -> Confirmation:
     """A suspect link a-b, with a and b each against a healthy third node as the references."""
     others = healthy_partners(scores, slow, [a, b], 2, start)
     if not others:
@@ -172,20 +172,20 @@ def _pair(a: int, b: int) -> Pair:
     return (a, b) if a < b else (b, a)
 
 
-def confirmed_node(plan: Confirmation, bw: Mapping[Pair, float], threshold: float, bar: Bar) -> bool:
+def confirmed_node(confirmation: Confirmation, bw: Mapping[Pair, float], threshold: float, bar: Bar) -> bool:
     """A suspect stays slow when even its best re-measured pair is below the fresh reference pair
     by more than the threshold (below the sweep's cut where there is no reference pair)."""
-    if not plan.suspect_pairs:
+    if not confirmation.suspect_pairs:
         return False
-    best = max(bw[p] for p in plan.suspect_pairs)
-    if not plan.reference_pairs:
+    best = max(bw[p] for p in confirmation.suspect_pairs)
+    if not confirmation.reference_pairs:
         return bar.low(best)
-    return best < (1 - threshold) * min(bw[p] for p in plan.reference_pairs)
+    return best < (1 - threshold) * min(bw[p] for p in confirmation.reference_pairs)
 
 
-def confirmed_link(plan: Confirmation, bw: Mapping[Pair, float], threshold: float) -> bool:
+def confirmed_link(confirmation: Confirmation, bw: Mapping[Pair, float], threshold: float) -> bool:
     """A suspect link stays slow when it is below what both its ends reach with a healthy third
     node, measured alongside it, by more than the threshold."""
-    if not plan.reference_pairs:
+    if not confirmation.reference_pairs:
         return False
-    return bw[plan.suspect_pairs[0]] < (1 - threshold) * min(bw[p] for p in plan.reference_pairs)
+    return bw[confirmation.suspect_pairs[0]] < (1 - threshold) * min(bw[p] for p in confirmation.reference_pairs)

@@ -80,7 +80,7 @@ def _sample_s(row: Mapping[str, Any]) -> float:
 
 
 def _planned(row: Mapping[str, Any], budget: Budget, time_per_size: float) -> float:
-    """Samples the sweep would plan for the row's case under another budget: the budget over its
+    """Samples the sweep would run for the row's case under another budget: the budget over its
     fastest sample (the sweep plans from the fastest warm-up sample), within the bounds."""
     fastest = _seconds(row, "time_us_min")
     if not fastest > 0:

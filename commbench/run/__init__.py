@@ -8,7 +8,7 @@ commbench/launch/'s). The modules, in the order a rank meets them:
     groups      --group: the rank groups of world, intra or inter
     plan        the cases to measure, their memory, the groups of cases alive together
     rotation    the rotation over a group's cases in rounds (in_rounds(), isolate's too), rows as they end
-    iterations  one visit of a case: warm-up and iteration plan, a block, --precision, the check
+    iterations  one visit of a case: warm-up and its blocks, a block, --precision, the check
     harness     TimedCase: the timed loop and its correctness check; timers: how a sample is read
     overlap     --overlap's compute kernel
     sink        rank 0's rows: the CSV, the printed table, the progress line

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.run.config import SWEEP_PROGRAM, SweepConfig
-from commbench.run.groups import layout, refusal
+from commbench.run.groups import rank_groups, refusal
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -111,7 +111,7 @@ def _group_error(cfg: SweepConfig, hosts: list[str], ranks_error: Callable[[int]
     """A --group these hosts cannot form, or an option the ops cannot use on each group's ranks."""
     message = refusal(cfg.group, hosts)
     if message is None and ranks_error is not None:
-        message = ranks_error(len(layout(cfg.group, hosts)[0]))
+        message = ranks_error(len(rank_groups(cfg.group, hosts)[0]))
         if message is not None and cfg.group != "world":
             message += f" (under --group {cfg.group}, ranks count within each group)"
     return message

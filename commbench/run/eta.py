@@ -22,8 +22,9 @@ same op, variant, phase, dtype and size), scaled by how this run's timed cases o
 compare with that run's (a machine busier today is busier for every op, and more so at
 latency-bound sizes); without a history, from the median of the other ops' predictions at that
 size, else its time budget. The history is what makes the ETA hold in a mix of ops: an op not
-reached yet can cost 8x what the ops before it did. Sizes are the cases' memory estimates (Op.memory_bytes), which every op has before anything
-is allocated and which grow with the work: bytes for the collectives, C for sync_bn.
+reached yet can cost 8x what the ops before it did. A case's size here is its work: its memory estimate
+(Op.memory_bytes, SweepPlan.work), which every op has before anything is allocated and which grows
+with the work: bytes for the collectives, C for sync_bn.
 """
 
 from __future__ import annotations
@@ -46,21 +47,21 @@ class _Running:
 
     left: int
     sample_s: float
-    size: int
+    work: int
 
 
 @dataclass
 class _Visit:
-    """One visit of a case (the work between two progress reports): its size, wall time and work."""
+    """One visit of a case (what ran between two progress reports): its work, wall time and samples."""
 
-    size: int
+    work: int
     wall_s: float = 0.0
     samples: int = 0
     timed_s: float = 0.0
 
 
-# Visits of sizes within this factor of a size tell what work at that size costs in wall time.
-SIMILAR_SIZE = 4.0
+# Visits of works within this factor of a work tell what a unit of cost at that work takes in wall time.
+SIMILAR_WORK = 4.0
 # ... once this many of them have been seen; before, the whole run's rate stands in.
 SIMILAR_VISITS = 3
 # The prior's drift is taken over at least this many timed cases, the nearest in size.
@@ -70,8 +71,8 @@ DRIFT_CASES = 8
 class SweepProgress:
     """Cases done of the total, and the ETA; fed by the runner on rank 0.
 
-    planned: (op, size) of every case, in any order. prior: seconds per sample of (op, size) as the
-    last comparable run measured them (empty without a history). The runner reports each case's plan
+    planned: (op, work) of every case, in any order. prior: seconds per sample of (op, work) as the
+    last comparable run measured them (empty without a history). The runner reports each case's timing
     after its warm-up, each block it runs and its end; the clock is injectable so tests can drive it.
     """
 
@@ -89,7 +90,7 @@ class SweepProgress:
         self.start = clock()
         self.pending: Counter[tuple[str, int]] = Counter(planned)  # not timed yet
         self.running: dict[Hashable, _Running] = {}
-        self.timed: dict[str, dict[int, list[float]]] = {}  # op -> size -> planned sample times
+        self.timed: dict[str, dict[int, list[float]]] = {}  # op -> work -> planned sample times
         self.done_samples = 0  # samples run, warm-up and checks included
         self.done_timed_s = 0.0  # their expected time
         self.barrier_s = math.inf
@@ -97,50 +98,50 @@ class SweepProgress:
         self._visit: _Visit | None = None  # the one in progress since the last report
         self._visit_start = self.start
         self.prior = {key: t for key, t in (prior or {}).items() if math.isfinite(t) and t > 0}
-        self.drifts: list[tuple[int, float]] = []  # (size, this run / the prior) of each timed case the prior has
-        self._drift_at: dict[int, float] = {}  # _drift by size, until the next such case is timed
+        self.drifts: list[tuple[int, float]] = []  # (work, this run / the prior) of each timed case the prior has
+        self._drift_at: dict[int, float] = {}  # _drift by work, until the next such case is timed
 
     # -- what the runner reports ------------------------------------------------------------------
 
-    def skip(self, op: str, size: int, case: Hashable | None = None) -> None:
+    def skip(self, op: str, work: int, case: Hashable | None = None) -> None:
         """A planned case that will not run (further): it repeats another, or the transport refused it
         (`case`: its id, when it may have been planned already)."""
         if self.running.pop(case, None) is None:
-            self.pending[(op, size)] -= 1
+            self.pending[(op, work)] -= 1
         self.done += 1
 
-    def plan(self, case: Hashable, op: str, size: int, iters: int, sample_s: float) -> None:
+    def warmed_up(self, case: Hashable, op: str, work: int, iters: int, sample_s: float) -> None:
         """A case was warmed up and timed: `iters` samples of about `sample_s` seconds each."""
-        self.pending[(op, size)] -= 1
+        self.pending[(op, work)] -= 1
         if math.isfinite(sample_s) and sample_s > 0:
-            self.timed.setdefault(op, {}).setdefault(size, []).append(sample_s)
+            self.timed.setdefault(op, {}).setdefault(work, []).append(sample_s)
             self.barrier_s = min(self.barrier_s, sample_s)
-            if (op, size) in self.prior:
-                self.drifts.append((size, sample_s / self.prior[(op, size)]))
+            if (op, work) in self.prior:
+                self.drifts.append((work, sample_s / self.prior[(op, work)]))
                 self._drift_at.clear()
         else:
-            sample_s = self._predict(op, size) or 0.0
-        self.running[case] = _Running(iters, sample_s, size)
-        self._count(self.budget.warmup_samples(sample_s), sample_s, size)
+            sample_s = self._predict(op, work) or 0.0
+        self.running[case] = _Running(iters, sample_s, work)
+        self._count(self.budget.warmup_samples(sample_s), sample_s, work)
 
     def ran(self, case: Hashable, samples: int) -> None:
         """A block of the case ran."""
         running = self.running[case]
         running.left -= samples
-        self._count(samples, running.sample_s, running.size)
+        self._count(samples, running.sample_s, running.work)
 
     def finish(self, case: Hashable) -> None:
         """The case is done (its last block and check ran, or --precision stopped it early)."""
         running = self.running.pop(case, None)
         if running is not None:
-            self._count(1, running.sample_s, running.size)  # the check's iteration
+            self._count(1, running.sample_s, running.work)  # the check's iteration
         self.done += 1
 
-    def _count(self, samples: int, sample_s: float, size: int) -> None:
+    def _count(self, samples: int, sample_s: float, work: int) -> None:
         self.done_samples += samples
         self.done_timed_s += samples * sample_s
         if self._visit is None:
-            self._visit = _Visit(size)
+            self._visit = _Visit(work)
         self._visit.samples += samples
         self._visit.timed_s += samples * sample_s
 
@@ -160,62 +161,62 @@ class SweepProgress:
     def _cost(self, samples: float, sample_s: float) -> float:
         return samples * (sample_s + self._barrier())
 
-    def _predict(self, op: str, size: int) -> float | None:
+    def _predict(self, op: str, work: int) -> float | None:
         """Expected seconds per sample of a case not timed yet; None when nothing is known."""
-        own = self._predict_in(op, size)
-        if own is not None:  # the op's own timed sizes: fresher than any earlier run
+        own = self._predict_in(op, work)
+        if own is not None:  # the op's own timed works: fresher than any earlier run
             return own
-        before = self.prior.get((op, size))
+        before = self.prior.get((op, work))
         if before is not None:
-            return before * self._drift(size)
-        others = [t for name in self.timed if (t := self._predict_in(name, size)) is not None]
+            return before * self._drift(work)
+        others = [t for name in self.timed if (t := self._predict_in(name, work)) is not None]
         return statistics.median(others) if others else None
 
-    def _drift(self, size: int) -> float:
-        """How this run's timed cases compare with the prior's at about this size: the median ratio
-        over the timed cases within SIMILAR_SIZE of it, and at least the DRIFT_CASES nearest (1
-        before any). By size, because a busy machine slows a latency-bound size more than a
+    def _drift(self, work: int) -> float:
+        """How this run's timed cases compare with the prior's at about this work: the median ratio
+        over the timed cases within SIMILAR_WORK of it, and at least the DRIFT_CASES nearest (1
+        before any). By work, because a busy machine slows a latency-bound case more than a
         bandwidth-bound one; over several cases, because one is a warm-up sample or two."""
         if not self.drifts:
             return 1.0
-        if size not in self._drift_at:
-            ratios = sorted((abs(math.log(max(timed, 1) / max(size, 1))), ratio) for timed, ratio in self.drifts)
-            near = [ratio for distance, ratio in ratios if distance <= math.log(SIMILAR_SIZE)]
+        if work not in self._drift_at:
+            ratios = sorted((abs(math.log(max(timed, 1) / max(work, 1))), ratio) for timed, ratio in self.drifts)
+            near = [ratio for distance, ratio in ratios if distance <= math.log(SIMILAR_WORK)]
             chosen = near if len(near) >= DRIFT_CASES else [r for _, r in ratios[:DRIFT_CASES]]
-            self._drift_at[size] = statistics.median(chosen)
-        return self._drift_at[size]
+            self._drift_at[work] = statistics.median(chosen)
+        return self._drift_at[work]
 
     def _curve(self, op: str) -> tuple[list[int], list[float]]:
-        """The op's timed sizes, ascending, and the median planned sample time at each."""
-        by_size = self.timed.get(op, {})
-        sizes = sorted(by_size)
-        return sizes, [statistics.median(by_size[s]) for s in sizes]
+        """The op's timed works, ascending, and the median planned sample time at each."""
+        by_work = self.timed.get(op, {})
+        works = sorted(by_work)
+        return works, [statistics.median(by_work[s]) for s in works]
 
-    def _predict_in(self, op: str, size: int) -> float | None:
-        sizes, times = self._curve(op)
-        if not sizes:
+    def _predict_in(self, op: str, work: int) -> float | None:
+        works, times = self._curve(op)
+        if not works:
             return None
-        if size <= sizes[0]:
+        if work <= works[0]:
             return times[0]
-        if size >= sizes[-1]:
-            slope = _slope(sizes, times)
-            return times[-1] + (self._per_byte() if slope is None else slope) * (size - sizes[-1])
-        i = bisect.bisect_left(sizes, size)
-        (s0, t0), (s1, t1) = (sizes[i - 1], times[i - 1]), (sizes[i], times[i])
+        if work >= works[-1]:
+            slope = _slope(works, times)
+            return times[-1] + (self._per_work() if slope is None else slope) * (work - works[-1])
+        i = bisect.bisect_left(works, work)
+        (s0, t0), (s1, t1) = (works[i - 1], times[i - 1]), (works[i], times[i])
         if s0 <= 0 or t0 <= 0 or t1 <= 0:
-            return t0 + (t1 - t0) * (size - s0) / (s1 - s0)
-        share = math.log(size / s0) / math.log(s1 / s0)
+            return t0 + (t1 - t0) * (work - s0) / (s1 - s0)
+        share = math.log(work / s0) / math.log(s1 / s0)
         return math.exp(math.log(t0) + share * math.log(t1 / t0))
 
-    def _per_byte(self) -> float:
-        """For an op whose sizes have not yet reached the bandwidth: the median time per unit of size
+    def _per_work(self) -> float:
+        """For an op whose works have not yet reached the bandwidth: the median time per unit of work
         of the ops that have (0 when none has: latency is all that is known)."""
         slopes = [slope for op in self.timed if (slope := _slope(*self._curve(op))) is not None]
         return statistics.median(slopes) if slopes else 0.0
 
-    def _rate(self, size: int, overall: float) -> float:
-        """Wall seconds per unit of cost at this size: from the visits of similar sizes, else overall."""
-        near = [v for v in self.visits if size / SIMILAR_SIZE <= v.size <= size * SIMILAR_SIZE]
+    def _rate(self, work: int, overall: float) -> float:
+        """Wall seconds per unit of cost at this work: from the visits of similar works, else overall."""
+        near = [v for v in self.visits if work / SIMILAR_WORK <= v.work <= work * SIMILAR_WORK]
         cost = sum(v.timed_s + v.samples * self._barrier() for v in near)
         if len(near) < SIMILAR_VISITS or cost <= 0:
             return overall
@@ -225,22 +226,22 @@ class SweepProgress:
         """Predicted wall seconds of the work still to run; None when a case cannot be predicted yet."""
         rates: dict[int, float] = {}
 
-        def wall(cost: float, size: int) -> float:
-            if size not in rates:
-                rates[size] = self._rate(size, overall)
-            return cost * rates[size]
+        def wall(cost: float, work: int) -> float:
+            if work not in rates:
+                rates[work] = self._rate(work, overall)
+            return cost * rates[work]
 
-        left = sum(wall(self._cost(r.left + 1, r.sample_s), r.size) for r in self.running.values())
-        for (op, size), count in self.pending.items():
+        left = sum(wall(self._cost(r.left + 1, r.sample_s), r.work) for r in self.running.values())
+        for (op, work), count in self.pending.items():
             if count <= 0:
                 continue
-            sample_s = self._predict(op, size)
+            sample_s = self._predict(op, work)
             if sample_s is None:
                 if not self.budget.auto:
                     return None
                 sample_s = self.budget.time_per_size / self.budget.min_iters  # the budget, at the floor
             samples = self.budget.samples(sample_s) + self.budget.warmup_samples(sample_s) + 1
-            left += wall(count * self._cost(samples, sample_s), size)
+            left += wall(count * self._cost(samples, sample_s), work)
         return left
 
     def _done(self) -> float:
@@ -265,15 +266,15 @@ class SweepProgress:
         return Status(self.done, self.total, fraction, eta, label)
 
 
-# The time per unit of size counts once the largest size takes this much longer than the smallest:
+# The time per unit of work counts once the largest work takes this much longer than the smallest:
 # below it, the difference is the noise of a latency-bound op, and dividing it by a few bytes would
-# predict seconds for a large size.
+# predict seconds for a large work.
 BANDWIDTH_VISIBLE = 1.5
 
 
-def _slope(sizes: Sequence[int], times: Sequence[float]) -> float | None:
-    """Time per unit of size past the latency, from the smallest and the largest size (exact for a
-    latency + size / bandwidth cost, and robust to the noise in between); None while latency-bound."""
-    if len(sizes) < 2 or not times[-1] >= BANDWIDTH_VISIBLE * times[0] or sizes[-1] <= sizes[0]:
+def _slope(works: Sequence[int], times: Sequence[float]) -> float | None:
+    """Time per unit of work past the latency, from the smallest and the largest work (exact for a
+    latency + work / bandwidth cost, and robust to the noise in between); None while latency-bound."""
+    if len(works) < 2 or not times[-1] >= BANDWIDTH_VISIBLE * times[0] or works[-1] <= works[0]:
         return None
-    return (times[-1] - times[0]) / (sizes[-1] - sizes[0])
+    return (times[-1] - times[0]) / (works[-1] - works[0])

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 GROUPS = ("world", "intra", "inter")
 
 
-def layout(kind: str, hosts: Sequence[str]) -> list[list[int]]:
+def rank_groups(kind: str, hosts: Sequence[str]) -> list[list[int]]:
     """The ranks of each group of this kind; hosts[r] is rank r's host. Hosts must be even (refusal())."""
     if kind == "world":
         return [list(range(len(hosts)))]
@@ -73,7 +73,7 @@ def form_groups(backend: Backend, kind: str, hosts: Sequence[str]) -> Grouping:
     every group, in one order, on every rank."""
     if kind == "world":
         return Grouping(kind, backend.world_size, backend)
-    groups = layout(kind, hosts)
+    groups = rank_groups(kind, hosts)
     size = len(groups[0])
     if size == 1:
         why = "every host runs one rank" if kind == "intra" else "every rank is on one host"

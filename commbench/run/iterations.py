@@ -1,4 +1,4 @@
-"""One visit of a case in the rotation: its warm-up and iteration plan on the first, one block of
+"""One visit of a case in the rotation: its warm-up and its blocks (samples per round) on the first, one block of
 samples, --precision's early stop, the correctness check on the last."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ PRECISION_CHUNKS = 4
 
 
 def visit(cfg: SweepConfig, entry: RotationEntry, round_index: int, progress: SweepProgress) -> bool:
-    """One visit of a case: its warm-up and plan on the first, one block, the check on the last.
+    """One visit of a case: its warm-up and blocks on the first, one block, the check on the last.
     True when the case is done."""
     case = entry.case
     if round_index == 0:
@@ -25,7 +25,7 @@ def visit(cfg: SweepConfig, entry: RotationEntry, round_index: int, progress: Sw
         iters = budget.samples(entry.sample_s)
         entry.blocks = blocks(iters, cfg.rounds)
         # --overlap times the op, the matmul and both together: three samples per iteration.
-        progress.plan(id(entry), case.op.name, entry.work, iters, entry.sample_s * (3 if cfg.overlap else 1))
+        progress.warmed_up(id(entry), case.op.name, entry.work, iters, entry.sample_s * (3 if cfg.overlap else 1))
     last = round_index == len(entry.blocks) - 1
     chunks = (
         [entry.blocks[round_index]] if cfg.precision is None else blocks(entry.blocks[round_index], PRECISION_CHUNKS)

@@ -88,7 +88,7 @@ def rotate(session: Session, op: Op, dtype: str, entries: list[RotationEntry]) -
 
     A slow spell of the machine then lands on a block of every case rather than on all samples of
     one, and the rounds are independent replicates (compare tests against their spread). The first
-    visit warms the case up and plans its iterations; the last one checks the result. A row is
+    visit warms the case up and cuts its samples into blocks; the last one checks the result. A row is
     written as soon as its last block has run. Should the sweep stop before that (a failed or hung
     collective, Ctrl-C), rank 0 still writes each unfinished case's row from the blocks it has, with
     status `stopped` and a note saying how many rounds ran: nothing measured is lost, and nothing
@@ -147,7 +147,7 @@ def in_rounds(pending: list[T], rounds: int) -> Iterator[tuple[int, T]]:
     """The rotation's order: (round index, case) for every case still in `pending`, once per round,
     in order. The caller removes a case from `pending` once its last block has run (or the transport
     refused it); a case removed during a round is not visited again. The sweep's rotation and
-    `commbench isolate`'s rounds of exchanges (isolate/measure.py) both visit their cases so."""
+    `commbench isolate`'s rounds of exchanges (isolate/exchanges.py) both visit their cases so."""
     for round_index in range(rounds):
         for case in list(pending):
             if any(case is other for other in pending):  # by identity: cases hold tensors

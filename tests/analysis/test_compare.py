@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from commbench.analysis.compare import Threshold, compare_runs
+from commbench.analysis.compare import compare_runs
+from commbench.analysis.verdict import Criteria, Threshold
 from commbench.cli import main
 from commbench.errors import UserError
 from commbench.results.stats import holm, mann_whitney_p
@@ -106,7 +107,7 @@ def test_improvement_is_reported_and_passes(tmp_path: Path) -> None:
 def test_bandwidth_metric_counts_a_drop_as_regression(tmp_path: Path) -> None:
     base = synth_run(tmp_path / "base.csv", CASES, seed=1)
     cand = synth_run(tmp_path / "cand.csv", _planted(1.2), seed=2)
-    result = compare_runs(base, cand, metric="busbw_gbps")
+    result = compare_runs(base, cand, Criteria(metric="busbw_gbps"))
     assert [d.verdict for d in result.deltas if d.verdict != "unchanged"] == ["regression"]
 
 
@@ -116,7 +117,7 @@ def test_a_latency_only_row_is_compared_on_time_and_named_for_bandwidth(tmp_path
     cand = synth_run(tmp_path / "cand.csv", [*CASES, barrier], seed=2)
     timed = compare_runs(base, cand)
     assert any(d.key[0] == "barrier" for d in timed.deltas) and not timed.not_compared
-    by_bandwidth = compare_runs(base, cand, metric="busbw_gbps")
+    by_bandwidth = compare_runs(base, cand, Criteria(metric="busbw_gbps"))
     assert not any(d.key[0] == "barrier" for d in by_bandwidth.deltas)
     assert by_bandwidth.not_compared == [
         "barrier/barrier/comm float32 blocking 0B n=2 has no busbw_gbps (latency only); compare it on a time metric"
@@ -236,7 +237,7 @@ def test_noisy_runs_of_one_distribution_stay_clean_as_series(tmp_path: Path) -> 
 def test_the_series_threshold_is_the_second_guard(tmp_path: Path) -> None:
     base = synth_run(tmp_path / "base.csv", _series_cases(1.0), seed=51, **NOISY_ROUNDS)
     cand = synth_run(tmp_path / "cand.csv", _series_cases(1.5), seed=52, **NOISY_ROUNDS)
-    assert {s.verdict for s in compare_runs(base, cand, series_threshold=Threshold.parse("80%")).shifts} == {
+    assert {s.verdict for s in compare_runs(base, cand, Criteria(series_threshold=Threshold.parse("80%"))).shifts} == {
         "unchanged"
     }
     assert _compare(str(base), str(cand), "--series-threshold", "80%").exit_code == 0

@@ -1,5 +1,5 @@
 """`commbench isolate` without a cluster: the circle schedule, the robust rule on synthetic
-clusters, the confirmation plans, the host checks, the verdict's text and chart, and the refusals."""
+clusters, the confirmations, the host checks, the verdict's text and chart, and the refusals."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ import pytest
 
 from commbench.backends.job import Launch
 from commbench.isolate.cluster import Cluster
-from commbench.isolate.measure import PROBE_WINDOW_S, _window_sample
+from commbench.isolate.exchanges import PROBE_WINDOW_S, _window_sample
 from commbench.isolate.node_sweep import compute_reference, under_torchrun
 from commbench.isolate.report import draw, format_verdict
 from commbench.isolate.schedule import byes, circle_rounds, pack
 from commbench.isolate.verdict import (
     confirmed_link,
     confirmed_node,
+    link_confirmation,
     low_outliers,
-    plan_link,
-    plan_node,
+    node_confirmation,
     robust_bar,
     suspects,
 )
@@ -107,13 +107,13 @@ def test_a_slow_link_between_healthy_hosts_is_a_link_not_a_host():
 def test_confirmation_clears_a_burst_and_keeps_a_real_fault():
     scores = {0: 1.0, 1: 1.0, 2: 1.0, 3: 0.3}
     bar, _ = low_outliers(scores)
-    plan = plan_node(3, scores, {3})
-    assert plan.suspect_pairs == [(0, 3), (1, 3)] and plan.reference_pairs == [(0, 1)]
+    confirmation = node_confirmation(3, scores, {3})
+    assert confirmation.suspect_pairs == [(0, 3), (1, 3)] and confirmation.reference_pairs == [(0, 1)]
     slow_again = {(0, 3): 0.3, (1, 3): 0.31, (0, 1): 1.0}
     fine_now = {(0, 3): 0.3, (1, 3): 0.97, (0, 1): 1.0}  # one partner says it is fine: a burst
-    assert confirmed_node(plan, slow_again, 0.2, bar)
-    assert not confirmed_node(plan, fine_now, 0.2, bar)
-    link = plan_link(0, 1, {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}, set())
+    assert confirmed_node(confirmation, slow_again, 0.2, bar)
+    assert not confirmed_node(confirmation, fine_now, 0.2, bar)
+    link = link_confirmation(0, 1, {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}, set())
     assert link.suspect_pairs == [(0, 1)] and set(link.reference_pairs) == {(0, 2), (1, 3)}
     assert confirmed_link(link, {(0, 1): 0.25, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
     assert not confirmed_link(link, {(0, 1): 0.9, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
@@ -286,7 +286,7 @@ def test_isolate_end_to_end_on_hosts_named_by_commbench_host(tmp_path):
 
 def _rounds_in_turn(backend, partitions):
     """Rounds.run over partitions in turn: (groups created, every exchange's wrong count and ranks)."""
-    from commbench.isolate.measure import Rounds
+    from commbench.isolate.exchanges import Rounds
     from commbench.run.config import SweepConfig
     from commbench.run.watchdog import Watchdog
 

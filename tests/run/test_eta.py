@@ -198,7 +198,7 @@ def test_merged_and_refused_cases_count_as_done_without_changing_the_total() -> 
     clock = [0.0]
     progress = SweepProgress([("op", 8), ("op", 8), ("op", 16)], Budget(0.01), clock=lambda: clock[0])
     progress.skip("op", 8)  # 8 B and a size that rounds to it: measured once
-    progress.plan("a", "op", 8, 10, 1e-3)
+    progress.warmed_up("a", "op", 8, 10, 1e-3)
     progress.ran("a", 10)
     clock[0] = 0.05
     progress.skip("op", 16, "b")  # refused before it was planned

@@ -15,7 +15,7 @@ import pytest
 from commbench.errors import UserError
 from commbench.results.reader import read_one
 from commbench.run.config import SweepConfig
-from commbench.run.groups import layout, refusal
+from commbench.run.groups import rank_groups, refusal
 from tests.support.distributed import commbench, run_ranks
 from tests.support.sweeps import sweep_on_rank
 from tests.support.synth_results import Case, synth_run
@@ -36,7 +36,7 @@ LAYOUTS = [
 
 @pytest.mark.parametrize("kind, hosts, groups", LAYOUTS)
 def test_layout(kind, hosts, groups):
-    assert layout(kind, hosts) == groups
+    assert rank_groups(kind, hosts) == groups
     assert refusal(kind, hosts) is None
     # Every rank is in exactly one group.
     assert sorted(r for g in groups for r in g) == list(range(len(hosts)))

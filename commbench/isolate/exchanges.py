@@ -139,19 +139,19 @@ class Rounds:
                     keep_per_rank=True,
                 )
             )
-        plans = []
+        case_blocks = []
         cfg = self.cfg
         # A count given here (the size probe's) runs in one block, after one warm-up sample.
         budget = cfg.budget if iters is None else Budget(iters=iters, warmup=1)
         for case in cases:
             count = budget.samples(case.warm_up(budget))
-            plans.append(blocks(count, cfg.rounds if iters is None else 1))
+            case_blocks.append(blocks(count, cfg.rounds if iters is None else 1))
         # Visited in rounds as a sweep visits its cases (every warm-up first, as the exchanges go together).
-        pending = [(case, plan) for case, plan in zip(cases, plans) if plan]
-        for round_index, visit in in_rounds(pending, max(len(p) for p in plans)):
-            case, plan = visit
-            last = round_index == len(plan) - 1
-            case.block(plan[round_index], round_index, check=cfg.check and last)
+        pending = [(case, per_round) for case, per_round in zip(cases, case_blocks) if per_round]
+        for round_index, visit in in_rounds(pending, max(len(p) for p in case_blocks)):
+            case, per_round = visit
+            last = round_index == len(per_round) - 1
+            case.block(per_round[round_index], round_index, check=cfg.check and last)
             if last:
                 pending[:] = [other for other in pending if other is not visit]
         # Rank 0 alone holds every rank's samples (gathered block by block); every rank needs the
