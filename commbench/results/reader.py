@@ -166,15 +166,22 @@ def _read_csv(path: Path, what: str) -> tuple[pd.DataFrame, list[int]]:
         raise UserError(f"{what} {path} ends inside its header line: the run wrote no row; re-run it")
     if len(set(records.header)) != len(records.header) or not all(records.header):
         raise UserError(f"{what} {path} is not a readable CSV: its header repeats a column or has an empty one")
-    for line, why in records.malformed[:MAX_NAMED]:
-        warn(f"{path} line {line}: {why}: skipped")
+    notes = [f"{path} line {line}: {why}: skipped" for line, why in records.malformed[:MAX_NAMED]]
     if len(records.malformed) > MAX_NAMED:
-        warn(f"{path}: {len(records.malformed) - MAX_NAMED} more cut or malformed rows skipped")
+        notes.append(f"{path}: {len(records.malformed) - MAX_NAMED} more cut or malformed rows skipped")
     if records.partial_line is not None:
-        warn(f"{path} ends in a partial row (line {records.partial_line}): ignored")
+        notes.append(f"{path} ends in a partial row (line {records.partial_line}): ignored")
     frame = pd.read_csv(io.StringIO(records.good_text()), dtype=str, keep_default_na=False, na_values=[""])
     frame.attrs["skipped"] = len(records.malformed) + (records.partial_line is not None)
+    frame.attrs["skipped_notes"] = notes  # said by the caller once the header is known good (_say_skipped)
     return frame, [line for line, _ in records.rows]
+
+
+def _say_skipped(frame: pd.DataFrame) -> None:
+    """The rows _read_csv left out, one warning each: only for a file whose header is a results
+    file's, so that a file that is no CSV of ours gets its one line and no list of its rows."""
+    for note in frame.attrs.pop("skipped_notes", []):
+        warn(note)
 
 
 # What a cell of a measurement must be: (whole number, smallest, whether the smallest is allowed,
@@ -249,6 +256,7 @@ def _validated(path: Path) -> pd.DataFrame:
     if missing:
         hint = " (not a commbench results CSV?)" if len(missing) > len(REQUIRED_COLUMNS) // 2 else ""
         raise UserError(f"{path} lacks required column(s) {', '.join(missing)}{hint}")
+    _say_skipped(frame)
     if frame.empty and not frame.attrs["skipped"]:
         raise UserError(f"{path} holds a header but no rows: the run measured nothing")
     impossible = impossible_cells(frame)
@@ -322,6 +330,7 @@ def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tu
     if not path.exists():
         return None
     raw, _ = _read_csv(path, "raw samples file")
+    _say_skipped(raw)
     missing = [c for c in RAW_COLUMNS_V1 if c not in raw.columns]  # version 1 has no round column
     if missing:
         raise UserError(f"{path} lacks raw-sample column(s) {', '.join(missing)}")

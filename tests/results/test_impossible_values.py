@@ -17,6 +17,7 @@ from commbench.history.query import list_runs
 from commbench.history.store import open_history
 from commbench.results.reader import read_one
 from commbench.results.schema import COLUMNS
+from tests.support.errors import assert_one_line_error
 from tests.support.synth_results import Case, synth_run
 
 CASES = [Case("all_gather", "flat"), Case("all_gather", "list"), Case("reduce_scatter_base", "flat")]
@@ -141,3 +142,12 @@ def test_one_line_error_when_every_row_is_cut(tmp_path):
     path = tmp_path / "cut.csv"
     path.write_text(",".join(COLUMNS) + "\n2,abc\n")
     _refused(CliRunner().invoke(main, ["model", str(path)]), f"{path} line 2: a cut or malformed row (2 cells")
+
+
+@pytest.mark.parametrize("command", ["compare", "report", "model", "history import"])
+def test_a_file_that_is_no_results_csv_is_one_line_without_its_rows_listed(tmp_path, command):
+    """Prose given as a results file: its lines are no malformed rows of ours to name one by one."""
+    prose = tmp_path / "notes.csv"
+    prose.write_text("# notes\n\nsome, prose, here\nand, more\na, b, c, d\n")
+    args = [*command.split(), str(prose)] + ([str(prose)] if command == "compare" else [])
+    assert_one_line_error(CliRunner().invoke(main, args), "not a commbench results CSV", exit_code=2)
