@@ -26,7 +26,8 @@ from commbench.analysis.hosts_report import host_sections
 from commbench.analysis.runs import STOPPED, is_multi_run, largest_differences, run_colours, run_table, what_differs
 from commbench.errors import UserError
 from commbench.provenance import wall_time
-from commbench.results.noise import NOISY, Budget, summarise_noise
+from commbench.results.budget import Budget
+from commbench.results.noise import NOISY, summarise_noise
 from commbench.results.paths import write_atomically
 from commbench.results.reader import read_results
 from commbench.units import format_size

@@ -14,8 +14,9 @@ from commbench.console import table
 from commbench.console.display import Display, Status
 from commbench.errors import signals_held
 from commbench.provenance import record_wall_time
+from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
-from commbench.results.noise import Budget, HostLoad, summarise_noise
+from commbench.results.noise import HostLoad, summarise_noise
 from commbench.results.paths import raw_path
 from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, STOPPED, rank_hosts
 from commbench.results.stats import Stats, bandwidth_gbps, noisy, overlap_fraction, percentile

@@ -181,7 +181,8 @@ def test_the_report_advises_as_the_run_did_from_its_recorded_wall_time(tmp_path:
     import pandas as pd
 
     from commbench.provenance import env_path, record_wall_time
-    from commbench.results.noise import Budget, summarise_noise
+    from commbench.results.budget import Budget
+    from commbench.results.noise import summarise_noise
 
     csv = synth_run(tmp_path / "noisy.csv", [Case("all_gather", "flat")], seed=4, raw=False, sigma=0.6, rounds=3)
     frame = pd.read_csv(csv, dtype=str, keep_default_na=False)
