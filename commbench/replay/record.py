@@ -43,3 +43,42 @@ class Trace:
     collectives: tuple[Collective, ...] = ()
     steps: tuple[int, ...] = ()  # the profiler steps the trace holds, in order
     notes: tuple[str, ...] = field(default=())  # what the reader assumed for the whole trace
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective as commbench will issue it again: a commbench op and variant, and the exact
+    workload the trace recorded (element counts, never a size rounded to the op's S grid)."""
+
+    op: str  # a commbench op's name: "all_reduce", "all_gather", "reduce_scatter_base", "all_to_all"...
+    variant: str  # one of that op's variants ("flat", "list", "single", "uneven", "coalesced"...)
+    dtype: str
+    in_elems: int  # per rank, as recorded
+    out_elems: int
+    group_ranks: tuple[int, ...]  # global ranks of the group the job issued it on
+    splits: tuple[tuple[int, ...], ...] = ()  # all_to_all: splits[src][dst] for every rank of the group
+    peer: int | None = None  # root or peer, as a rank of the group
+    tensors: int = 1  # tensors in a coalesced group / list form
+
+
+@dataclass(frozen=True)
+class Unmapped:
+    """A recorded collective the replay cannot issue, and why (listed, never dropped silently)."""
+
+    collective: Collective
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A job's communication as the replay issues it: one step's sequence in the job's order, each
+    distinct call with its count per step and its recorded times, and what could not be mapped."""
+
+    world_size: int  # ranks the recorded job's groups need
+    sequence: tuple[Call, ...]  # one step's calls in issue order
+    counts: tuple[tuple[Call, int], ...]  # each distinct call, its count per step (first-seen order)
+    recorded_us: tuple[tuple[Call, tuple[float, ...]], ...]  # each distinct call's recorded times
+    unmapped: tuple[Unmapped, ...]
+    steps: int  # profiler steps the sequence was taken from (the counts are per step)
+    digest: str  # the traces' combined digest: part of a replay run's fingerprint
+    notes: tuple[str, ...] = ()  # assumptions stated in the output (one rank's trace stands for all...)
