@@ -33,6 +33,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "commbench.ops.gradients": ("transformer_gradients",),
     "commbench.ops.memory": ("MemoryCase",),
     "commbench.ops.spec": ("Point",),
+    "commbench.replay.load": ("load",),
     "commbench.results.budget": ("Budget",),
     "commbench.results.paths": ("raw_path",),
     "commbench.run.config": ("SweepConfig",),

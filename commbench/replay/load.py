@@ -1,0 +1,130 @@
+"""The traces a user gives `commbench replay`, read: files and folders, `.json`, `.json.gz`, `.pkl`
+(or a Flight Recorder dump's bare name), the format told from the content, never from the name.
+Everything that makes a set of traces unusable is one UserError line saying what to give instead."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from commbench.errors import UserError
+from commbench.replay.readers import execution_trace, flight_recorder, kineto
+from commbench.replay.readers.stream import head
+from commbench.replay.record import Trace
+
+WHAT_TO_GIVE = "give a torch.profiler trace (.json/.json.gz), an Execution Trace or a Flight Recorder dump"
+_RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)|(\d+)(?=(\.[a-z]+)*$)", re.IGNORECASE)
+
+
+def detect(path: Path) -> str | None:
+    """The trace format of the file's content: "kineto", "execution-trace", "flight-recorder", or None."""
+    start = head(path)
+    if start[:1] == b"\x80":
+        return flight_recorder.FORMAT
+    text = start.lstrip()
+    if not text.startswith(b"{"):
+        return None
+    if b'"traceEvents"' in text or b'"schemaVersion"' in text or b'"deviceProperties"' in text:
+        return kineto.FORMAT
+    if b'"nodes"' in text or (b'"schema"' in text and b"chakra" in text):
+        return execution_trace.FORMAT
+    if b'"entries"' in text or b'"pg_config"' in text or b'"comm_lib_version"' in text:
+        return flight_recorder.FORMAT
+    return None
+
+
+def rank_in_name(path: Path) -> int | None:
+    """The rank a file's name gives (rank0.json, trace_rank_3.json.gz, et_1.json), or None."""
+    match = _RANK_IN_NAME.search(path.name)
+    return int(match.group(1) or match.group(2)) if match else None
+
+
+def _files(paths: Sequence[str]) -> list[tuple[Path, bool]]:
+    """Each file to read, and whether it came from a folder (a folder's files that are no trace are skipped)."""
+    out: list[tuple[Path, bool]] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            inside = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+            found = [p for p in inside if p.stat().st_size and detect(p)]
+            if not found:
+                raise UserError(f"{path}: the folder holds no trace; {WHAT_TO_GIVE}")
+            out += [(p, True) for p in found]
+        elif path.is_file():
+            out.append((path, False))
+        else:
+            raise UserError(f"{path}: no such file or folder; {WHAT_TO_GIVE}")
+    if not out:
+        raise UserError(f"no trace given; {WHAT_TO_GIVE}")
+    return out
+
+
+def read(path: Path) -> Trace:
+    """One file, whatever its format."""
+    if not path.stat().st_size:
+        raise UserError(f"{path}: an empty file, not a trace; {WHAT_TO_GIVE}")
+    fmt = detect(path)
+    if fmt is None:
+        raise UserError(f"{path}: not a trace; {WHAT_TO_GIVE}")
+    if fmt == kineto.FORMAT:
+        trace = kineto.read(path)
+    elif fmt == execution_trace.FORMAT:
+        trace = execution_trace.read(path, rank_in_name(path))
+    else:
+        trace = flight_recorder.read(path, rank_in_name(path))
+    if not trace.collectives:
+        raise UserError(
+            f"{path}: the trace holds no collectives (nothing to replay); profile the steps where the job "
+            "communicates, with torch.distributed initialised"
+        )
+    return trace
+
+
+def _same_job(traces: list[Trace]) -> None:
+    formats = sorted({t.format for t in traces})
+    if len(formats) > 1:
+        raise UserError(
+            f"traces of two formats given together ({', '.join(formats)}); give one rank's traces of one format per rank"
+        )
+    worlds = {t.world_size for t in traces if t.world_size}
+    if len(worlds) > 1:
+        sizes = ", ".join(f"{t.path}: {t.world_size}" for t in traces if t.world_size)
+        raise UserError(
+            f"traces of two different jobs given together (world sizes {sizes}); give the traces of one job"
+        )
+    backends = {t.backend for t in traces if t.backend}
+    if len(backends) > 1:
+        raise UserError(
+            f"traces of two different jobs given together (backends {', '.join(sorted(backends))}); give the traces of one job"
+        )
+    seen: dict[int, str] = {}
+    for t in traces:
+        if t.rank in seen:
+            raise UserError(
+                f"{seen[t.rank]} and {t.path} are both rank {t.rank}: two different jobs (or one trace twice); give one trace per rank of one job"
+            )
+        seen[t.rank] = t.path
+
+
+def _all_ranks(traces: list[Trace], from_folder: bool) -> None:
+    """Several ranks' traces must be all of them: the alignment compares every rank's sequence."""
+    world = next((t.world_size for t in traces if t.world_size), None)
+    if len(traces) < 2 or not world:
+        return
+    missing = sorted(set(range(world)) - {t.rank for t in traces})
+    if missing:
+        where = f"the folder {Path(traces[0].path).parent}" if from_folder else "the traces given"
+        names = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+        raise UserError(
+            f"{where} lacks the trace of rank {names} of {world}; give every rank's trace, or one rank's trace alone (it then stands for all)"
+        )
+
+
+def load(paths: Sequence[str]) -> list[Trace]:
+    """Every trace the paths name, by rank; refused in one line where they cannot be replayed."""
+    files = _files(paths)
+    traces = sorted((read(p) for p, _ in files), key=lambda t: t.rank)
+    _same_job(traces)
+    _all_ranks(traces, any(from_folder for _, from_folder in files))
+    return traces

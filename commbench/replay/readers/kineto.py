@@ -1,0 +1,272 @@
+"""Kineto / Chrome traces (`torch.profiler` ... `export_chrome_trace`, `.json` or `.json.gz`).
+
+The events are streamed; kept are only the collectives' CPU ops (`record_param_comms`, else the
+dispatcher ops `c10d::*` a backend without it leaves), the GPU kernels they launched (their `dur` is
+the recorded time, linked by "External id"), the `gloo:*` annotations (dtype and time on Gloo) and
+the `ProfilerStep#N` spans. Everything else in the trace is read and dropped."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from commbench.errors import UserError
+from commbench.replay.readers.fields import (
+    DISPATCHER_OPS,
+    NO_PROCESS_GROUP,
+    arg,
+    as_int,
+    count_tensors,
+    dtype_name,
+    int_list,
+    numel,
+)
+from commbench.replay.readers.stream import JsonStream
+from commbench.replay.record import Collective, Trace
+
+FORMAT = "kineto"
+NOT_COLLECTIVES = ("wait", "coalesced")  # an async handle's wait; the marker ending a coalescing block
+
+NO_SIZES = (
+    "{path}: its record_param_comms ops carry no sizes (a trace from a PyTorch older than 2.1), so there is "
+    "nothing to replay; record the job again with PyTorch 2.1 or later (`torch.profiler.profile(...)` then "
+    "`export_chrome_trace`, or `torch.profiler.ExecutionTraceObserver`), which write each collective's "
+    '"In msg nelems", "dtype" and process group'
+)
+
+
+@dataclass
+class _Op:
+    name: str
+    ts: float
+    dur: float
+    tid: Any
+    args: dict[str, Any]
+
+
+def _slim(event: dict[str, Any]) -> _Op:
+    return _Op(
+        event.get("name", ""),
+        float(event.get("ts", 0)),
+        float(event.get("dur", 0)),
+        event.get("tid"),
+        event.get("args") or {},
+    )
+
+
+def _is_comm_kernel(name: str, args: dict[str, Any]) -> bool:
+    return "Collective name" in args or name.lower().startswith(("nccl", "rccl"))
+
+
+def read(path: Path) -> Trace:
+    """Every collective of one Kineto trace, in the order the job issued them."""
+    stream = JsonStream(path)
+    comms: list[_Op] = []
+    dispatched: list[_Op] = []
+    steps: list[tuple[float, float, int]] = []
+    kernel_us: dict[Any, float] = {}
+    annotations: dict[int, _Op] = {}  # gloo:* by "Record function id"
+    events = 0
+    try:
+        for event in stream.items("traceEvents"):
+            events += 1
+            if not isinstance(event, dict) or event.get("ph") != "X":
+                continue
+            name = str(event.get("name", ""))
+            if name == "record_param_comms":
+                comms.append(_slim(event))
+            elif name in DISPATCHER_OPS:
+                dispatched.append(_slim(event))
+            elif name.startswith("ProfilerStep#"):
+                start = float(event.get("ts", 0))
+                steps.append((start, start + float(event.get("dur", 0)), int(name.partition("#")[2] or 0)))
+            elif event.get("cat") == "kernel":
+                args = event.get("args") or {}
+                if "External id" in args and _is_comm_kernel(name, args):
+                    kernel_us[args["External id"]] = kernel_us.get(args["External id"], 0.0) + float(
+                        event.get("dur", 0)
+                    )
+            elif (
+                name.startswith("gloo:")
+                and (rf := as_int((event.get("args") or {}).get("Record function id"))) is not None
+            ):
+                annotations[rf] = _slim(event)
+        digest = stream.digest()
+    finally:
+        stream.close()
+    if not events:
+        raise UserError(
+            f"{path}: an empty trace (no events); profile at least one step of the job (torch.profiler's schedule with active=1 or more)"
+        )
+    info = stream.meta.get("distributedInfo") or {}
+    rank = as_int(info.get("rank")) or 0
+    world = as_int(info.get("world_size"))
+    groups = {
+        str(g.get("pg_name")): tuple(g.get("ranks") or ()) for g in info.get("pg_config") or () if isinstance(g, dict)
+    }
+    backend = " ".join(str(v) for v in (info.get("backend"), info.get("nccl_version")) if v)
+    steps.sort()
+    notes: list[str] = []
+    if comms:
+        collectives = _from_record_param_comms(path, comms, kernel_us, groups, rank, notes)
+    else:
+        collectives = _from_dispatcher_ops(dispatched, annotations, groups, rank, world, notes)
+    collectives.sort(key=lambda pair: pair[0])
+    placed = tuple(_with_step(c, ts, steps) for ts, c in collectives)
+    return Trace(
+        path=str(path),
+        format=FORMAT,
+        rank=rank,
+        world_size=world,
+        backend=backend,
+        digest=digest,
+        collectives=placed,
+        steps=tuple(n for _, _, n in steps),
+        notes=tuple(notes),
+    )
+
+
+def _with_step(c: Collective, ts: float, steps: list[tuple[float, float, int]]) -> Collective:
+    i = bisect.bisect_right(steps, (ts, float("inf"), 0)) - 1
+    if i >= 0 and steps[i][0] <= ts < steps[i][1]:
+        return Collective(**{**c.__dict__, "step": steps[i][2]})
+    return c
+
+
+def _ranks(args: dict[str, Any], groups: dict[str, tuple[int, ...]], lossy: list[str]) -> tuple[int, ...]:
+    ranks, cut = int_list(args.get("Process Group Ranks"))
+    size = as_int(args.get("Group size"))
+    start, stride = as_int(args.get("Global rank start")), as_int(args.get("Global rank stride"))
+    if cut or not ranks:
+        if size and start is not None and stride:
+            return tuple(start + i * stride for i in range(size))
+        if (known := groups.get(str(args.get("Process Group Name")))) is not None:
+            return known
+        if cut:
+            lossy.append("group ranks cut at 30 entries")
+    return ranks
+
+
+def _from_record_param_comms(
+    path: Path,
+    ops: list[_Op],
+    kernel_us: dict[Any, float],
+    groups: dict[str, tuple[int, ...]],
+    rank: int,
+    notes: list[str],
+) -> list[tuple[float, Collective]]:
+    if not any("In msg nelems" in op.args for op in ops):
+        raise UserError(NO_SIZES.format(path=path))
+    out: list[tuple[float, Collective]] = []
+    skipped = 0
+    for op in ops:
+        a = op.args
+        name = str(a.get("Collective name", "")).lower()
+        if name in NOT_COLLECTIVES or not name:
+            skipped += 1
+            continue
+        lossy: list[str] = []
+        in_splits, in_cut = int_list(a.get("In split size"))
+        out_splits, out_cut = int_list(a.get("Out split size"))
+        if in_cut or out_cut:
+            lossy.append("splits cut at 30 entries")
+        dtype = dtype_name(str(a.get("dtype", "")))
+        if dtype is None:
+            lossy.append(f"dtype {a.get('dtype')!r} unknown (float32 assumed)")
+        peer = as_int(a.get("Dst Rank") if name == "send" else a.get("Src Rank"))
+        if peer is not None and peer < 0:
+            peer = None
+        out.append(
+            (
+                op.ts,
+                Collective(
+                    name=name,
+                    dtype=dtype or "float32",
+                    in_elems=as_int(a.get("In msg nelems")) or 0,
+                    out_elems=as_int(a.get("Out msg nelems")) or 0,
+                    group=str(a.get("Process Group Name", "")),
+                    group_ranks=_ranks(a, groups, lossy),
+                    rank=rank,
+                    in_splits=in_splits,
+                    out_splits=out_splits,
+                    peer=peer,
+                    recorded_us=kernel_us.get(a.get("External id")),
+                    seq=as_int(a.get("Seq")),
+                    comms_id=None if a.get("Comms Id") is None else str(a.get("Comms Id")),
+                    group_desc=str(a.get("Process Group Description", "")),
+                    lossy=tuple(lossy),
+                ),
+            )
+        )
+    if skipped:
+        notes.append(f"{skipped} wait/coalescing entries skipped (they wait on collectives, they are none)")
+    return out
+
+
+def _from_dispatcher_ops(
+    ops: list[_Op],
+    annotations: dict[int, _Op],
+    groups: dict[str, tuple[int, ...]],
+    rank: int,
+    world: int | None,
+    notes: list[str],
+) -> list[tuple[float, Collective]]:
+    if not ops:
+        return []
+    default = next(iter(groups), "0")
+    ranks = groups.get(default) or tuple(range(world or 0))
+    notes.append(
+        "no record_param_comms in this trace (a backend that writes none, such as Gloo): collectives read "
+        "from the dispatcher ops c10d::*, their sizes from Input Dims"
+    )
+    ordered = sorted(annotations)
+    out: list[tuple[float, Collective]] = []
+    for op in ops:
+        spec = DISPATCHER_OPS[op.name]
+        dims = op.args.get("Input Dims") or []
+        values = op.args.get("Concrete Inputs") or []
+        lossy = [NO_PROCESS_GROUP]
+        if not dims:
+            lossy.append("sizes not recorded (profile with record_shapes=True)")
+        # the backend's own annotation (gloo:all_reduce) is the op's next record function: its dtype and time
+        rf = as_int(op.args.get("Record function id"))
+        child = None
+        if rf is not None and (i := bisect.bisect_right(ordered, rf)) < len(ordered) and ordered[i] <= rf + 2:
+            child = annotations[ordered[i]]
+        types = (child.args.get("Input type") if child else None) or op.args.get("Input type") or []
+        dtype = next((d for t in types if (d := dtype_name(str(t)))), None)
+        if dtype is None and spec.inp is not None:
+            lossy.append("dtype not recorded (float32 assumed)")
+        in_shape = arg(dims, spec.inp)
+        out_shape = arg(dims, spec.out) if spec.out is not None else in_shape
+        in_splits = out_splits = ()
+        if spec.splits:
+            out_splits, _ = int_list(arg(values, spec.splits[0]))
+            in_splits, _ = int_list(arg(values, spec.splits[1]))
+        root = as_int(arg(values, spec.root)) if spec.root is not None else None
+        if spec.root is not None and root is None:
+            lossy.append("root/peer not recorded")
+        peer = ranks[root] if root is not None and ranks and 0 <= root < len(ranks) else root
+        out.append(
+            (
+                op.ts,
+                Collective(
+                    name=spec.name,
+                    dtype=dtype or "float32",
+                    in_elems=numel(in_shape),
+                    out_elems=numel(out_shape),
+                    group=default,
+                    group_ranks=tuple(ranks),
+                    rank=rank,
+                    in_splits=in_splits,
+                    out_splits=out_splits,
+                    peer=peer,
+                    recorded_us=child.dur if child else None,
+                    coalesced=count_tensors(in_shape) if "coalesced" in spec.name else None,
+                    lossy=tuple(lossy),
+                ),
+            )
+        )
+    return out
