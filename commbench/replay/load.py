@@ -127,4 +127,9 @@ def load(paths: Sequence[str]) -> list[Trace]:
     traces = sorted((read(p) for p, _ in files), key=lambda t: t.rank)
     _same_job(traces)
     _all_ranks(traces, any(from_folder for _, from_folder in files))
+    if len(traces) == 1 and not traces[0].world_size and not any(c.group_ranks for c in traces[0].collectives):
+        raise UserError(
+            f"{traces[0].path}: the trace does not say how many ranks the job had (nor its groups' ranks); "
+            "give every rank's trace together"
+        )
     return traces

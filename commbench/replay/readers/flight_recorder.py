@@ -100,6 +100,11 @@ def read(path: Path, rank: int | None = None, data: bytes | None = None) -> Trac
         ms = entry.get("duration_ms")
         seq = entry.get("p2p_seq_id") if entry.get("is_p2p") else entry.get("collective_seq_id")
         in_shape, out_shape = entry.get("input_sizes") or [], entry.get("output_sizes") or []
+        # Gloo names all_gather_into_tensor "all_gather" too: one gathered tensor is the flat form
+        if name == "allgather" and len(out_shape) == 1:
+            name = "_allgather_base"
+        elif name == "reduce_scatter" and len(in_shape) == 1:
+            name = "_reduce_scatter_base"
         collectives.append(
             Collective(
                 name=name,

@@ -1,0 +1,86 @@
+"""The readers on traces in the formats PyTorch writes: what each keeps, what it says it lost."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from commbench.replay.load import load, rank_in_name
+from commbench.replay.readers import stream
+from commbench.replay.readers.flight_recorder import RING_BUFFER
+from commbench.replay.readers.kineto import read as read_kineto
+from tests.support import trace_files as tf
+
+DDP = Path(__file__).resolve().parents[1] / "data" / "traces" / "ddp-2gpu-nccl-kineto.json.gz"
+
+
+def test_the_stream_yields_every_event_whatever_the_chunk_boundaries(tmp_path, monkeypatch):
+    whole = json.loads(gzip.decompress(DDP.read_bytes()))
+    monkeypatch.setattr(stream, "CHUNK", 997)  # a prime: boundaries fall inside strings, numbers and escapes
+    s = stream.JsonStream(DDP)
+    events = list(s.items("traceEvents"))
+    assert events == whole["traceEvents"]
+    assert s.meta["distributedInfo"] == whole["distributedInfo"]
+    import hashlib
+
+    assert s.digest() == hashlib.sha256(DDP.read_bytes()).hexdigest()
+
+
+def test_kineto_keeps_issue_order_steps_and_marks_lists_cut_at_30_entries(tmp_path):
+    cut = "[" + ", ".join(str(i) for i in range(29)) + ', "...", 63]'
+    events = [
+        tf.step(7, 100, 100),
+        tf.comm("all_to_allv", 640, 150, **{"In split size": cut, "Out split size": cut, "Seq": 4}),
+        tf.comm("allreduce", 8, 120, dtype="BFloat16", ext=3),
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllReduce_Sum_bf16",
+            "pid": 0,
+            "tid": 7,
+            "ts": 121,
+            "dur": 42.5,
+            "args": {"External id": 3},
+        },
+        tf.comm("broadcast", 4, 50, dtype="Long"),
+        tf.compute(130),
+    ]
+    trace = read_kineto(tf.kineto(tmp_path / "t.json", events))
+    assert [c.name for c in trace.collectives] == ["broadcast", "allreduce", "all_to_allv"]  # by ts, not file order
+    assert [c.step for c in trace.collectives] == [None, 7, 7]
+    assert trace.collectives[1].dtype == "bfloat16" and trace.collectives[1].recorded_us == 42.5
+    a2a = trace.collectives[2]
+    assert "splits cut at 30 entries" in a2a.lossy and a2a.seq == 4 and len(a2a.in_splits) == 30
+
+
+def test_the_flight_recorder_reader_on_a_dump_in_the_documented_format(tmp_path):
+    entries = [
+        tf.fr_entry("nccl:all_reduce", [[1024]], 1, ms=0.5),
+        tf.fr_entry("nccl:_allgather_base", [[256]], 2, out=[[512]], dtype="BFloat16"),
+        tf.fr_entry("nccl:broadcast", [[16]], 3, dtype="Long"),
+    ]
+    for as_json in (False, True):
+        folder = tmp_path / ("json" if as_json else "pickle")
+        folder.mkdir()
+        for rank in (0, 1):
+            tf.flight_recorder(folder / f"nccl_trace_rank_{rank}", entries, as_json=as_json)
+        traces = load([str(folder)])
+        assert [t.rank for t in traces] == [0, 1] and traces[0].format == "flight-recorder"
+        got = [(c.name, c.dtype, c.in_elems, c.out_elems, c.seq, c.recorded_us) for c in traces[0].collectives]
+        assert got == [
+            ("allreduce", "float32", 1024, 1024, 1, 500.0),
+            ("_allgather_base", "bfloat16", 256, 512, 2, None),
+            ("broadcast", "int64", 16, 16, 3, None),
+        ]
+        assert traces[0].collectives[0].group_ranks == (0, 1)
+        assert RING_BUFFER in traces[0].notes
+
+
+def test_a_ranks_number_is_read_from_the_file_name():
+    assert [rank_in_name(Path(n)) for n in ("rank3.et.json", "et_1.json", "nccl_trace_rank_12", "trace.json")] == [
+        3,
+        1,
+        12,
+        None,
+    ]
