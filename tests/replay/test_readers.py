@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+import pickle
 from pathlib import Path
 
+import pytest
+
+from commbench.errors import UserError
 from commbench.replay.load import load, rank_in_name
 from commbench.replay.readers import stream
 from commbench.replay.readers.flight_recorder import RING_BUFFER
@@ -22,8 +27,6 @@ def test_the_stream_yields_every_event_whatever_the_chunk_boundaries(tmp_path, m
     events = list(s.items("traceEvents"))
     assert events == whole["traceEvents"]
     assert s.meta["distributedInfo"] == whole["distributedInfo"]
-    import hashlib
-
     assert s.digest() == hashlib.sha256(DDP.read_bytes()).hexdigest()
 
 
@@ -84,3 +87,10 @@ def test_a_ranks_number_is_read_from_the_file_name():
         12,
         None,
     ]
+
+
+def test_a_pickle_that_names_a_class_is_refused_never_loaded(tmp_path):
+    path = tmp_path / "fr_rank_0.pkl"
+    path.write_bytes(pickle.dumps({"entries": [Path("/etc")]}))
+    with pytest.raises(UserError, match=r"not a trace .*names pathlib"):
+        load([str(path)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import pickle
 import re
@@ -34,11 +35,25 @@ _NAMES = {
 }
 
 
+class _PlainData(pickle.Unpickler):
+    """A dump holds dicts, lists, tuples, strings and numbers only: a pickle that names any class
+    (which would run its code on load) is no dump and is refused, never loaded."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which no Flight Recorder dump holds")
+
+
 def parse(data: bytes, path: Path) -> dict[str, Any]:
     """The dump's dict, from pickle (torch's default) or JSON."""
     try:
-        dump = pickle.loads(data) if data[:1] == b"\x80" else json.loads(data)
-    except (pickle.UnpicklingError, EOFError, ValueError) as exc:
+        dump = _PlainData(io.BytesIO(data)).load() if data[:1] == b"\x80" else json.loads(data)
+    except pickle.UnpicklingError as exc:
+        if "Flight Recorder" in str(exc):
+            raise UserError(
+                f"{path}: not a trace ({exc}); give a profiler trace, an Execution Trace or a Flight Recorder dump"
+            ) from None
+        raise cut_short(path, exc) from None
+    except (EOFError, ValueError) as exc:
         raise cut_short(path, exc) from None
     if not isinstance(dump, dict) or "entries" not in dump:
         raise UserError(
