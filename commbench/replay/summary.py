@@ -147,8 +147,13 @@ def total_recorded_us(plan: Plan) -> float:
     return mapped + sum(u.collective.recorded_us or 0.0 for u in plan.unmapped)
 
 
+def digits(value: float) -> str:
+    """Three significant digits, trailing zeros kept (43.0, 0.601, 120)."""
+    return f"{value:#.3g}".rstrip(".")
+
+
 def ms(us: float) -> str:
-    return f"{us / 1e3:.3g} ms" if us >= 100 else f"{us:.3g} us"
+    return f"{digits(us / 1e3)} ms" if us >= 100 else f"{digits(us)} us"
 
 
 def step_line(step: Mapping[str, Any], calls: list[Mapping[str, Any]]) -> str:
@@ -162,10 +167,10 @@ def step_line(step: Mapping[str, Any], calls: list[Mapping[str, Any]]) -> str:
 def verdict_line(step: Mapping[str, Any], plan: Plan, world_here: int, backend_here: str, recorded_on: str) -> str:
     """'step communication here 41.2 ms (95%: 39.8-43.0); in the trace 12.5 ms on 2 ranks of nccl 2.17.1'."""
     p50, lo, hi = (float(step[k]) / 1e3 for k in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
-    here = f"step communication here {p50:.3g} ms (95%: {lo:.3g}-{hi:.3g}) on {world_here} ranks of {backend_here}"
+    here = f"step communication here {digits(p50)} ms (95%: {digits(lo)}-{digits(hi)}) on {world_here} ranks of {backend_here}"
     was = recorded_step_us(plan)
     where = f" on {plan.world_size} ranks" + (f" of {recorded_on}" if recorded_on else "")
-    trace = f"in the trace {was / 1e3:.3g} ms{where}" if was is not None else f"the trace{where} recorded no times"
+    trace = f"in the trace {digits(was / 1e3)} ms{where}" if was is not None else f"the trace{where} recorded no times"
     return f"# {here}; {trace}"
 
 
