@@ -4,7 +4,7 @@ pattern; this module only says, for each op, which recorded count is its S, and 
 outside the call's group does (it sits the call out).
 
 Each rank's input count is the recorded truth ("In msg nelems"): an all_gather's output is then n
-times it, a reduce_scatter's shard 1/n of it; a scatter's is its output (the root's input is n
+times it, a reduce_scatter_base's shard 1/n of it; a scatter's is its output (the root's input is n
 times it). A count the op cannot set up exactly is refused, never rounded.
 """
 

@@ -61,8 +61,9 @@ class StepProjection:
 
 
 def _fit_for(call: Call, fits: Sequence[Any], backend: str) -> Any | None:
-    """The fit of the call's op, variant and dtype (phase comm, world group), this backend's first,
-    then the one measured on the most ranks."""
+    """The fit of the call's op, variant and dtype (phase comm, world group): one whose line fits the
+    data first, then this backend's, then the one measured on the most ranks. A fit whose line does
+    not fit is returned where there is no other: project() then says why it cannot be used."""
     from commbench.analysis.model import FIT_KEY
 
     matching = []
@@ -74,9 +75,9 @@ def _fit_for(call: Call, fits: Sequence[Any], backend: str) -> Any | None:
             "comm",
             call.dtype,
             "world",
-        ) and fit.fits:
-            matching.append((k["backend"] == backend, int(k["world_size"]), fit))
-    return max(matching, key=lambda m: m[:2])[2] if matching else None
+        ):
+            matching.append((fit.fits, k["backend"] == backend, int(k["world_size"]), fit))
+    return max(matching, key=lambda m: m[:3])[3] if matching else None
 
 
 def project_step(
@@ -91,7 +92,7 @@ def project_step(
         raise UserError(no_model(plan))
     fits, _ = fit_frame(read_results(list(model_csvs)))
     chosen = {call: _fit_for(call, fits, backend) for call, _ in plan.counts}
-    if not any(chosen.values()):
+    if not any(fit is not None and fit.fits for fit in chosen.values()):
         raise UserError(no_model(plan, f" (no fit in {', '.join(map(str, model_csvs))} matches the step's calls)"))
     world = tuple(range(plan.world_size))
     results = []

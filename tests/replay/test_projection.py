@@ -61,3 +61,10 @@ def test_no_model_is_one_line_saying_how_to_make_one(tmp_path: Path) -> None:
     csv = sweep(tmp_path, Case("broadcast", "flat"))
     with pytest.raises(UserError, match=r"no fit in .*sweep\.csv matches the step's calls"):
         project_step(plan_of([GATHER]), [csv], [16], "ring", "gloo")
+
+
+def test_a_fit_whose_line_does_not_fit_says_so(tmp_path: Path) -> None:
+    broken = Case("all_reduce", "flat", factors_by_size={8: 40.0, 65536: 0.05})  # no line through these
+    csv = sweep(tmp_path, broken, Case("all_gather", "flat"))
+    (p,) = project_step(plan_of([ALL_REDUCE, GATHER]), [csv], [8], "ring", "gloo")
+    assert p.projected_calls == 1 and "the line does not fit (R^2" in p.missing[0]
