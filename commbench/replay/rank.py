@@ -147,13 +147,12 @@ def _replay(session: Session, backend: Backend, plan: Plan, writer: CsvAppender 
     tags = phase_tags(plan)
     counts = dict(plan.counts)
     by_tag = {(c.op, c.variant, tags[c], c.dtype): c for c in counts}
-    step_total = 0
 
     def listen(row: dict[str, Any]) -> None:  # rank 0: the replay row beside each results row
         if writer is None:
             return
         if row["op"] == "step":
-            writer.write({**step_row(plan, row), "dtype": row["dtype"], "in_elems": step_total})
+            writer.write({**step_row(plan, row), "dtype": row["dtype"]})
             return
         call = by_tag[(row["op"], row["variant"], row["phase"], row["dtype"])]
         writer.write(call_row(plan, call, counts[call], row))
@@ -175,7 +174,6 @@ def _replay(session: Session, backend: Backend, plan: Plan, writer: CsvAppender 
         _issued(c, views[tuple(sorted(c.group_ranks))], backend, len(c.group_ranks), shared) for c in plan.sequence
     ]
     dtypes = sorted({c.dtype for c in plan.sequence})
-    step_total = sum(i.s_bytes for i in sequence)
     step = Step(sequence)
     step_args = CollArgs(backend=backend, dtype=sequence[0].args.dtype, variant="sequence", wait_objs=shared)
     step_case = StepCase(
