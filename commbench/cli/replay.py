@@ -106,7 +106,7 @@ def replay(
     from commbench.replay.codec import plan_to_dict
     from commbench.replay.fit import fit
     from commbench.replay.projection import parse_targets, project_step
-    from commbench.replay.rank import REPLAY_PROGRAM, ReplayOptions
+    from commbench.replay.rank import REPLAY_PROGRAM, ReplayOptions, refuse_unreplayable
     from commbench.replay.source import read_plan
 
     if not traces:
@@ -120,7 +120,8 @@ def replay(
     plan = source.plan
     how = LaunchOptions(nproc, master_addr, master_port, oversubscribe)
     backend = options.get("backend") or _default_backend()
-    fit(plan, _launch_world(backend, how), scale)  # a launch too small is refused before any rank starts
+    # A launch too small, or a call the ops cannot issue exactly, is refused before any rank starts.
+    refuse_unreplayable(fit(plan, _launch_world(backend, how), scale)[0])
     projections = project_step(plan, model_csvs, targets, algorithm, backend) if targets else []
     sizes = [max(1, *(c.in_elems * 8 for c, _ in plan.counts))]
     from commbench.run.config import DTYPES

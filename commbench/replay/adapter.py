@@ -52,6 +52,24 @@ def unsupported(call: Call) -> str | None:
     return None
 
 
+# The ops whose S must split evenly over the group's ranks (their variants that split it evenly).
+EVEN_SPLIT = {"reduce_scatter_base": ("flat", "list", "inplace"), "all_to_all": ("single", "list")}
+
+
+def inexact(call: Call, group_size: int) -> str | None:
+    """Why the call's counts cannot be set up exactly on a group of group_size ranks, or None;
+    decided from the counts alone, so the launching process refuses before any rank starts."""
+    k = group_size
+    if call.op != "barrier" and S_ELEMENTS[call.op](call, k) <= 0:
+        return "it moves no elements"
+    if call.variant in EVEN_SPLIT.get(call.op, ()) and call.in_elems % k:
+        return f"{call.in_elems} elements do not split evenly over its {k} ranks"
+    uneven = call.op == "all_to_all" and call.variant == "uneven"
+    if uneven and (len(call.splits) != k or any(len(row) != k for row in call.splits)):
+        return f"its splits are not {k} x {k}"
+    return None
+
+
 def s_bytes(call: Call, group_size: int, element_size: int) -> int:
     """S of the call on a group of group_size ranks, in bytes."""
     return S_ELEMENTS[call.op](call, group_size) * element_size
@@ -141,9 +159,9 @@ def set_up(
     if call.variant not in op.variants:
         raise ValueError(f"{call.op} has no variant {call.variant!r} (its variants: {', '.join(op.variants)})")
     args = CollArgs(backend=view, dtype=dtype, variant=call.variant, **extra)
+    if (why := inexact(call, group_size)) is not None:
+        raise ValueError(why)
     if call.op == "all_to_all" and call.variant == "uneven":
-        if len(call.splits) != group_size or any(len(row) != group_size for row in call.splits):
-            raise ValueError(f"all_to_all splits are not {group_size} x {group_size}: {call.splits}")
         op.setup(args, Point.of_size(s))  # the splits, as recorded: each rank sends its row
         return Issued(call, op, args, s)
     op.setup(args, Point.of_size(s))

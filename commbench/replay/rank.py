@@ -15,7 +15,7 @@ from commbench.backends.job import Launch
 from commbench.errors import UserError
 from commbench.ops import spec_of
 from commbench.ops.args import CollArgs
-from commbench.replay.adapter import PHASE, Issued, Step, build_op, set_up, unsupported
+from commbench.replay.adapter import PHASE, Issued, Step, build_op, inexact, set_up, unsupported
 from commbench.replay.codec import plan_from_dict
 from commbench.replay.fit import fit
 from commbench.replay.record import Call, Plan
@@ -86,6 +86,14 @@ class StepCase(TimedCase):
         return dataclasses.replace(m, dtype=self.dtype_name, count=self.calls_in_step)
 
 
+def refuse_unreplayable(plan: Plan) -> None:
+    """A call the ops cannot issue with its exact counts is refused in one line, before anything runs."""
+    for call in plan.sequence:
+        why = unsupported(call) or inexact(call, len(set(call.group_ranks)))
+        if why is not None:
+            raise UserError(f"cannot replay {call.op}/{call.variant} of {call.in_elems} elements: {why}")
+
+
 def make_groups(backend: Backend, calls: Sequence[Call]) -> dict[tuple[int, ...], Backend | None]:
     """Every group the calls use, created on every rank in one order: the backend as each group's
     members see it, None on the ranks outside it."""
@@ -114,9 +122,7 @@ def replay_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
     """The replay on this rank; the outcome's code is 0 (ok) or 1 (wrong results)."""
     opts = ReplayOptions.from_dict(cfg.program_options)
     plan, placement = fit(plan_from_dict(opts.plan), backend.world_size, opts.scale)
-    for call in plan.sequence:
-        if (why := unsupported(call)) is not None:
-            raise UserError(f"cannot replay {call.op}/{call.variant}: {why}")
+    refuse_unreplayable(plan)
     session = open_session(cfg, launch, backend, [])
     sink = session.sink
     writer = None

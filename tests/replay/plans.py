@@ -34,3 +34,8 @@ def tensor_parallel() -> Plan:
     pair_b = Call("all_reduce", "flat", "float32", 512, 512, (2, 3))
     everyone = Call("all_gather", "flat", "float32", 64, 256, (0, 1, 2, 3))
     return plan_of([pair_a, pair_b, everyone, pair_a], world_size=4)
+
+
+def uneven_shards() -> Plan:
+    """A reduce_scatter whose 601 elements cannot be sharded over 2 ranks: no op can issue it exactly."""
+    return plan_of([Call("reduce_scatter_base", "flat", "float32", 601, 300, (0, 1))])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.replay.adapter import S_ELEMENTS, SitOut, Step, op_options, s_bytes, set_up, unsupported
+from commbench.replay.adapter import S_ELEMENTS, SitOut, Step, inexact, op_options, s_bytes, set_up, unsupported
 from commbench.replay.record import Call
 from tests.replay.plans import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE_SCATTER
 from tests.support.fakes import FakeBackend
@@ -53,12 +53,12 @@ def test_exact_counts_are_set_up(rank: int) -> None:
 def test_a_count_the_op_cannot_hold_exactly_is_refused_not_rounded() -> None:
     backend = FakeBackend(0, 2)
     odd = Call("reduce_scatter_base", "flat", "float32", 601, 300, (0, 1))
-    with pytest.raises(ValueError, match="can hold 2400 bytes, not the 2404"):
+    with pytest.raises(ValueError, match="601 elements do not split evenly over its 2 ranks"):
         set_up(odd, backend, backend, 2)
     with pytest.raises(ValueError, match="no variant 'bucketed'"):
         set_up(Call("all_reduce", "bucketed", "float32", 4, 4, (0, 1)), backend, backend, 2)
     lopsided = Call("all_to_all", "uneven", "float32", 4, 4, (0, 1), splits=((1, 3),))
-    with pytest.raises(ValueError, match="not 2 x 2"):
+    with pytest.raises(ValueError, match="its splits are not 2 x 2"):
         set_up(lopsided, backend, backend, 2)
 
 
@@ -79,3 +79,13 @@ def test_the_step_issues_its_members_calls_in_order_and_shares_one_wait_list() -
     assert [i.call for i in step.issued] == [ALL_REDUCE, BROADCAST]  # the sit-out is not issued
     assert all(i.args.wait_objs is shared for i in members)
     assert step.size_bytes(members[0].args, "comm") == 4000 + 308 + 2400  # every call's S, the sit-out's too
+
+
+def test_inexact_counts_are_known_from_the_counts_alone() -> None:
+    assert inexact(ALL_GATHER, 2) is None and inexact(ALL_TO_ALL, 2) is None
+    assert inexact(Call("all_reduce", "flat", "float32", 0, 0, (0, 1)), 2) == "it moves no elements"
+    assert (
+        inexact(Call("all_to_all", "single", "float32", 9, 9, (0, 1)), 2)
+        == "9 elements do not split evenly over its 2 ranks"
+    )
+    assert inexact(Call("barrier", "barrier", "float32", 0, 0, (0, 1)), 2) is None

@@ -65,6 +65,12 @@ def test_bad_input_is_one_line_and_exit_2(with_plan, tmp_path: Path) -> None:
         "--scale",
     )
     one_line_error(invoke(main, ["replay", "t.json", "--json", str(tmp_path / "no" / "r.json")]), "existing folder")
+    with_plan("uneven_shards")
+    one_line_error(
+        invoke(main, ["replay", "t.json", "--nproc", "2", "-o", f"{tmp_path}/"]),
+        "cannot replay reduce_scatter_base/flat of 601 elements: 601 elements do not split evenly over its 2 ranks",
+    )
+    assert not list(tmp_path.glob("*.csv"))  # refused before any file was made
 
 
 @pytest.mark.slow
