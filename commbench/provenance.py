@@ -278,12 +278,21 @@ LAYOUT_FIELDS = ("backend", "world_size", "hosts", "ranks_per_host", "group", "m
 
 
 def layout(
-    backend: str, world_size: int, rank_hosts: Iterable[str], group: str, mode: str, window: int, device: str
+    backend: str,
+    world_size: int,
+    rank_hosts: Iterable[str],
+    group: str,
+    mode: str,
+    window: int,
+    device: str,
+    workload: str = "",
 ) -> dict[str, Any]:
-    """The run's layout as the fingerprint sees it: how many hosts and ranks, not which."""
+    """The run's layout as the fingerprint sees it: how many hosts and ranks, not which. `workload`:
+    the digest of what a run's workload was read from (a replay's traces), "" for a sweep."""
     hosts = list(rank_hosts)
     per_host = sorted(hosts.count(h) for h in dict.fromkeys(hosts))
     return {
+        **({"workload": workload} if workload else {}),
         "backend": backend,
         "world_size": world_size,
         "hosts": len(per_host),
@@ -301,7 +310,12 @@ def fingerprint(run_layout: Mapping[str, Any], records: Iterable[Mapping[str, An
     envs = sorted(
         {json.dumps({k: v for k, v in comparable(r).items() if k != "ranks"}, sort_keys=True) for r in records}
     )
-    text = json.dumps({"layout": {k: run_layout.get(k) for k in LAYOUT_FIELDS}, "hosts": envs}, sort_keys=True)
+    hashed = {k: run_layout.get(k) for k in LAYOUT_FIELDS}
+    if run_layout.get(
+        "workload"
+    ):  # a replay's traces: only replays of the same job compare (a sweep's hash is unchanged)
+        hashed["workload"] = run_layout["workload"]
+    text = json.dumps({"layout": hashed, "hosts": envs}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

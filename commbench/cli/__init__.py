@@ -16,6 +16,7 @@ from commbench.cli.isolate import isolate
 from commbench.cli.list import list_
 from commbench.cli.model import model
 from commbench.cli.plot import plot
+from commbench.cli.replay import replay
 from commbench.cli.report import report
 from commbench.cli.sweep import sweep
 from commbench.cli.syncbn import syncbn
@@ -82,3 +83,4 @@ main.add_command(syncbn)
 main.add_command(model)
 main.add_command(history)
 main.add_command(isolate)
+main.add_command(replay)

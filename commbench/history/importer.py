@@ -97,7 +97,7 @@ def _run_info(path: Path, rows: pd.DataFrame) -> RunInfo:
     stamps = sorted(t for t in rows.get("timestamp", pd.Series(dtype=str)) if t)
     command = column("command")
     words = command.split()
-    kind = words[1] if len(words) > 1 and words[1] in ("sweep", "syncbn") else "sweep"
+    kind = words[1] if len(words) > 1 and words[1] in ("sweep", "syncbn", "replay") else "sweep"
     if nccl_tests.is_nccl_tests(path):
         kind = "nccl-tests"
     stopped = (rows.get("status", pd.Series(dtype=str)) == STOPPED).any() or (

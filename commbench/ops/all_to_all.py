@@ -123,9 +123,9 @@ class AllToAll(CallsOp):
 
     def setup(self, args: CollArgs, point: Point) -> None:
         n, r = args.world_size, args.rank
-        args.count = elements_for(point.size_bytes, args.element_size, n)
-        splits = self.splits(args.variant, n, args.count)
+        splits = self.splits(args.variant, n, elements_for(point.size_bytes, args.element_size, n))
         args.state = route = Routing(splits, splits[r], [row[r] for row in splits])
+        args.count = sum(route.send)  # what this rank sends: the requested count, or a subclass's splits
         send = torch.empty(args.count, dtype=args.dtype, device=args.device)
         receive = torch.empty(sum(route.receive), dtype=args.dtype, device=args.device)
         if args.variant == "list":

@@ -132,6 +132,9 @@ class SweepConfig:
     # names its node sweep), with that program's own options (JSON-able) in program_options.
     program: str = SWEEP_PROGRAM
     program_options: dict[str, Any] = field(default_factory=dict)
+    # The digest of what the run's workload was read from (`commbench replay`'s traces), part of the
+    # run's fingerprint: "" for a sweep, whose workload is its options.
+    workload_digest: str = ""
 
     def __post_init__(self) -> None:
         for name in ("ops", "dtypes", "variants"):

@@ -98,7 +98,7 @@ def begin_record(
     run = RunInfo(
         run_id=run_id,
         fingerprint=document["fingerprint"],
-        kind=words[1] if len(words) > 1 and words[1] in ("sweep", "syncbn") else "sweep",
+        kind=words[1] if len(words) > 1 and words[1] in ("sweep", "syncbn", "replay") else "sweep",
         command=command,
         backend=str(run_layout["backend"]),
         world_size=int(run_layout["world_size"]),

@@ -54,20 +54,29 @@ def run_sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op] 
     case of the ops (cfg.built_ops() when not given), write rank 0's rows; the outcome's code is 0
     (ok) or 1 (wrong results)."""
     session = open_session(cfg, launch, backend, cfg.built_ops() if ops is None else ops)
-    return _measure(session, backend)
+    return measure_session(session, lambda: _sweep_ops(session, backend))
 
 
-def _measure(session: Session, backend: Backend) -> Outcome:
-    """Every op in every dtype; a collective that fails is diagnosed (which peer) before the exit."""
-    cfg, sink, board, watchdog = session.cfg, session.sink, session.board, session.watchdog
+def _sweep_ops(session: Session, backend: Backend) -> int:
+    """Every op in every dtype; returns the wrong elements found."""
+    cfg, sink = session.cfg, session.sink
+    wrong_total = 0
+    for op in session.plan.ops:
+        if sink:
+            names = {"op": [op.name], "variant": op.variants, "phase": op.phases, "dtype": cfg.dtypes}
+            sink.section(f"{op.name} on {counted(backend.world_size, 'rank')}{in_groups(session.grouping)}", names)
+        for dtype in cfg.dtypes:
+            wrong_total += sweep_op(session, op, dtype)
+    return wrong_total
+
+
+def measure_session(session: Session, body: Callable[[], int]) -> Outcome:
+    """Run a session's measurements (body returns the wrong elements found); a collective that fails
+    is diagnosed (which peer) before the exit, and rank 0's outputs are closed whatever happens.
+    The sweep's body is its ops; `commbench replay` has its own."""
+    sink, board, watchdog = session.sink, session.board, session.watchdog
     try:
-        wrong_total = 0
-        for op in session.plan.ops:
-            if sink:
-                names = {"op": [op.name], "variant": op.variants, "phase": op.phases, "dtype": cfg.dtypes}
-                sink.section(f"{op.name} on {counted(backend.world_size, 'rank')}{in_groups(session.grouping)}", names)
-            for dtype in cfg.dtypes:
-                wrong_total += sweep_op(session, op, dtype)
+        wrong_total = body()
     except CollectiveFailure as exc:
         watchdog.disarm()  # this path diagnoses; the watchdog must not race it with a second report
         cause = "the transport refused the call" if exc.refusal else "a transport error"

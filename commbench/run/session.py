@@ -113,7 +113,14 @@ def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agree
     """Rank 0's sink, which files its rows in the history too, and the run's header line."""
     facts, grouping, path = agreed.facts, agreed.grouping, agreed.path
     run_layout = layout(
-        cfg.backend, backend.world_size, facts.rank_hosts, grouping.kind, cfg.mode, cfg.window, backend.device.type
+        cfg.backend,
+        backend.world_size,
+        facts.rank_hosts,
+        grouping.kind,
+        cfg.mode,
+        cfg.window,
+        backend.device.type,
+        cfg.workload_digest,
     )
     record_columns, recorder = begin_record(path, facts.run_id, run_layout, agreed.host_envs, cfg.command, history)
     base = {**_run_columns(cfg, backend, grouping, facts), **record_columns}

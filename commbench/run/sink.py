@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,8 @@ class Sink:
         self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
         self.raw = CsvAppender(raw_path(path), RAW_COLUMNS, overwrite=overwrite) if raw else None
         self.table = table.Table.fitted({})
+        # Called with each measured row as it is written: a command's own table of them (replay's).
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
     def section(self, title: str, names: dict[str, Iterable[str]]) -> None:
         """A header for the rows that follow, its columns fitted to the names they will print."""
@@ -74,6 +76,8 @@ class Sink:
             self.writer.write(row)
             if self.history is not None:
                 self.history.add(row)
+            for listener in self.listeners:
+                listener(row)
         self.rows.append({k: row[k] for k in _NOISE_COLUMNS})
         if self.raw is not None:
             key = {k: row[k] for k in ("run_id", *CASE_KEY)}

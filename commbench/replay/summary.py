@@ -1,0 +1,189 @@
+"""What a replay reports beside the results CSV: the replay CSV (one row per distinct call, the
+step, and each collective that could not be mapped), the step line, the verdict line and the
+unmapped list. Pure functions of the Plan and the rows, so they are tested on hand-built Plans."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from commbench.replay.record import Call, Plan
+
+# The columns of <stem>.replay.csv (docs/replay.md). kind: call, step or unmapped.
+REPLAY_COLUMNS = (
+    *"run_id kind op variant phase dtype in_elems out_elems group_ranks peer splits".split(),
+    *"count_per_step recorded_us recorded_us_per_step".split(),
+    *"time_us_p50 time_us_p50_lo time_us_p50_hi replayed_us_per_step status wrong note trace_digest".split(),
+)
+STEP_OP = "step"
+STEP_VARIANT = "sequence"
+
+
+def replay_path(csv_path: Path) -> Path:
+    return Path(csv_path).with_name(Path(csv_path).stem + ".replay.csv")
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    return ",".join(str(r) for r in ranks)
+
+
+def phase_tags(plan: Plan) -> dict[Call, str]:
+    """Each distinct call's phase in the results CSV: `comm`, with its group where that is not every
+    rank and its root or peer where it has one, and a #k where two calls would still share a row key
+    (the CSV has one row per (op, variant, phase, dtype, size))."""
+    world = tuple(range(plan.world_size))
+    tags: dict[Call, str] = {}
+    seen: dict[tuple, int] = {}
+    for call, _ in plan.counts:
+        tag = "comm"
+        if tuple(sorted(call.group_ranks)) != world:
+            tag += f"@{ranks_text(call.group_ranks)}"
+        if call.peer is not None:
+            tag += f" root {call.peer}"
+        key = (call.op, call.variant, tag, call.dtype, call.in_elems, call.out_elems)
+        seen[key] = seen.get(key, 0) + 1
+        tags[call] = tag if seen[key] == 1 else f"{tag} #{seen[key]}"
+    return tags
+
+
+def recorded(plan: Plan) -> dict[Call, tuple[float, ...]]:
+    return dict(plan.recorded_us)
+
+
+def recorded_per_step_us(plan: Plan, call: Call) -> float | None:
+    """What the call took per step in the trace: its recorded times over the steps they came from."""
+    times = recorded(plan).get(call, ())
+    return sum(times) / max(plan.steps, 1) if times else None
+
+
+def call_row(plan: Plan, call: Call, count: int, row: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A distinct call's replay row; `row` is its results-CSV row once measured."""
+    times = recorded(plan).get(call, ())
+    p50 = _float(row, "time_us_p50")
+    return {
+        "kind": "call",
+        "op": call.op,
+        "variant": call.variant,
+        "phase": phase_tags(plan)[call],
+        "dtype": call.dtype,
+        "in_elems": call.in_elems,
+        "out_elems": call.out_elems,
+        "group_ranks": ranks_text(call.group_ranks),
+        "peer": call.peer,
+        "splits": ";".join(ranks_text(r) for r in call.splits),
+        "count_per_step": count,
+        "recorded_us": statistics.median(times) if times else None,
+        "recorded_us_per_step": recorded_per_step_us(plan, call),
+        **_measured(row),
+        "replayed_us_per_step": None if p50 is None else p50 * count,
+        "trace_digest": plan.digest,
+    }
+
+
+def step_row(plan: Plan, row: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The step's replay row: its sequence issued back to back, timed as one measurement."""
+    return {
+        "kind": "step",
+        "op": STEP_OP,
+        "variant": STEP_VARIANT,
+        "phase": "comm",
+        "count_per_step": 1,
+        "recorded_us_per_step": recorded_step_us(plan),
+        **_measured(row),
+        "replayed_us_per_step": _float(row, "time_us_p50"),
+        "trace_digest": plan.digest,
+    }
+
+
+def unmapped_rows(plan: Plan) -> list[dict[str, Any]]:
+    total = total_recorded_us(plan)
+    rows = []
+    for u in plan.unmapped:
+        c = u.collective
+        share = f"; {c.recorded_us / total:.1%} of the recorded time" if c.recorded_us is not None and total else ""
+        rows.append(
+            {
+                "kind": "unmapped",
+                "op": c.name,
+                "dtype": c.dtype,
+                "in_elems": c.in_elems,
+                "out_elems": c.out_elems,
+                "group_ranks": ranks_text(c.group_ranks),
+                "peer": c.peer,
+                "recorded_us": c.recorded_us,
+                "status": "unmapped",
+                "note": u.reason + share,
+                "trace_digest": plan.digest,
+            }
+        )
+    return rows
+
+
+def _measured(row: Mapping[str, Any] | None) -> dict[str, Any]:
+    if row is None:
+        return {"status": "not run"}
+    keys = ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi", "status", "wrong", "note", "run_id")
+    return {k: row.get(k) for k in keys}
+
+
+def _float(row: Mapping[str, Any] | None, key: str) -> float | None:
+    if row is None or row.get(key) in (None, ""):
+        return None
+    return float(row[key])
+
+
+def recorded_step_us(plan: Plan) -> float | None:
+    """The mapped calls' recorded time per step (None when the trace recorded no times)."""
+    found = [t for c, _ in plan.counts if (t := recorded_per_step_us(plan, c)) is not None]
+    return sum(found) if found else None
+
+
+def total_recorded_us(plan: Plan) -> float:
+    """Every collective's recorded time: the mapped calls' and the unmapped ones'."""
+    mapped = sum(sum(times) for _, times in plan.recorded_us)
+    return mapped + sum(u.collective.recorded_us or 0.0 for u in plan.unmapped)
+
+
+def digits(value: float) -> str:
+    """Three significant digits, trailing zeros kept (43.0, 0.601, 120)."""
+    return f"{value:#.3g}".rstrip(".")
+
+
+def ms(us: float) -> str:
+    return f"{digits(us / 1e3)} ms" if us >= 100 else f"{digits(us)} us"
+
+
+def step_line(step: Mapping[str, Any], calls: list[Mapping[str, Any]]) -> str:
+    """The step's time with its interval, beside the calls timed one at a time and added up."""
+    p50, lo, hi = (float(step[k]) for k in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
+    parts = [float(c["replayed_us_per_step"]) for c in calls if c.get("replayed_us_per_step") not in (None, "")]
+    alone = f"; its {len(calls)} distinct calls timed one at a time add up to {ms(sum(parts))}" if parts else ""
+    return f"# step: {ms(p50)} (95%: {ms(lo)}-{ms(hi)}) for the sequence issued back to back{alone}"
+
+
+def verdict_line(step: Mapping[str, Any], plan: Plan, world_here: int, backend_here: str, recorded_on: str) -> str:
+    """'step communication here 41.2 ms (95%: 39.8-43.0); in the trace 12.5 ms on 2 ranks of nccl 2.17.1'."""
+    p50, lo, hi = (float(step[k]) / 1e3 for k in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
+    here = f"step communication here {digits(p50)} ms (95%: {digits(lo)}-{digits(hi)}) on {world_here} ranks of {backend_here}"
+    was = recorded_step_us(plan)
+    where = f" on {plan.world_size} ranks" + (f" of {recorded_on}" if recorded_on else "")
+    trace = f"in the trace {digits(was / 1e3)} ms{where}" if was is not None else f"the trace{where} recorded no times"
+    return f"# {here}; {trace}"
+
+
+def unmapped_lines(plan: Plan) -> list[str]:
+    """One line per collective the replay could not issue, with its reason and share of the time."""
+    rows = unmapped_rows(plan)
+    lines = [f"# not replayed: {len(rows)} collective(s) the replay cannot issue"] if rows else []
+    lines += [
+        f"#   {r['op']} {r['dtype']} {r['in_elems']} elements on ranks {r['group_ranks']}: {r['note']}" for r in rows
+    ]
+    return lines
+
+
+def read_replay(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
