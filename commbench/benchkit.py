@@ -35,6 +35,9 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "commbench.ops.spec": ("Point",),
     "commbench.results.budget": ("Budget",),
     "commbench.results.paths": ("raw_path",),
+    "commbench.results.schema": ("COLUMNS",),
+    "commbench.results.stats": ("Stats", "bandwidth_gbps", "percentile"),
+    "commbench.results.writer": ("CsvAppender",),
     "commbench.run.config": ("SweepConfig",),
     "commbench.run.harness": ("TimedCase", "blocks", "extend_round", "measure"),
     "commbench.run.heartbeat": (
