@@ -152,8 +152,10 @@ def command_line(name: str, csv: Path, out: Path) -> list[str]:
     }[name]
 
 
-def measure(cmd: list[str]) -> tuple[float, float, int, str]:
-    """(wall s, peak RSS MiB of the command and its children, exit code, last stderr line)."""
+def measure(cmd: list[str]) -> tuple[float, float, float, int, str]:
+    """(wall s, CPU s, peak RSS MiB of the command and its children, exit code, last stderr line).
+    CPU seconds (user + system, the chart processes included) are what a loaded machine's wall time
+    hides: the lead's quiet rerun reads the wall time."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "CI": "1", "MPLBACKEND": "Agg"}
     start = time.monotonic()
     # Each command in its own python -c wrapper: the wrapper's RUSAGE_CHILDREN is that command's
@@ -161,16 +163,17 @@ def measure(cmd: list[str]) -> tuple[float, float, int, str]:
     wrapper = (
         "import resource, subprocess, sys; "
         "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
-        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "print(u.ru_utime + u.ru_stime, u.ru_maxrss, file=sys.stderr); sys.exit(rc)"
     )
     proc = subprocess.run(
         [sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, cwd=REPO, env=env, check=False
     )
     wall = time.monotonic() - start
-    lines = proc.stderr.strip().splitlines()
-    peak_kib = int(lines[-1]) if lines and lines[-1].isdigit() else 0
+    lines = proc.stderr.strip().splitlines() or ["0 0"]
+    cpu, peak_kib = (float(v) for v in lines[-1].split())
     said = next((line for line in reversed(lines[:-1]) if line.strip()), "")
-    return wall, peak_kib / 1024, proc.returncode, said
+    return wall, cpu, peak_kib / 1024, proc.returncode, said
 
 
 def main() -> None:
@@ -186,7 +189,9 @@ def main() -> None:
         parser.error(f"unknown command(s) {', '.join(unknown)}; choose from {', '.join(COMMANDS)}")
     print(f"# readers at scale: {', '.join(commands)} of a generated results CSV (2 dtypes, ops {', '.join(OPS)},")
     print(f"# world sizes {', '.join(map(str, WORLD_SIZES))}: one run each); load average before: {_load()}")
-    print(f"{'rows':>8} {'MB':>6} {'command':>8} {'wall s':>7} {'rows/s':>9} {'peak MiB':>9} {'rc':>3}  load   said")
+    print(
+        f"{'rows':>8} {'MB':>6} {'command':>8} {'wall s':>7} {'CPU s':>7} {'rows/s':>9} {'peak MiB':>9} {'rc':>3}  load   said"
+    )
     failed = False
     with tempfile.TemporaryDirectory() as scratch:
         folder = opts.keep or Path(scratch)
@@ -198,10 +203,10 @@ def main() -> None:
             for name in commands:
                 out = folder / f"out-{rows}"
                 out.mkdir(exist_ok=True)
-                wall, peak, rc, said = measure(command_line(name, csv, out))
+                wall, cpu, peak, rc, said = measure(command_line(name, csv, out))
                 failed |= rc not in (0, 1)  # compare exits 1 when it finds a regression: a verdict, not a failure
                 print(
-                    f"{written:>8} {megabytes:>6.1f} {name:>8} {wall:>7.2f} {written / wall:>9,.0f} {peak:>9.0f} "
+                    f"{written:>8} {megabytes:>6.1f} {name:>8} {wall:>7.2f} {cpu:>7.2f} {written / wall:>9,.0f} {peak:>9.0f} "
                     f"{rc:>3}  {_load():<5}  {said[:70]}",
                     flush=True,
                 )
