@@ -69,6 +69,41 @@ def round_spread(round_p50s: Sequence[float]) -> float:
     return max(round_p50s) / min(round_p50s)
 
 
+# Two modes are told apart where consecutive sorted samples jump by this factor or more, with at
+# least MODE_SHARE of the samples on each side (a shared machine's slow iterations form a second
+# mode: docs/measurement.md).
+MODE_GAP = 1.5
+MODE_SHARE = 0.10
+MODE_MIN = 3  # samples each mode holds at least: among a few samples a jump is no mode
+
+
+def split_modes(samples_us: Sequence[float]) -> tuple[list[float], list[float]]:
+    """(fast, slow) samples, sorted: split at the largest jump between consecutive samples when it
+    reaches MODE_GAP with MODE_SHARE of them on each side, else (all of them, [])."""
+    s = sorted(samples_us)
+    keep = max(MODE_MIN, math.ceil(MODE_SHARE * len(s)))
+    best, at = 1.0, 0
+    for i in range(keep, len(s) - keep + 1):
+        if s[i - 1] > 0 and s[i] / s[i - 1] > best:
+            best, at = s[i] / s[i - 1], i
+    return (s[:at], s[at:]) if best >= MODE_GAP else (s, [])
+
+
+def lower_mode(samples_us: Sequence[float]) -> float:
+    """The median of the fast mode (split_modes): the median itself where there is one mode. A
+    row's headline (time_us_p50) and each round's (time_us_p50_rounds): docs/measurement.md."""
+    return percentile(split_modes(samples_us)[0], 50)
+
+
+def modes_note(samples_us: Sequence[float]) -> str | None:
+    """What a row's note says when its samples form two modes: how many iterations the slow one
+    holds and from where, since the headline (the fast mode's median) leaves them out."""
+    fast, slow = split_modes(samples_us)
+    if not slow:
+        return None
+    return f"two modes: {len(slow)} of {len(fast) + len(slow)} iterations slow, from {slow[0]:.4g} us (p50 of the fast mode)"
+
+
 @dataclass(frozen=True)
 class Stats:
     """Summary of timing samples in microseconds; field names are the CSV column names."""
@@ -84,11 +119,16 @@ class Stats:
 
     @classmethod
     def from_samples(cls, samples_us: Sequence[float]) -> Stats:
+        """The row's statistics. Its p50 (the headline) and the p50's interval are those of the fast
+        mode (split_modes; all the samples where they form one mode): on a shared machine a slow
+        mode that holds half the iterations in one run and a third in the next would make the median
+        flip between modes from run to run. min, mean, p95, max and std keep every iteration."""
         s = sorted(samples_us)
-        lo, hi = median_ci(s)
+        fast = split_modes(s)[0]
+        lo, hi = median_ci(fast)
         return cls(
             time_us_min=s[0],
-            time_us_p50=percentile(s, 50),
+            time_us_p50=percentile(fast, 50),
             time_us_p50_lo=lo,
             time_us_p50_hi=hi,
             time_us_mean=statistics.fmean(s),
