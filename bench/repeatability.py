@@ -69,7 +69,7 @@ CANDIDATES = {
     "mean of maxima": lambda row: _mean(row["maxima"]),
     "trimmed mean": lambda row: _trimmed(row["maxima"]),
     "median of round means": lambda row: statistics.median(_mean(r) for r in row["rounds"]),
-    "lower-mode median": lambda row: lower_mode(row["maxima"]),
+    "lower-mode median": lambda row: lower_mode(row["maxima"]),  # split_modes at MODE_GAP
     "rank means, median": lambda row: statistics.median(_mean(r) for r in row["ranks"]),
 }
 
