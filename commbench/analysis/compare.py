@@ -29,6 +29,7 @@ import pandas as pd
 from commbench.analysis.comparison_text import describe
 from commbench.analysis.verdict import (
     DEFAULT_CRITERIA,
+    NOISE_TEST_COLUMNS,
     SERIES_MIN_SIZES,
     Comparison,
     Criteria,
@@ -107,8 +108,10 @@ def compare_frames(
     result.only_baseline = sorted(base.index.difference(cand.index))
     result.only_candidate = sorted(cand.index.difference(base.index))
     result.not_compared = unavailable(base_frame, cand_frame)
-    for key in sorted(common):
-        b, c = base.loc[key], cand.loc[key]
+    keys = sorted(common)
+    # The rows of both runs in key order, as plain records: one lookup per run, not one per row.
+    both = [_records(frame, keys, metric) for frame in (base, cand)]
+    for key, b, c in zip(keys, *both):
         if math.isnan(float(b[metric])) and math.isnan(float(c[metric])):
             # A latency-only op (a barrier, S = 0) has no bandwidth to compare.
             result.not_compared.append(f"{describe(key)} has no {metric} (latency only); compare it on a time metric")
@@ -124,6 +127,13 @@ def compare_frames(
         )
     result.shifts = _shifts(series, criteria)
     return result
+
+
+def _records(frame: pd.DataFrame, keys: list[tuple], metric: str) -> list[dict]:
+    """The rows of `keys` (each in the frame's index once: keyed() refused duplicates) as records
+    holding the columns noise_test reads."""
+    columns = list(dict.fromkeys([metric, *NOISE_TEST_COLUMNS]))
+    return frame.loc[pd.MultiIndex.from_tuples(keys, names=frame.index.names), columns].to_dict("records")
 
 
 def _series(tested: list[Delta]) -> dict[tuple, list[tuple[Delta, float]]]:

@@ -275,16 +275,18 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
     by_panel: dict[tuple[str, str], list[Fit]] = {}
     for fit in fits:
         by_panel.setdefault((fit.key[1], fit.key[3]), []).append(fit)
+    # Each panel's rows and each fit's points found by one grouping, not by a filter per fit.
+    panels = dict(iter(rows[rows["size_bytes"] > 0].groupby(["op", "phase"], sort=False)))
     for (op, phase), panel in sorted(by_panel.items()):
         fig = Figure(figsize=(8, 5), layout="constrained")
         ax = fig.subplots()
-        shown = rows[(rows["op"] == op) & (rows["phase"] == phase) & (rows["size_bytes"] > 0)]
+        shown = panels.get((op, phase), rows.iloc[:0])
+        points = dict(iter(shown.groupby(list(FIT_KEY), sort=False)))
         palette = op_palette(shown)
         naming = run_label_columns(shown)
         sizes_seen: list[float] = []
         for fit in panel:
-            mine = shown[(shown[list(FIT_KEY)] == pd.Series(dict(zip(FIT_KEY, fit.key)))).all(axis=1)]
-            mine = mine.sort_values("size_bytes")
+            mine = points.get(tuple(fit.key), shown.iloc[:0]).sort_values("size_bytes")
             style = palette.style(mine)
             label = line_label(dict(zip(FIT_KEY, fit.key)), naming)
             ax.plot(

@@ -281,14 +281,40 @@ def _table(frame: pd.DataFrame, marks: bool = False) -> str:
     head = "".join(f"<th>{html.escape(TITLES.get(c, c))}</th>" for c in columns)
     if marks:
         head += "<th></th>"
+    # Column by column, each distinct cell formatted once (a run repeats its backend, dtype and
+    # iterations on every row): a report of many rows writes many cells.
+    by_column = [_column_cells(c, frame) for c in columns]
+    notes = frame["note"].tolist() if marks and "note" in frame.columns else [None] * len(frame)
     rows = []
-    for record in frame.to_dict("records"):
-        cells = "".join(_cell(c, record) for c in columns)
-        noisy = marks and NOISY in str(record.get("note") or "")
+    for cells, note in zip(zip(*by_column), notes):
+        line = "".join(cells)
+        noisy = marks and NOISY in str(note or "")
         if marks:
-            cells += f"<td class='mark'>{NOISY if noisy else ''}</td>"
-        rows.append(f"<tr class='noisy'>{cells}</tr>" if noisy else f"<tr>{cells}</tr>")
+            line += f"<td class='mark'>{NOISY if noisy else ''}</td>"
+        rows.append(f"<tr class='noisy'>{line}</tr>" if noisy else f"<tr>{line}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _column_cells(column: str, frame: pd.DataFrame) -> list[str]:
+    """The <td> of each row of one column (_cell's, formatted once per distinct value where the
+    cell does not depend on the row's other columns)."""
+    values = frame[column].tolist()
+    if column == "time_us_p50_lo":  # its text depends on the row's p50 and hi
+        records = frame[[c for c in ("time_us_p50", "time_us_p50_hi") if c in frame.columns]].to_dict("records")
+        return [_cell(column, {**record, column: value}) for value, record in zip(values, records)]
+    done: dict[object, str] = {}
+    cells = []
+    for value in values:
+        key = (type(value), None if _missing(value) else value)  # NaN and NA are no dict keys of themselves
+        try:
+            cell = done.get(key)
+        except TypeError:  # an unhashable cell: formatted on its own
+            cells.append(_cell(column, {column: value}))
+            continue
+        if cell is None:
+            cell = done[key] = _cell(column, {column: value})
+        cells.append(cell)
+    return cells
 
 
 def _cell(column: str, record: dict) -> str:

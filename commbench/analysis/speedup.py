@@ -20,6 +20,7 @@ when it holds 1x: then no winner is called.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -92,6 +93,7 @@ class Speedup:
         return WITHIN_NOISE
 
 
+@functools.cache  # one per number of rounds: scipy's ppf costs a fifth of a millisecond a call
 def _t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
     from scipy.stats import t
 

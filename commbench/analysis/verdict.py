@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pandas as pd
 
@@ -201,7 +203,11 @@ def unavailable(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[str]:
     ]
 
 
-def noise_test(key: tuple, b: pd.Series, c: pd.Series, samples: tuple, metric: str) -> Delta:
+# The columns of a row that noise_test reads, beside the metric.
+NOISE_TEST_COLUMNS = ("status", ROUND_P50S, "time_us_p50", "time_us_p50_lo", "time_us_p50_hi", "time_us_std", "iters")
+
+
+def noise_test(key: tuple, b: Mapping[str, Any], c: Mapping[str, Any], samples: tuple, metric: str) -> Delta:
     """The row's delta with the noise test's own p-value (adjusted over the rows afterwards)."""
     delta = Delta(key, float(b[metric]), float(c[metric]), math.nan, "", "unchanged")
     if b["status"] != "ok" or c["status"] != "ok":
@@ -242,15 +248,15 @@ def verdict_of(
     return "improvement" if better else "regression"
 
 
-def _has_interval(row: pd.Series) -> bool:
+def _has_interval(row: Mapping[str, Any]) -> bool:
     return all(pd.notna(row[c]) and row[c] > 0 for c in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
 
 
-def _interval(row: pd.Series) -> tuple[float, float, float]:
+def _interval(row: Mapping[str, Any]) -> tuple[float, float, float]:
     return row["time_us_p50"], row["time_us_p50_lo"], row["time_us_p50_hi"]
 
 
-def _spread(row: pd.Series) -> tuple[float, float, float]:
+def _spread(row: Mapping[str, Any]) -> tuple[float, float, float]:
     return row["time_us_p50"], row["time_us_std"], row["iters"]
 
 

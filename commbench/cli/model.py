@@ -75,8 +75,9 @@ def model(
         )
     projections: list[Projection] = []
     refused: list[str] = []
+    largest_of = frame.groupby(["run", "op"])["size_bytes"].max()  # once, not a filter per fit
     for fit in fits:
-        largest = int(frame[(frame["op"] == fit.key[1]) & (frame["run"] == fit.key[0])]["size_bytes"].max())
+        largest = int(largest_of[(fit.key[0], fit.key[1])])
         for n in world_sizes:
             result = project(fit, algorithm, n, largest)
             (projections if isinstance(result, Projection) else refused).append(result)

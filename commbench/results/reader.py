@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +108,9 @@ def split_records(text: str) -> Records:
     if len(lines) == 1:
         return Records("", [], [], [], 1)
     header = next(csv.reader([lines[0]]), [])
+    whole = _one_line_records(lines, header)
+    if whole is not None:
+        return whole
     rows: list[tuple[int, str]] = []
     malformed: list[tuple[int, str]] = []
     partial: int | None = None
@@ -135,6 +138,52 @@ def split_records(text: str) -> Records:
         else:
             malformed.append((start + 1, f"a cut or malformed row ({width} cells; the header has {len(header)})"))
     return Records(lines[0], header, rows, malformed, partial)
+
+
+def _one_line_records(lines: list[str], header: list[str]) -> Records | None:
+    """split_records' answer for the usual file, where every line holds an even count of quotes:
+    each record is then one line, and its cells are counted without the csv module where its quoted
+    cells are well formed (_plain_width). None (split_records reads it line by line) when any line
+    holds an odd count."""
+    if any(line.count('"') % 2 for line in lines):
+        return None
+    width = len(header)
+    rows: list[tuple[int, str]] = []
+    malformed: list[tuple[int, str]] = []
+    partial: int | None = None
+    for i in range(1, len(lines)):
+        record = lines[i]
+        if not record.strip():
+            continue
+        if not record.endswith("\n"):  # only the last line can lack one: a row the run was killed writing
+            partial = i + 1
+            continue
+        cells = _plain_width(record)
+        if cells is None:
+            cells = _width(record)
+        if cells == width:
+            rows.append((i + 1, record))
+        else:
+            malformed.append((i + 1, f"a cut or malformed row ({cells} cells; the header has {width})"))
+    return Records(lines[0], header, rows, malformed, partial)
+
+
+def _plain_width(line: str) -> int | None:
+    """The cells of one line ending in a newline, counted as the csv module does, where every quote
+    opens a cell at its start, closes it before a comma or the newline, or is doubled inside it;
+    None for any other line (_width asks the csv module). Between the quotes lie the parts outside
+    every quoted cell: their commas, and only theirs, end cells."""
+    if '"' not in line:
+        return line.count(",") + 1
+    outside = line.split('"')[0::2]
+    first, *middle, last = outside
+    if first and not first.endswith(","):
+        return None
+    if any(part and not (part[0] == "," and part[-1] == ",") for part in middle):
+        return None
+    if not (last == "\n" or last.startswith(",")) or any("\r" in part for part in outside):
+        return None
+    return sum(part.count(",") for part in outside) + 1
 
 
 def _width(record: str) -> int:
@@ -199,6 +248,18 @@ CHECKED_CELLS = {
 MAX_NAMED = 5  # rows named one by one per file; the rest are counted
 
 
+def numbers(column: pd.Series) -> pd.Series:
+    """pd.to_numeric(column, errors="coerce"), each distinct cell converted once where cells repeat
+    (a run writes its iters, world size and versions on every row): the same values and dtype."""
+    if pd.unique(column.iloc[:1000]).size * 4 > min(len(column), 1000):  # mostly distinct (times): nothing repeats
+        return pd.to_numeric(column, errors="coerce")
+    codes, distinct = pd.factorize(column)
+    values = pd.to_numeric(pd.Series(distinct, dtype=object), errors="coerce").to_numpy()
+    if (codes < 0).any():  # empty cells (code -1: the NaN appended last), so float as to_numeric makes it
+        values = np.append(values.astype(float), np.nan)
+    return pd.Series(values[codes], index=column.index, name=column.name)
+
+
 def impossible_cells(frame: pd.DataFrame) -> list[tuple[int, str, str]]:
     """(row position, column, why) for the first impossible cell of each row (CHECKED_CELLS): a time
     that is not a finite positive number, a size that is not a whole number of bytes, NaN, inf."""
@@ -208,7 +269,7 @@ def impossible_cells(frame: pd.DataFrame) -> list[tuple[int, str, str]]:
             continue
         text = frame[column]
         given = text.notna()
-        value = pd.to_numeric(text, errors="coerce")
+        value = numbers(text)
         bad_number = given & ~np.isfinite(value.astype(float))
         low = given & ~bad_number & ((value < smallest) if inclusive else (value <= smallest))
         fraction = given & ~bad_number & whole & (value % 1 != 0)
@@ -291,13 +352,21 @@ def typed(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         if column in TEXT_COLUMNS:
             frame[column] = frame[column].fillna("").astype(str)
         elif column in COLUMNS:
-            frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    frame[ROUND_P50S] = frame["time_us_p50_rounds"].map(parse_rounds)  # parsed once, for every judge of a row
+            frame[column] = numbers(frame[column])
+    frame[ROUND_P50S] = _each_distinct(frame["time_us_p50_rounds"], parse_rounds)  # parsed once, for every judge
     frame["group_size"] = frame["group_size"].fillna(frame["world_size"])
     # A file written before commands were redacted may hold a password: no report or chart shows it.
-    frame["command"] = frame["command"].map(redact)
+    frame["command"] = _each_distinct(frame["command"], redact)
     frame["source"] = source
     return frame
+
+
+def _each_distinct(column: pd.Series, function: Callable[[str], object]) -> pd.Series:
+    """function of each cell, computed once per distinct cell: a run repeats its command on every row."""
+    codes, distinct = pd.factorize(column, use_na_sentinel=False)
+    values = np.empty(len(distinct), dtype=object)  # filled one by one: a tuple is one cell, not a row of cells
+    values[:] = [function(cell) for cell in distinct]
+    return pd.Series(values[codes], index=column.index, dtype=object)
 
 
 def read_results(paths: Iterable[Path]) -> pd.DataFrame:
@@ -365,7 +434,10 @@ def parse_rounds(cell: object) -> tuple[float, ...]:
     if not isinstance(cell, str) or not cell.strip():
         return ()
     try:
-        values = tuple(float(v) for v in cell.split(";") if v.strip())
-    except ValueError:
-        return ()
+        values = tuple(map(float, cell.split(";")))
+    except ValueError:  # an empty part ('812;;790') is skipped; anything else that is no number gives ()
+        try:
+            values = tuple(float(v) for v in cell.split(";") if v.strip())
+        except ValueError:
+            return ()
     return values if all(v > 0 for v in values) else ()

@@ -69,6 +69,42 @@ def round_spread(round_p50s: Sequence[float]) -> float:
     return max(round_p50s) / min(round_p50s)
 
 
+# Two modes are told apart where consecutive sorted samples jump by this factor or more, with at
+# least MODE_SHARE of the samples on each side (a shared machine's slow iterations form a second
+# mode: docs/measurement.md). 2x, not less: rounds that drift 1.5x apart are drift, not two modes,
+# and a headline that dropped the slower round would hide a slowdown from compare's series test.
+MODE_GAP = 2.0
+MODE_SHARE = 0.10
+MODE_MIN = 3  # samples each mode holds at least: among a few samples a jump is no mode
+
+
+def split_modes(samples_us: Sequence[float]) -> tuple[list[float], list[float]]:
+    """(fast, slow) samples, sorted: split at the largest jump between consecutive samples when it
+    reaches MODE_GAP with MODE_SHARE of them on each side, else (all of them, [])."""
+    s = sorted(samples_us)
+    keep = max(MODE_MIN, math.ceil(MODE_SHARE * len(s)))
+    best, at = 1.0, 0
+    for i in range(keep, len(s) - keep + 1):
+        if s[i - 1] > 0 and s[i] / s[i - 1] > best:
+            best, at = s[i] / s[i - 1], i
+    return (s[:at], s[at:]) if best >= MODE_GAP else (s, [])
+
+
+def lower_mode(samples_us: Sequence[float]) -> float:
+    """The median of the fast mode (split_modes): the median itself where there is one mode. A
+    row's headline (time_us_p50) and each round's (time_us_p50_rounds): docs/measurement.md."""
+    return percentile(split_modes(samples_us)[0], 50)
+
+
+def modes_note(samples_us: Sequence[float]) -> str | None:
+    """What a row's note says when its samples form two modes: how many iterations the slow one
+    holds and from where, since the headline (the fast mode's median) leaves them out."""
+    fast, slow = split_modes(samples_us)
+    if not slow:
+        return None
+    return f"two modes: {len(slow)} of {len(fast) + len(slow)} iterations slow, from {slow[0]:.4g} us (p50 of the fast mode)"
+
+
 @dataclass(frozen=True)
 class Stats:
     """Summary of timing samples in microseconds; field names are the CSV column names."""
@@ -84,11 +120,16 @@ class Stats:
 
     @classmethod
     def from_samples(cls, samples_us: Sequence[float]) -> Stats:
+        """The row's statistics. Its p50 (the headline) and the p50's interval are those of the fast
+        mode (split_modes; all the samples where they form one mode): on a shared machine a slow
+        mode that holds half the iterations in one run and a third in the next would make the median
+        flip between modes from run to run. min, mean, p95, max and std keep every iteration."""
         s = sorted(samples_us)
-        lo, hi = median_ci(s)
+        fast = split_modes(s)[0]
+        lo, hi = median_ci(fast)
         return cls(
             time_us_min=s[0],
-            time_us_p50=percentile(s, 50),
+            time_us_p50=percentile(fast, 50),
             time_us_p50_lo=lo,
             time_us_p50_hi=hi,
             time_us_mean=statistics.fmean(s),
@@ -179,11 +220,24 @@ def rounds_p(a: Sequence[float], b: Sequence[float]) -> float:
     Logarithms: a slowdown is a factor, and the rounds' spread scales with the time.
     """
     la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
-    if statistics.pvariance(la) == 0 and statistics.pvariance(lb) == 0:  # nothing to judge a difference by
-        return 0.0 if statistics.fmean(la) != statistics.fmean(lb) else 1.0
-    from scipy.stats import ttest_ind
+    if min(la) == max(la) and min(lb) == max(lb):  # no spread in either: nothing to judge a difference by
+        return 0.0 if la[0] != lb[0] else 1.0
+    return welch_p(la, lb)
 
-    return float(ttest_ind(la, lb, equal_var=False).pvalue)
+
+def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p of Welch's t-test (scipy's ttest_ind(a, b, equal_var=False)), written out: a
+    comparison runs it once per row, and scipy's wrapper costs a millisecond a call. Each side needs
+    two values or more, and one of them a spread (rounds_p checks both)."""
+    from scipy.special import stdtr
+
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    # Floats, as scipy's: statistics.variance's exact fractions cost more than the whole test.
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    t = (ma - mb) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return float(2 * stdtr(df, -abs(t)))
 
 
 def shift_p(log_ratios: Sequence[float]) -> float:

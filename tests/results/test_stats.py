@@ -88,3 +88,33 @@ def test_bandwidth_follows_nccl_tests():
     algbw, busbw = bandwidth_gbps(10**9, 1e6, 3 / 4)
     assert algbw == pytest.approx(1.0) and busbw == pytest.approx(0.75)
     assert all(math.isnan(x) for x in bandwidth_gbps(8, 0.0, 1.0))
+
+
+def test_a_row_of_two_modes_heads_with_the_fast_modes_median_and_keeps_the_slow_iterations():
+    from commbench.results.stats import lower_mode, modes_note, split_modes
+
+    rng = random.Random(5)
+    fast = [100.0 * (1 + 0.02 * rng.random()) for _ in range(35)]
+    slow = [2600.0 * (1 + 0.2 * rng.random()) for _ in range(25)]  # Gloo's slow mode: ~26x, 40% of them
+    samples = fast + slow
+    rng.shuffle(samples)
+    s = Stats.from_samples(samples)
+    assert split_modes(samples) == (sorted(fast), sorted(slow))
+    assert s.time_us_p50 == lower_mode(samples) == percentile(sorted(fast), 50)
+    assert s.time_us_p50_lo >= min(fast) and s.time_us_p50_hi <= max(fast)
+    assert s.time_us_max == max(slow) and s.time_us_p95 > 2600 and s.time_us_mean > 1000  # honest about them
+    assert modes_note(samples) == f"two modes: 25 of 60 iterations slow, from {min(slow):.4g} us (p50 of the fast mode)"
+
+
+def test_one_mode_heads_with_the_median_of_every_sample():
+    from commbench.results.stats import modes_note, split_modes
+
+    rng = random.Random(6)
+    for sigma in (0.05, 0.3):
+        samples = [100.0 * math.exp(rng.gauss(0, sigma)) for _ in range(200)]
+        assert split_modes(samples) == (sorted(samples), [])
+        assert Stats.from_samples(samples).time_us_p50 == percentile(sorted(samples), 50)
+        assert modes_note(samples) is None
+    # A jump among a few samples, or one slow outlier in ten, is no mode.
+    assert Stats.from_samples([1.0, 2.0, 3.0, 4.0, 100.0]).time_us_p50 == 3.0
+    assert Stats.from_samples([10.0] * 9 + [1000.0]).time_us_p50 == 10.0

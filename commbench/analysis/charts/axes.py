@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from commbench.analysis.charts.style import HATCHES, Family, Palette
+from commbench.analysis.charts.style import DENSE_POINTS, HATCHES, Family, Palette
 from commbench.units import round_size
 
 _MAX_TICKS = 9
@@ -20,7 +20,7 @@ def size_axis(ax, sizes: Iterable[float], family: Family | None = None) -> None:
     else at powers of two thinned to stay legible."""
     family = family or Family("")
     snap = round_size if family.workload == "size_bytes" else int  # 4K+8B is drawn at its 4K tick
-    sizes = sorted({float(snap(int(s))) for s in sizes if s > 0})
+    sizes = sorted({float(snap(int(s))) for s in set(sizes) if s > 0})  # each distinct size snapped once
     ax.set_xscale("log", base=2)
     if len(sizes) <= _MAX_TICKS:
         ticks: list[float] = []
@@ -51,9 +51,16 @@ def draw_band(
 
 def draw_interval(ax, rows: pd.DataFrame, color: str = "C0") -> None:
     """One series' p50 interval (time_us_p50_lo..hi) as an error bar at each size."""
-    ax.errorbar(
-        rows["size_bytes"], rows["time_us_p50"], yerr=interval_errors(rows), fmt="none", ecolor=color, capsize=3
-    )
+    draw_errors(ax, rows["size_bytes"], rows["time_us_p50"], interval_errors(rows), color)
+
+
+def draw_errors(ax, x, y, errors: list, color: str) -> None:
+    """Error bars at each x (errors: the distances down and up), or, for a dense series, the band
+    between their ends."""
+    if len(x) > DENSE_POINTS:
+        ax.fill_between(x, y - errors[0], y + errors[1], color=color, alpha=0.35, linewidth=0)
+    else:
+        ax.errorbar(x, y, yerr=errors, fmt="none", ecolor=color, capsize=3)
 
 
 def latency_axis(ax) -> None:

@@ -32,9 +32,9 @@ def title_facts(group: pd.DataFrame) -> str:
     op (a barrier) moves no data: no dtype is named for it."""
 
     def values(column: str) -> str:
-        return ", ".join(sorted({str(v) for v in group[column].dropna() if str(v)}))
+        return ", ".join(sorted({str(v) for v in group[column].dropna().unique() if str(v)}))
 
-    hosts = sorted({h for cell in group["hosts"].dropna() for h in str(cell).split(";") if h})
+    hosts = sorted({h for cell in group["hosts"].dropna().unique() for h in str(cell).split(";") if h})
     host_text = ", ".join(hosts[:3]) + (f" +{len(hosts) - 3} more" if len(hosts) > 3 else "")
     worlds = ", ".join(str(int(w)) for w in sorted(group["world_size"].dropna().unique()))
     dtype = "" if is_latency_only(group) else f" · {values('dtype')}"

@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 from commbench.analysis.charts.axes import draw_interval, latency_axis, size_axis
 from commbench.analysis.charts.grouping import title_facts
 from commbench.analysis.charts.render import Chart
-from commbench.analysis.charts.style import op_palette
+from commbench.analysis.charts.style import markevery, op_palette
 from commbench.results.reader import ok_rows
 
 COLUMNS = 3  # panels per row
@@ -31,14 +31,23 @@ def runs_chart(name: str, group: pd.DataFrame, colours: dict[str, str], incomple
     fig = Figure(figsize=(3.9 * columns + 2.4, 3.0 * rows_of_panels + 1.0), layout="constrained")
     axes = fig.subplots(rows_of_panels, columns, sharex=True, sharey=True, squeeze=False)
     runs = [r for r in colours if r in set(measured["run"])]
+    lines = dict(iter(measured.groupby(["variant", "run"], sort=False)))  # once, not a filter per panel and run
     for ax, variant in zip(axes.flat, variants):
         for run in runs:
-            rows = measured[(measured["variant"] == variant) & (measured["run"] == run)].sort_values("size_bytes")
+            rows = lines.get((variant, run), measured.iloc[:0]).sort_values("size_bytes")
             if rows.empty:
                 continue
             for _, line in rows.groupby(["backend", "world_size"], sort=True):  # one run, one line each
                 style = "--" if run in incomplete else "-"
-                ax.plot(line["size_bytes"], line["time_us_p50"], style, marker="o", markersize=3, color=colours[run])
+                ax.plot(
+                    line["size_bytes"],
+                    line["time_us_p50"],
+                    style,
+                    marker="o",
+                    markersize=3,
+                    markevery=markevery(len(line)),
+                    color=colours[run],
+                )
                 draw_interval(ax, line, color=colours[run])
         ax.set_title(variant, fontsize=10)
         size_axis(ax, measured["size_bytes"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from commbench.analysis.charts.axes import bar_group, legend_outside, ratio_axis, size_axis
+from commbench.analysis.charts.axes import bar_group, draw_errors, legend_outside, ratio_axis, size_axis
 from commbench.analysis.charts.grouping import RUN_COLUMNS, chart_series, title_facts
 from commbench.analysis.charts.render import Chart
 from commbench.analysis.charts.style import Family, op_palette
@@ -56,7 +56,7 @@ def speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | Non
             x = rows[workload] * 2 ** (0.04 * (i - (len(series) - 1) / 2))
             style = palette.style(rows)
             ax.plot(x, rows["speedup"], markersize=5, label=label, **style)
-            ax.errorbar(x, rows["speedup"], yerr=_speedup_errors(rows), fmt="none", ecolor=style["color"], capsize=3)
+            draw_errors(ax, x, rows["speedup"], _speedup_errors(rows), style["color"])
             undecided = (rows["verdict"] == WITHIN_NOISE).to_numpy()
             ax.plot(
                 x[undecided],

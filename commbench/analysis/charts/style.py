@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -88,6 +89,18 @@ def variant_order(variant: str, baseline: str | None = None) -> tuple[int, str, 
     return (1, prefix, float(m.group(1)) * scale, variant)
 
 
+# A series of more points than this is drawn dense: its error bars as one band through the same
+# ends (every point's interval is still drawn, as an edge of the band), and a marker on every
+# n-th point only (the line still passes through every point). Hundreds of bars and markers per
+# line cost seconds a chart and overlap into a smear that shows nothing more.
+DENSE_POINTS = 64
+
+
+def markevery(points: int) -> int:
+    """Every how many points a line draws its marker: all of them, up to DENSE_POINTS."""
+    return max(1, -(-points // DENSE_POINTS))
+
+
 @dataclass(frozen=True)
 class Palette:
     """How the lines of an op's charts look: a colour per variant, a line style and a marker per run.
@@ -104,7 +117,9 @@ class Palette:
     @classmethod
     def of(cls, rows: pd.DataFrame, baseline: str | None = None) -> Palette:
         variants = sorted(set(rows["variant"]), key=lambda v: variant_order(v, baseline))
-        runs = sorted({(str(b), str(r), int(w)) for b, r, w in rows[list(RUN_COLUMNS)].itertuples(index=False)})
+        runs = sorted(
+            {(str(b), str(r), int(w)) for b, r, w in rows[list(RUN_COLUMNS)].drop_duplicates().itertuples(index=False)}
+        )
         return cls(tuple(variants), tuple(runs), tuple(variants))
 
     def run_index(self, rows: pd.DataFrame) -> int:
@@ -115,13 +130,15 @@ class Palette:
         order = self.color_order or self.variants
         return COLORS[order.index(variant) % len(COLORS)] if variant in order else "gray"
 
-    def style(self, rows: pd.DataFrame) -> dict[str, str]:
-        """Keyword arguments of Axes.plot for one series' rows."""
+    def style(self, rows: pd.DataFrame) -> dict[str, Any]:
+        """Keyword arguments of Axes.plot for one series' rows (a dense series marks every n-th point:
+        axes.markevery)."""
         run = self.run_index(rows)
         return {
             "color": self.color(str(rows["variant"].iloc[0])),
             "linestyle": LINESTYLES[run % len(LINESTYLES)],
             "marker": MARKERS[run % len(MARKERS)],
+            "markevery": markevery(len(rows)),
         }
 
     def order(self, series: tuple[str, pd.DataFrame]) -> tuple[int, int]:
