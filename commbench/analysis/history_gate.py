@@ -274,10 +274,24 @@ class SeriesPlan:
 def plan_launches(candidate: Path, history: History, last: int, criteria: Criteria) -> list[SeriesPlan]:
     """The run-to-run noise of each series of the candidate's command in the last `last` runs of its
     fingerprint: what `compare --plan` turns into the launches a slowdown needs."""
-    criteria = replace(criteria, series_threshold=criteria.series_threshold or criteria.threshold).checked()
     frame = read_one(candidate)
-    fingerprint = candidate_fingerprint(candidate, frame)
-    runs = baseline_runs(history, fingerprint, None, None, last)
+    wanted = keyed(frame[frame["run_id"] == frame["run_id"].iloc[0]], str(candidate)).index
+    return series_plans(history, candidate_fingerprint(candidate, frame), list(wanted), last, criteria)
+
+
+def series_plans(
+    history: History,
+    fingerprint: str,
+    wanted: list[tuple],
+    last: int,
+    criteria: Criteria,
+    before: str | None = None,
+    exclude: str | None = None,
+) -> list[SeriesPlan]:
+    """The noise of each series among the rows `wanted` in the last `last` complete runs of a
+    fingerprint (that started before `before`, `exclude` left out), as the gate would measure it."""
+    criteria = replace(criteria, series_threshold=criteria.series_threshold or criteria.threshold).checked()
+    runs = baseline_runs(history, fingerprint, before, exclude, last)
     if len(runs) < MIN_HISTORY_RUNS:
         raise UserError(
             f"the history {history.label} holds {len(runs)} complete run(s) of fingerprint {fingerprint} "
@@ -286,7 +300,6 @@ def plan_launches(candidate: Path, history: History, last: int, criteria: Criter
     run_ids = [r["run_id"] for r in runs]
     frames = run_rows(history, run_ids)
     per_run = {rid: keyed(frames[frames["run_id"] == rid], f"history run {rid}") for rid in run_ids}
-    wanted = keyed(frame[frame["run_id"] == frame["run_id"].iloc[0]], str(candidate)).index
     by_series: dict[tuple, list[_Row]] = {}
     for key in sorted(wanted):
         found = [per_run[r].loc[key] for r in run_ids if key in per_run[r].index]
@@ -295,8 +308,8 @@ def plan_launches(candidate: Path, history: History, last: int, criteria: Criter
     offsets = {k: o[0] for k, m in by_series.items() if (o := history_offsets(m, len(run_ids))) is not None}
     if not offsets:
         raise UserError(
-            f"no series of {candidate} has {SERIES_MIN_SIZES} or more sizes in every one of these "
-            f"{len(run_ids)} runs: nothing to plan from"
+            f"no series has {SERIES_MIN_SIZES} or more sizes in every one of the last {len(run_ids)} runs "
+            f"of fingerprint {fingerprint}: nothing to plan from"
         )
     floor = pooled_robust_sd(list(offsets.values()))
     return [SeriesPlan(k, history_noise(h, floor), len(offsets), criteria.alpha) for k, h in sorted(offsets.items())]
