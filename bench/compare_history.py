@@ -32,6 +32,8 @@ import argparse
 import math
 import os
 import random
+import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -127,14 +129,25 @@ class Trials:
         self.criteria = Criteria(threshold=Threshold.parse(threshold))
         self.rng = random.Random(seed)
         self.count = 0
+        # The whole pool filed once; each trial's history is a copy of it less the launches it does not draw.
+        self.master = scratch / "pool.sqlite"
+        store = open_history(str(self.master))
+        try:
+            import_csvs(store, pool)
+        finally:
+            store.close()
+        with sqlite3.connect(self.master) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.run_of = {path: pd.read_csv(path, usecols=["run_id"], dtype=str)["run_id"].iloc[0] for path in pool}
 
     def history(self, launches: list[Path]) -> Path:
         location = self.scratch / f"h{self.count}.sqlite"
-        store = open_history(str(location))
-        try:
-            import_csvs(store, launches)
-        finally:
-            store.close()
+        shutil.copyfile(self.master, location)
+        keep = [self.run_of[p] for p in launches]
+        marks = ",".join("?" * len(keep))
+        with sqlite3.connect(location) as conn:
+            for table in ("history_rows", "history_hosts", "history_runs"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id NOT IN ({marks})", keep)
         return location
 
     def judge(self, k: int, factor: float):
@@ -181,8 +194,8 @@ def predicted(result, factor: float, k: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pool", type=int, default=40, help="independent launches to collect (default 40)")
-    parser.add_argument("--history-runs", type=int, default=10, help="H: launches in each trial's history (--last)")
+    parser.add_argument("--pool", type=int, default=50, help="independent launches to collect (default 50)")
+    parser.add_argument("--history-runs", type=int, default=20, help="H: launches in each trial's history (--last)")
     parser.add_argument("--threshold", default="10%", help="compare --threshold (default 10%%: below a 1.2x)")
     parser.add_argument("--identical", type=int, default=20, help="identical candidate groups judged")
     parser.add_argument("--planted", type=int, default=10, help="planted 1.2x groups judged")
@@ -191,6 +204,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="12 launches, H 5, 10/5/8 trials: a smoke run")
     parser.add_argument("--keep", type=Path, default=None, help="collect the pool into this folder (resumes)")
     parser.add_argument("--reuse", type=Path, default=None, help="judge the pool a --keep folder holds; sweep nothing")
+    parser.add_argument("--collect-only", action="store_true", help="with --keep: collect the pool, judge nothing")
     opts = parser.parse_args()
     if opts.quick:
         opts.pool, opts.history_runs, opts.identical, opts.planted, opts.calibration = 12, 5, 10, 5, 8
@@ -198,6 +212,8 @@ def main() -> None:
         folder = opts.reuse or opts.keep or Path(scratch) / "pool"
         pool = collect(folder, opts.pool) if opts.reuse is None else collect(folder, 0)
         print(f"# pool {folder}: {collection_facts(folder)}; sweep {' '.join(SWEEP)}")
+        if opts.collect_only:
+            return
         if len(pool) < opts.history_runs + 2:
             print(f"# the pool holds {len(pool)} launches: too few for histories of {opts.history_runs}; collect more")
             return

@@ -80,7 +80,7 @@ def format_comparison(result: Comparison) -> str:
         if result.count(v)
     )
     moved = ", ".join(
-        f"{result.shift_count(v)} series {v}{'s' if result.shift_count(v) > 1 else ''}"
+        f"{result.shift_count(v)} series {v}{'s' if result.shift_count(v) > 1 and v != 'inconclusive' else ''}"
         for v in ("regression", "improvement", "inconclusive")
         if result.shift_count(v)
     )
@@ -121,7 +121,10 @@ def series_resolution_line(result: Comparison, shift: Shift) -> str:
     if shift.verdict != "inconclusive":
         return f"{head} ({shift.verdict}; the threshold is {target:.2f}x)"
     if shift.noise is None or shift.noise.history_runs == 0:
-        return f"{head}; a {target:.2f}x needs more rounds in both runs (--rounds), or a history: compare CANDIDATE.csv"
+        return (
+            f"{head}; two runs cannot resolve {target:.2f}x here: judge the candidate against a history "
+            f"(compare CANDIDATE.csv; compare --plan {target:.2f}x CANDIDATE.csv says how many launches, sweep --repeat K)"
+        )
     k = launches_for(target, shift.noise, criteria.alpha, len(result.shifts))
     if k is None:
         return (

@@ -142,7 +142,7 @@ def trend_chart(rows: pd.DataFrame, size: int | None, name: str = "trend") -> Ch
             alpha=0.15,
             linewidth=0,
             zorder=0,
-            label=f"run-to-run band of {band.fingerprint or '?'}: +/-{band.half_width:.0%} ({band.runs} runs)",
+            label=f"run-to-run band of {band.fingerprint or '?'}: {band.text} ({band.runs} runs)",
         )
         ax.hlines(band.centre, band.first - 0.45, band.last + 0.45, color=colours[band.fingerprint], alpha=0.4, lw=1)
     incomplete = [p for p in found if not p.complete]
@@ -173,8 +173,7 @@ def trend_chart(rows: pd.DataFrame, size: int | None, name: str = "trend") -> Ch
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     banded = "; ".join(
-        f"{b.fingerprint or '?'} band +/-{b.half_width:.0%} around its median (a run outside it counts as a change)"
-        for b in bands
+        f"{b.fingerprint or '?'} band {b.text} around its median (a run outside it counts as a change)" for b in bands
     )
     caption = (
         f"{what}: {len(found)} runs, {len(prints)} fingerprint{'s' if len(prints) > 1 else ''}"
@@ -201,6 +200,11 @@ class Band:
     @property
     def half_width(self) -> float:
         return self.high / self.centre - 1
+
+    @property
+    def text(self) -> str:
+        """'+66%/-40%': the band is symmetric in log time, so not in percent."""
+        return f"+{self.high / self.centre - 1:.0%}/-{1 - self.low / self.centre:.0%}"
 
 
 def run_to_run_band(found: list[Point], fingerprint: str) -> Band | None:
