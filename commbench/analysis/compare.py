@@ -54,6 +54,11 @@ def keyed(frame: pd.DataFrame, path: Path | str) -> pd.DataFrame:
     measured["size_bytes"] = measured["size_bytes"].astype("int64")
     measured["world_size"] = measured["world_size"].astype("int64")
     dup = measured.duplicated(list(ROW_KEY), keep=False)
+    if dup.any() and "launch_group" in measured and (measured["launch_group"] != "").all():
+        raise UserError(
+            f"{path} holds the {measured['run_id'].nunique()} launches of a `--repeat` group: judge it against "
+            f"the history, which pools them (commbench compare {path}), or compare two single runs"
+        )
     if dup.any():
         raise UserError(
             f"{path} holds {int(dup.sum())} rows that share a key with another (first: "

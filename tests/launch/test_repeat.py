@@ -88,3 +88,13 @@ def test_two_real_gloo_launches_give_one_csv_two_history_runs_and_one_pooled_can
     judged = commbench("compare", "--history", str(history), str(tmp_path / "cand.csv"))
     assert judged.returncode in (0, 1, 5), judged.stderr
     assert "(2 launches pooled)" in judged.stdout and "the candidate's 2 launches pooled" in judged.stdout
+
+
+def test_a_group_given_to_the_pairwise_test_is_sent_to_the_history(tmp_path: Path) -> None:
+    from tests.support.synth_results import Case, synth_run
+
+    parts = [synth_run(tmp_path / f"l{k}.csv", [Case("all_gather", "flat")], seed=k, run_id=f"l{k}") for k in (1, 2)]
+    frames = [pd.read_csv(p).assign(launch=k, launch_group="g") for k, p in enumerate(parts, start=1)]
+    pd.concat(frames).to_csv(tmp_path / "group.csv", index=False)
+    result = CliRunner().invoke(main, ["compare", str(parts[0]), str(tmp_path / "group.csv")])
+    assert_one_line_error(result, "launches of a `--repeat` group: judge it against the history", exit_code=2)
