@@ -163,8 +163,10 @@ class _Row:
 
     @property
     def value(self) -> float:
-        """The candidate's log fastest round, the mean over its launches."""
-        return statistics.fmean(math.log(fastest_round(c)) for c in self.candidates)
+        """The candidate's log fastest round, the median over its launches: the history's centre is
+        a median too, and a launch's offset is skewed (interference only adds time), so a mean of K
+        launches would drift above the history's median as K grows and cry wolf."""
+        return statistics.median(math.log(fastest_round(c)) for c in self.candidates)
 
 
 def fastest_round(row: pd.Series) -> float:
@@ -240,13 +242,18 @@ def _judge(result: Comparison, cands: list[pd.DataFrame], frames: pd.DataFrame, 
 
 def series_offsets(members: list[_Row], runs: int) -> tuple[float, list[float], list[_Row]] | None:
     """A series' candidate offset (the mean over its sizes of the log deviation from the history's
-    per-size median, averaged over the candidate's launches), each history run's, and the rows
+    per-size median; the median of its launches' offsets), each history run's, and the rows
     they rest on; None when fewer than SERIES_MIN_SIZES sizes are in every history run."""
     found = history_offsets(members, runs)
     if found is None:
         return None
     history, complete, centre = found
-    return statistics.fmean(r.value - centre[id(r)] for r in complete), history, complete
+    launches = len(complete[0].candidates)
+    per_launch = [
+        statistics.fmean(math.log(fastest_round(r.candidates[j])) - centre[id(r)] for r in complete)
+        for j in range(launches)
+    ]
+    return statistics.median(per_launch), history, complete
 
 
 def history_offsets(members: list[_Row], runs: int) -> tuple[list[float], list[_Row], dict[int, float]] | None:

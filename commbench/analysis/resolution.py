@@ -7,10 +7,11 @@ probability about P(T > t(1 - a/2, df) - delta / scale). That reaches POWER at
 
     delta_90 = (t(1 - a/2, df) + t(POWER, df)) * scale,   the resolution R = exp(delta_90)
 
-(a ratio: 1.38x). Against a history, scale = s * sqrt(1/K + 1/n): s the run-to-run spread of the
+(a ratio: 1.38x). Against a history, scale = s * sqrt(c/K + 1/n): s the run-to-run spread of the
 series (robust, floored by the pooled spread, as the test takes it), n the history's runs, K the
-candidate's launches pooled; the candidate's launches average their offsets out, the history's
-median keeps its own uncertainty. A change below the threshold judged with R above 1 + threshold
+candidate's launches pooled by their median (c = 1 for K <= 2, pi/2 from 3 on: a median's
+variance against a mean's); the launches average their offsets out, the history's median keeps
+its own uncertainty. A change below the threshold judged with R above 1 + threshold
 is inconclusive, not passed: the comparison could not have seen a change of the threshold's size.
 """
 
@@ -37,10 +38,12 @@ class Noise:
     own: float = 0.0  # the candidate's own spread added in quadrature (a row whose rounds disagree)
 
     def scale(self, launches: int = 1) -> float:
-        """The standard error of the candidate's deviation with `launches` launches pooled."""
+        """The standard error of the candidate's deviation with `launches` launches pooled (by their
+        median: its variance is pi/2 times a mean's from 3 launches on, as for normal offsets)."""
         if self.history_runs == 0:
             return math.hypot(self.spread, self.own)
-        return math.sqrt(self.spread**2 * (1 / launches + 1 / self.history_runs) + self.own**2 / launches)
+        pooled = (math.pi / 2 if launches >= 3 else 1.0) / launches
+        return math.sqrt(self.spread**2 * (pooled + 1 / self.history_runs) + self.own**2 * pooled)
 
 
 def critical(alpha: float, tests: int, df: float) -> float:
@@ -101,7 +104,7 @@ def format_ratio(ratio: float) -> str:
 
 
 def pooled_p(value: float, history: Sequence[float], noise: Noise, launches: int = 1) -> float:
-    """Two-sided p that `value` (the mean of `launches` candidate launches) is what gave `history`:
+    """Two-sided p that `value` (the median of `launches` candidate launches) is what gave `history`:
     the t prediction interval of results/stats.py prediction_p, the candidate's part of the
     variance divided by its launches (with one launch the same p)."""
     import statistics
