@@ -50,7 +50,8 @@ def main() -> None:
     parser.add_argument("--last", type=int, default=5)
     parser.add_argument("--planted", type=int, default=10)
     opts = parser.parse_args()
-    runs = sorted(opts.folder.glob("r[0-9][0-9].csv"))
+    # A pool of bench/compare_history.py (launchNNN.csv, in the order collected), or its older runs (rNN.csv).
+    runs = sorted(opts.folder.glob("launch[0-9][0-9][0-9].csv")) or sorted(opts.folder.glob("r[0-9][0-9].csv"))
     series = series_deviations(runs)
     deviations = [
         {v: run[v] - statistics.median(before[v] for before in series[k - opts.last : k]) for v in run}

@@ -16,7 +16,10 @@ from typing import Any
 # module -> the names bench/ takes from it
 _OWNERS: dict[str, tuple[str, ...]] = {
     "commbench.analysis.compare": ("Comparison", "compare_runs"),
-    "commbench.analysis.history_gate": ("compare_history",),
+    "commbench.analysis.history_gate": ("compare_history", "plan_launches"),
+    "commbench.analysis.resolution": ("detection_probability", "launches_for"),
+    "commbench.analysis.verdict": ("Criteria", "Threshold"),
+    "commbench.history.importer": ("import_csvs",),
     "commbench.backends": ("copies_of", "load_backend"),
     "commbench.backends.gloo": ("GlooBackend",),
     "commbench.backends.horovod": ("HorovodBackend",),

@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     USAGE = 2  # a mistake the user can fix: bad input, an impossible combination, a refusal
     COLLECTIVE_FAILURE = 3  # a collective failed or timed out, or a rank was lost
     INTERNAL = 4  # a bug in commbench: the traceback is printed, to be reported
+    INCONCLUSIVE = 5  # `compare` found no regression but could not have seen one of the threshold's size
     HANGUP = 129  # SIGHUP (128 + 1): the terminal or the session went away
     INTERRUPTED = 130  # Ctrl-C (SIGINT, 128 + 2)
     TERMINATED = 143  # SIGTERM (128 + 15): a scheduler's time limit or preemption (SLURM, before SIGKILL)

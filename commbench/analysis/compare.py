@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from commbench.analysis.comparison_text import describe
+from commbench.analysis.resolution import Noise
 from commbench.analysis.verdict import (
     DEFAULT_CRITERIA,
     NOISE_TEST_COLUMNS,
@@ -37,6 +38,7 @@ from commbench.analysis.verdict import (
     Shift,
     guard_by_series_scatter,
     noise_test,
+    resolve,
     series_key,
     unavailable,
     verdict_of,
@@ -44,7 +46,7 @@ from commbench.analysis.verdict import (
 from commbench.errors import UserError
 from commbench.results.reader import read_one, read_samples
 from commbench.results.schema import ROW_KEY, key_words
-from commbench.results.stats import holm, shift_p
+from commbench.results.stats import holm, robust_sd, shift_p
 
 
 def keyed(frame: pd.DataFrame, path: Path | str) -> pd.DataFrame:
@@ -53,6 +55,11 @@ def keyed(frame: pd.DataFrame, path: Path | str) -> pd.DataFrame:
     measured["size_bytes"] = measured["size_bytes"].astype("int64")
     measured["world_size"] = measured["world_size"].astype("int64")
     dup = measured.duplicated(list(ROW_KEY), keep=False)
+    if dup.any() and "launch_group" in measured and (measured["launch_group"] != "").all():
+        raise UserError(
+            f"{path} holds the {measured['run_id'].nunique()} launches of a `--repeat` group: judge it against "
+            f"the history, which pools them (commbench compare {path}), or compare two single runs"
+        )
     if dup.any():
         raise UserError(
             f"{path} holds {int(dup.sum())} rows that share a key with another (first: "
@@ -120,12 +127,14 @@ def compare_frames(
     tested = [d for d in result.deltas if d.method]
     series = _series(tested)
     guard_by_series_scatter(series)
+    _widen_by_scatter(series)
     for delta, adjusted in zip(tested, holm([d.p_value for d in tested])):
         delta.p_value = adjusted
         delta.verdict = verdict_of(
             criteria, criteria.threshold, delta.baseline, delta.candidate, adjusted, delta.verdict
         )
     result.shifts = _shifts(series, criteria)
+    resolve(result)
     return result
 
 
@@ -134,6 +143,18 @@ def _records(frame: pd.DataFrame, keys: list[tuple], metric: str) -> list[dict]:
     holding the columns noise_test reads."""
     columns = list(dict.fromkeys([metric, *NOISE_TEST_COLUMNS]))
     return frame.loc[pd.MultiIndex.from_tuples(keys, names=frame.index.names), columns].to_dict("records")
+
+
+def _widen_by_scatter(series: dict[tuple, list[tuple[Delta, float]]]) -> None:
+    """A row's noise as the guard sees it: its test's standard error, or the scatter of its
+    series' changes across sizes where that is wider (the drift the rounds cannot see)."""
+    for rows in series.values():
+        if len(rows) < SERIES_MIN_SIZES:
+            continue
+        scatter = robust_sd([x for _, x in rows])
+        for d, _ in rows:
+            if d.noise is not None and scatter > d.noise.spread:
+                d.noise = Noise(scatter, math.inf)
 
 
 def _series(tested: list[Delta]) -> dict[tuple, list[tuple[Delta, float]]]:
@@ -151,7 +172,9 @@ def _shifts(series: dict[tuple, list[tuple[Delta, float]]], criteria: Criteria) 
     for key, rows in sorted(series.items()):
         if len(rows) >= SERIES_MIN_SIZES:
             logs = [x for _, x in rows]
-            shifts.append(Shift(key, len(logs), math.exp(statistics.fmean(logs)), shift_p(logs)))
+            # The one-sample t's standard error and degrees of freedom: what its resolution rests on.
+            noise = Noise(statistics.stdev(logs) / math.sqrt(len(logs)), len(logs) - 1)
+            shifts.append(Shift(key, len(logs), math.exp(statistics.fmean(logs)), shift_p(logs), noise=noise))
     for shift, adjusted in zip(shifts, holm([s.p_value for s in shifts])):
         shift.p_value = adjusted
         shift.verdict = verdict_of(criteria, criteria.series_threshold, 1.0, shift.ratio, adjusted, shift.verdict)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from commbench.analysis.verdict import TESTS, Comparison
+from commbench.analysis.resolution import format_ratio
+from commbench.analysis.verdict import TESTS, Comparison, Shift
 from commbench.results.schema import ROW_KEY, SERIES_KEY
 from commbench.units import format_size
 
@@ -31,14 +32,17 @@ def format_comparison(result: Comparison) -> str:
         f"(p adjusted by Holm's method over the {tested} rows tested)",
         *(f"# noise test {m}: {TESTS[m]}" for m in result.methods),
         *(f"# {note}" for note in result.notes),
+        f"# resolves: the smallest ratio each test catches 9 times in 10 at its false-alarm rate, from "
+        f"{result.resolution_rule}{_pooled(result)}; where it is coarser than the threshold a verdict that "
+        "found no change is inconclusive",
         f"# {'op/variant/phase dtype mode size n':<58} {'baseline':>10} {'candidate':>10} {'change':>8} "
-        f"{'p':>7} {'test':>6}  verdict",
+        f"{'p':>7} {'test':>6} {'resolves':>8}  verdict",
     ]
     for d in result.deltas:
         p = "" if math.isnan(d.p_value) else f"{d.p_value:.3g}"
         lines.append(
             f"  {describe(d.key):<58} {d.baseline:>10.4g} {d.candidate:>10.4g} {d.change:>+8.1%} "
-            f"{p:>7} {d.method:>6}  {d.verdict}"
+            f"{p:>7} {d.method:>6} {_ratio(d.resolution):>8}  {d.verdict}"
         )
     if result.shifts:
         lines.append(
@@ -48,9 +52,10 @@ def format_comparison(result: Comparison) -> str:
         )
         lines.extend(
             f"  {describe(s.key) + f' ({s.sizes} sizes)':<58} {'':>10} {'':>10} {s.change:>+8.1%} "
-            f"{s.p_value:>7.3g} {'shift':>6}  {s.verdict}"
+            f"{s.p_value:>7.3g} {'shift':>6} {_ratio(s.resolution):>8}  {s.verdict}"
             for s in result.shifts
         )
+        lines.extend(f"# {series_resolution_line(result, s)}" for s in result.shifts if s.noise is not None)
     for title, keys in (
         ("only in the baseline", result.only_baseline),
         ("only in the candidate", result.only_candidate),
@@ -67,6 +72,7 @@ def format_comparison(result: Comparison) -> str:
             "improvement",
             "within noise",
             "unchanged",
+            "inconclusive",
             "wrong results",
             "wrong in baseline",
             "not judged (stopped)",
@@ -74,13 +80,55 @@ def format_comparison(result: Comparison) -> str:
         if result.count(v)
     )
     moved = ", ".join(
-        f"{result.shift_count(v)} series {v}{'s' if result.shift_count(v) > 1 else ''}"
-        for v in ("regression", "improvement")
+        f"{result.shift_count(v)} series {v}{'s' if result.shift_count(v) > 1 and v != 'inconclusive' else ''}"
+        for v in ("regression", "improvement", "inconclusive")
         if result.shift_count(v)
     )
     # A row the reader could not read was judged by nobody: a pass says how many it did not see.
     unjudged = ", ".join(f"{n} row{'s' if n != 1 else ''} of {label}" for label, n in result.unjudged.items())
     unjudged = f"{unjudged} not judged (cut, malformed or impossible: named above)" if unjudged else ""
     summary = "; ".join(part for part in (counts or "no row compared", moved, unjudged) if part)
-    lines.append(f"# {summary}; {'FAILED' if result.failed else 'passed'}")
+    outcome = "FAILED" if result.failed else "INCONCLUSIVE" if result.inconclusive else "passed"
+    resolved = [s.resolution for s in result.shifts if not math.isnan(s.resolution)]
+    if outcome == "passed" and resolved:
+        outcome += f" (every series resolves its threshold; the coarsest {_ratio(max(resolved))})"
+    lines.append(f"# {summary}; {outcome}")
     return "\n".join(lines)
+
+
+def _ratio(value: float) -> str:
+    return "" if math.isnan(value) else "inf" if math.isinf(value) else f"{value:.2f}x"
+
+
+def _pooled(result: Comparison) -> str:
+    return f", the candidate's {result.launches} launches pooled" if result.launches > 1 else ""
+
+
+def series_resolution_line(result: Comparison, shift: Shift) -> str:
+    """What a series' verdict could see, and what would make it see a change of the threshold's size:
+    `all_gather/flat: -3% +/- 14%; this history resolves 1.38x; a 1.05x needs 9 candidate launches: --repeat 9`."""
+    from commbench.analysis.resolution import launches_for
+
+    criteria = result.criteria
+    name = f"{shift.key[0]}/{shift.key[1]}" + ("" if shift.key[2] in ("", "comm") else f"/{shift.key[2]}")
+    where = "this history" if result.resolution_rule.startswith("the run-to-run") else "this pair of runs"
+    pooled = f" with {result.launches} launches" if result.launches > 1 else ""
+    head = (
+        f"{name}: {shift.change:+.0%} +/- {math.expm1(shift.interval):.0%}; {where}{pooled} resolves "
+        f"{format_ratio(shift.resolution)}"
+    )
+    target = criteria.series_threshold.ratio(1.0)
+    if shift.verdict != "inconclusive":
+        return f"{head} ({shift.verdict}; the threshold is {target:.2f}x)"
+    if shift.noise is None or shift.noise.history_runs == 0:
+        return (
+            f"{head}; two runs cannot resolve {target:.2f}x here: judge the candidate against a history "
+            f"(compare CANDIDATE.csv; compare --plan {target:.2f}x CANDIDATE.csv says how many launches, sweep --repeat K)"
+        )
+    k = launches_for(target, shift.noise, criteria.alpha, len(result.shifts))
+    if k is None:
+        return (
+            f"{head}; no number of candidate launches resolves {target:.2f}x against "
+            f"{shift.noise.history_runs} history runs: judge against more (--last) or at a coarser --series-threshold"
+        )
+    return f"{head}; a {target:.2f}x needs {k} candidate launches: --repeat {k}"

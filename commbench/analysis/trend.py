@@ -1,10 +1,11 @@
 """The trend chart: one row's p50 (or a whole series') across the runs of a history, coloured by
 fingerprint, with every fingerprint change marked, so "it got slower after the driver upgrade" is
-one picture."""
+one picture; behind each fingerprint's points its run-to-run band, what counts as a change there."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 import pandas as pd
@@ -131,6 +132,19 @@ def trend_chart(rows: pd.DataFrame, size: int | None, name: str = "trend") -> Ch
                 capsize=3,
                 label=f"fingerprint {fp or '?'} ({len(mine)} runs)" if complete or len(part) == len(mine) else None,
             )
+    bands = [b for fp in prints if (b := run_to_run_band(found, fp)) is not None]
+    for band in bands:
+        ax.fill_between(
+            [band.first - 0.45, band.last + 0.45],
+            band.low,
+            band.high,
+            color=colours[band.fingerprint],
+            alpha=0.15,
+            linewidth=0,
+            zorder=0,
+            label=f"run-to-run band of {band.fingerprint or '?'}: {band.text} ({band.runs} runs)",
+        )
+        ax.hlines(band.centre, band.first - 0.45, band.last + 0.45, color=colours[band.fingerprint], alpha=0.4, lw=1)
     incomplete = [p for p in found if not p.complete]
     if incomplete:
         ax.plot([], [], "o", color="0.4", markerfacecolor="white", label=f"hollow: incomplete run ({len(incomplete)})")
@@ -158,12 +172,55 @@ def trend_chart(rows: pd.DataFrame, size: int | None, name: str = "trend") -> Ch
     ax.set_title(what)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
+    banded = "; ".join(
+        f"{b.fingerprint or '?'} band {b.text} around its median (a run outside it counts as a change)" for b in bands
+    )
     caption = (
         f"{what}: {len(found)} runs, {len(prints)} fingerprint{'s' if len(prints) > 1 else ''}"
+        f"{f'; {banded}' if banded else ''}"
         f"{f', {len(changes)} change' + ('s' if len(changes) > 1 else '') + ' marked' if changes else ''}"
         f"{f'; {len(incomplete)} incomplete (hollow, red label)' if incomplete else ''}."
     )
     return Chart(name=name, kind="trend", figure=fig, caption=caption)
+
+
+@dataclass(frozen=True)
+class Band:
+    """What counts as a change for one fingerprint's runs: the 95% t prediction interval of one more
+    run around their median, from their robust run-to-run spread (as the history gate measures it)."""
+
+    fingerprint: str
+    first: int
+    last: int
+    centre: float
+    low: float
+    high: float
+    runs: int
+
+    @property
+    def half_width(self) -> float:
+        return self.high / self.centre - 1
+
+    @property
+    def text(self) -> str:
+        """'+66%/-40%': the band is symmetric in log time, so not in percent."""
+        return f"+{self.high / self.centre - 1:.0%}/-{1 - self.low / self.centre:.0%}"
+
+
+def run_to_run_band(found: list[Point], fingerprint: str) -> Band | None:
+    """The band of a fingerprint's complete runs on the chart; None with fewer than 3 of them."""
+    from commbench.analysis.resolution import critical, history_noise
+
+    mine = [(i, p) for i, p in enumerate(found) if p.fingerprint == fingerprint and p.complete and p.value > 0]
+    if len(mine) < 3:
+        return None
+    logs = [math.log(p.value) for _, p in mine]
+    noise = history_noise(logs, (0.0, 0))
+    half = critical(0.05, 1, noise.df) * noise.scale(1)
+    centre = math.exp(statistics.median(logs))
+    return Band(
+        fingerprint, mine[0][0], mine[-1][0], centre, centre * math.exp(-half), centre * math.exp(half), len(mine)
+    )
 
 
 def _tick(point: Point, show_sizes: bool, total: int) -> str:

@@ -3,21 +3,24 @@
 their verdicts, the noise test that gives a row its p, and the guard by the scatter of a series.
 
 A change is an improvement or a regression only when it exceeds the threshold and its p (Holm-adjusted
-over the rows, or the series) is below alpha; the statistics are pure functions in results/stats.py,
-and how a comparison is printed is analysis/comparison_text.py's.
+over the rows, or the series) is below alpha; one that does not, judged with a resolution coarser
+than the threshold (analysis/resolution.py), is inconclusive rather than unchanged. The statistics
+are pure functions in results/stats.py, and how a comparison is printed is analysis/comparison_text.py's.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
-from commbench.errors import UserError
+from commbench.analysis.resolution import Noise, conclusive, critical, resolution
+from commbench.errors import ExitCode, UserError
 from commbench.results.reader import ROUND_P50S
 from commbench.results.schema import ROW_KEY, SERIES_KEY, STOPPED
 from commbench.results.stats import interval_p, mann_whitney_p, normal_p, robust_sd, rounds_p, spread_p
@@ -64,6 +67,10 @@ class Threshold:
     def exceeded(self, baseline: float, candidate: float) -> bool:
         diff = abs(candidate - baseline)
         return diff > self.value * abs(baseline) if self.relative else diff > self.value
+
+    def ratio(self, baseline: float) -> float:
+        """The threshold as a ratio of the baseline (5% -> 1.05; 20 us of a 100 us row -> 1.2)."""
+        return 1 + (self.value if self.relative else self.value / abs(baseline) if baseline else math.inf)
 
     def __str__(self) -> str:
         return f"{self.value * 100:g}%" if self.relative else f"{self.value:g}"
@@ -112,6 +119,8 @@ class Delta:
     p_value: float
     method: str
     verdict: str
+    resolution: float = math.nan  # the smallest ratio this row's test catches 9 times in 10 (analysis/resolution.py)
+    noise: Noise | None = None  # the standard error (log) of the row's change, as its test sees it
 
     @property
     def change(self) -> float:
@@ -132,6 +141,9 @@ class Shift:
     ratio: float
     p_value: float
     verdict: str = "unchanged"
+    resolution: float = math.nan  # the smallest ratio this series' test catches 9 times in 10
+    noise: Noise | None = None  # what the resolution rests on, for the launches a conclusive verdict needs
+    interval: float = math.nan  # the 95% half-width of the change (log), as the advice prints it
 
     @property
     def change(self) -> float:
@@ -155,6 +167,18 @@ class Comparison:
     )  # rows the reader left out (cut, malformed, impossible), by file
     notes: list[str] = field(default_factory=list)  # how the candidate was judged, where that is not pairwise
     series_rule: str = "a t-test on the per-size log ratios gives"  # what a series' change must pass
+    launches: int = 1  # the candidate's launches pooled (sweep --repeat K)
+    resolution_rule: str = "the two runs' own rounds or intervals"  # what the resolution rests on
+
+    @property
+    def inconclusive(self) -> bool:
+        """Nothing failed, but a series (or a row outside any judged series) could not have seen a
+        change of the threshold's size: neither a pass nor a failure."""
+        return not self.failed and (self.count("inconclusive") + self.shift_count("inconclusive") > 0)
+
+    @property
+    def exit_code(self) -> int:
+        return ExitCode.FAILED if self.failed else ExitCode.INCONCLUSIVE if self.inconclusive else ExitCode.OK
 
     def count(self, verdict: str) -> int:
         return sum(1 for d in self.deltas if d.verdict == verdict)
@@ -226,13 +250,41 @@ def noise_test(key: tuple, b: Mapping[str, Any], c: Mapping[str, Any], samples: 
     rounds = b[ROUND_P50S], c[ROUND_P50S]
     if min(map(len, rounds)) >= 2:
         delta.p_value, delta.method = rounds_p(*rounds), "rounds"
+        delta.noise = _rounds_noise(*rounds)
     elif all(s is not None and key in s for s in samples):
         delta.p_value, delta.method = mann_whitney_p(samples[0][key], samples[1][key]), "U"
+        delta.noise = Noise(math.hypot(*(_median_se(s[key]) for s in samples)), math.inf)
     elif all(_has_interval(row) for row in (b, c)):
         delta.p_value, delta.method = interval_p(_interval(b), _interval(c)), "interval"
+        delta.noise = Noise(math.hypot(*(_interval_se(row) for row in (b, c))), math.inf)
     else:
         delta.p_value, delta.method = spread_p(_spread(b), _spread(c)), "spread"
+        delta.noise = Noise(math.hypot(*(_spread_se(row) for row in (b, c))), math.inf)
     return delta
+
+
+def _rounds_noise(a: tuple, b: tuple) -> Noise:
+    """Welch's standard error of the difference of the runs' mean log round p50s, and its degrees of freedom."""
+    va, vb = (statistics.variance([math.log(x) for x in r]) / len(r) for r in (a, b))
+    if va + vb == 0:
+        return Noise(0.0, math.inf)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return Noise(math.sqrt(va + vb), df)
+
+
+def _median_se(samples: list[float]) -> float:
+    """The standard error of a log median from its samples (sqrt(pi/2) x that of a mean)."""
+    logs = [math.log(x) for x in samples if x > 0]
+    return math.sqrt(math.pi / 2) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
+
+
+def _interval_se(row: pd.Series) -> float:
+    return (math.log(row["time_us_p50_hi"]) - math.log(row["time_us_p50_lo"])) / (2 * 1.959963984540054)
+
+
+def _spread_se(row: pd.Series) -> float:
+    p50, std, iters = _spread(row)
+    return math.sqrt(math.pi / 2) * std / math.sqrt(max(iters, 1)) / p50 if p50 > 0 else math.inf
 
 
 def verdict_of(
@@ -246,6 +298,39 @@ def verdict_of(
         return "within noise"
     better = (candidate > baseline) == METRICS[criteria.metric]
     return "improvement" if better else "regression"
+
+
+def resolve(result: Comparison) -> None:
+    """Each tested row's and each series' resolution from the noise its test saw (with the
+    candidate's launches pooled), and the verdicts that found no change made inconclusive where it
+    is coarser than the threshold: a series' by the series threshold; a row's only where its series
+    is not judged as a whole (the series is what resolves a slowdown; a row alone rarely can), and
+    neither where a row of the series was called a change."""
+    criteria, k = result.criteria, result.launches
+    tested = [d for d in result.deltas if d.noise is not None]
+    for d in tested:
+        d.resolution = resolution(d.noise, criteria.alpha, len(tested), k)
+    # A series with a row called changed has a finding: what it could not resolve is no longer the question.
+    called = {series_key(d.key) for d in result.deltas if d.verdict in ("regression", "improvement")}
+    for s in result.shifts:
+        if s.noise is None:
+            continue
+        s.resolution = resolution(s.noise, criteria.alpha, len(result.shifts), k)
+        s.interval = critical(0.05, 1, s.noise.df) * s.noise.scale(k)
+        if s.key not in called:
+            s.verdict = settled(s.verdict, criteria.series_threshold, 1.0, s.resolution)
+    judged = {s.key for s in result.shifts if s.noise is not None}
+    for d in tested:
+        if series_key(d.key) not in judged:
+            d.verdict = settled(d.verdict, criteria.threshold, d.baseline, d.resolution)
+
+
+def settled(verdict: str, threshold: Threshold, baseline: float, resolved: float) -> str:
+    """A verdict that found no change, made inconclusive where the test could not have seen a change
+    of the threshold's size (its resolution is coarser than the threshold)."""
+    if verdict in ("unchanged", "within noise") and not conclusive(resolved, threshold.ratio(baseline)):
+        return "inconclusive"
+    return verdict
 
 
 def _has_interval(row: Mapping[str, Any]) -> bool:

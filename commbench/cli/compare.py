@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -13,6 +14,9 @@ from commbench.errors import ExitCode
 
 if TYPE_CHECKING:
     from commbench.analysis.verdict import Comparison, Criteria
+    from commbench.history.store import History
+
+T = TypeVar("T")
 
 
 @click.command()
@@ -49,6 +53,13 @@ if TYPE_CHECKING:
     show_default=True,
     help="With one CSV: how many earlier runs of the history to judge against.",
 )
+@click.option(
+    "--plan",
+    default=None,
+    metavar="RATIO",
+    help="With one CSV: judge nothing; say how many candidate launches (sweep --repeat K) the history's "
+    "spread needs to resolve this slowdown (1.2x, or 20%) in each series.",
+)
 # --history-db: this option's name before every command spelled it --history.
 @history_location_option("With one CSV: the history to judge it against", "location", "--history-db")
 def compare(
@@ -58,6 +69,7 @@ def compare(
     alpha: float,
     series_threshold: str | None,
     last: int,
+    plan: str | None,
     location: str | None,
 ) -> None:
     """Compare CANDIDATE.csv against BASELINE.csv row by row, or one CSV against the runs before it
@@ -86,8 +98,17 @@ def compare(
     candidate's fastest round lies outside the spread of the history's; with fewer than 3 such runs
     it says so and compares pairwise against the latest.
 
+    Every verdict states its resolution: the smallest change it catches 9 times in 10 at its
+    false-alarm rate, from the history's run-to-run spread (pairwise: the two runs' own rounds or
+    intervals). A series (or a row outside any judged series) that found no change but resolves
+    only changes coarser than its threshold is inconclusive, with the launches that would make it
+    conclusive (a CSV of `sweep --repeat K` is pooled as one candidate); --plan 1.2x says how many
+    launches the history's spread needs before running them.
+
     \b
-    Exit codes: 0 no regression, 1 regression or wrong results, 2 unusable input.
+    Exit codes: 0 passed (no regression, and every series resolves its threshold),
+    1 regression or wrong results, 2 unusable input, 5 inconclusive (no regression,
+    but one could have gone unseen: repeat the candidate as the line says).
     """
     from commbench.analysis.compare import compare_runs
     from commbench.analysis.comparison_text import format_comparison
@@ -110,6 +131,11 @@ def compare(
             f"--history takes the history's location now; to judge {location} against the history: "
             f"`commbench compare {location}` (or `commbench compare --history PATH|URL {location}`)"
         )
+    if plan is not None:
+        if len(csvs) != 1:
+            raise UserError("--plan takes one CSV of the command to plan for: commbench compare --plan 1.2x RUN.csv")
+        click.echo(_plan(csvs[0], location, last, criteria, plan))
+        sys.exit(ExitCode.OK)
     if len(csvs) == 1:
         result = _against_history(csvs[0], location, last, criteria)
     elif len(csvs) == 2:
@@ -120,19 +146,31 @@ def compare(
             f"(got {len(csvs)} files)"
         )
     click.echo(format_comparison(result))
-    sys.exit(ExitCode.FAILED if result.failed else ExitCode.OK)
+    sys.exit(result.exit_code)
 
 
 def _against_history(candidate: Path, location: str | None, last: int, criteria: Criteria) -> Comparison:
     from commbench.analysis.history_gate import compare_history
+
+    return _with_history(candidate, location, lambda history: compare_history(candidate, history, last, criteria))
+
+
+def _plan(candidate: Path, location: str | None, last: int, criteria: Criteria, ratio: str) -> str:
+    from commbench.analysis.history_gate import parse_ratio, plan_launches, plan_text
+
+    target = parse_ratio(ratio)
+    found = _with_history(candidate, location, lambda history: plan_launches(candidate, history, last, criteria))
+    return plan_text(found, target)
+
+
+def _with_history(candidate: Path, location: str | None, use: Callable[[History], T]) -> T:
+    from commbench.errors import UserError
     from commbench.history.store import history_location, open_history
 
     if not candidate.is_file():
-        from commbench.errors import UserError
-
         raise UserError(f"results file {candidate} does not exist")
     history = open_history(history_location(location) or "", create=False)
     try:
-        return compare_history(candidate, history, last, criteria)
+        return use(history)
     finally:
         history.close()

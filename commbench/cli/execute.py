@@ -14,11 +14,12 @@ if TYPE_CHECKING:
     from commbench.launch.env import LaunchOptions
 
 
-def execute(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
-    """Run the sweep as one rank of a launcher's job, or by spawning local ranks."""
-    from commbench.launch.start import start
+def execute(cfg: SweepConfig, how: LaunchOptions, repeat: int = 1) -> Outcome:
+    """Run the sweep as one rank of a launcher's job, or by spawning local ranks (`repeat` times:
+    --repeat)."""
+    from commbench.launch.start import start_launches
 
-    return start(cfg, how)
+    return start_launches(cfg, how, repeat)
 
 
 def chart_after(outcome: Outcome, plot: bool, overwrite: bool = False) -> None:

@@ -123,6 +123,44 @@ def show(run: str, location: str) -> None:
         click.echo(
             f"  {f'{r.op}/{r.variant}/{r.phase}':<40} {r.dtype:<8} {size:>7} {p50:>10} {interval:>21}  {r.status}"
         )
+    for line in _resolution_lines(location, found, rows):
+        click.echo(line)
+
+
+def _resolution_lines(location: str | None, found: dict[str, Any], rows: Any) -> list[str]:
+    """What `compare` of a run like this one could see against the runs of its fingerprint before
+    it: each series' run-to-run spread and the change one launch resolves (and two, and four)."""
+    from commbench.analysis.compare import keyed
+    from commbench.analysis.comparison_text import describe
+    from commbench.analysis.history_gate import DEFAULT_LAST, series_plans
+    from commbench.analysis.resolution import format_ratio, resolution
+    from commbench.analysis.verdict import DEFAULT_CRITERIA
+    from commbench.errors import UserError
+
+    measured = rows[rows["status"] == "ok"]
+    if measured.empty or not found["fingerprint"]:
+        return []
+    store = _open(location)
+    try:
+        plans = series_plans(
+            store,
+            found["fingerprint"],
+            list(keyed(measured, found["run_id"]).index),
+            DEFAULT_LAST,
+            DEFAULT_CRITERIA,
+            found["started_at"],
+            found["run_id"],
+        )
+    except UserError as exc:
+        return [f"# resolution: none yet ({exc.format_message()})"]
+    finally:
+        store.close()
+    n = plans[0].noise.history_runs
+    lines = [f"# resolution per series against the {n} runs of its fingerprint before it (compare --last {n}):"]
+    for p in plans:
+        resolved = ", ".join(f"{k} {format_ratio(resolution(p.noise, p.alpha, p.tests, k))}" for k in (1, 2, 4))
+        lines.append(f"  {describe(p.key):<58} run-to-run sd {p.noise.spread:.1%}; resolves with launches {resolved}")
+    return lines
 
 
 # Every column that can split a trend's series (SERIES_KEY) has an option that narrows it.

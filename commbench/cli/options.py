@@ -186,6 +186,16 @@ results_arguments = click.argument("csvs", nargs=-1, required=True, type=click.P
 chart_format_option = click.option(
     "--format", "fmt", type=click.Choice(("png", "svg")), default="png", show_default=True, help="Chart file format."
 )
+repeat_option = click.option(
+    "--repeat",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    metavar="K",
+    help="Launch the whole measurement K times, each with new ranks and a new rendezvous (as a CI job "
+    "rerun would), into one CSV with a launch column; each launch is its own history run, and compare "
+    "pools the K as one candidate (compare --plan 1.2x says which K; docs/history.md).",
+)
 plot_option = click.option(
     "--plot/--no-plot",
     default=True,

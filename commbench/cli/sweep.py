@@ -13,6 +13,7 @@ from commbench.cli.options import (
     history_options,
     launch_options,
     plot_option,
+    repeat_option,
     split_names,
     timing_options,
 )
@@ -56,6 +57,7 @@ def refuse_extra_arguments(extra: list[str]) -> None:
 @history_options
 @op_option_flags
 @plot_option
+@repeat_option
 def sweep(
     ctx: click.Context,
     ops: tuple[str, ...],
@@ -68,6 +70,7 @@ def sweep(
     master_port: int | None,
     oversubscribe: bool,
     plot: bool,
+    repeat: int,
     **options: object,
 ) -> None:
     """Measure collectives over a range of sizes; one CSV row per (op, variant, phase, dtype, size).
@@ -94,6 +97,6 @@ def sweep(
     cfg = build_config(ops=ops, sizes=chosen, op_options=op_options, variants=variants, **options)
     from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
 
-    outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe))
+    outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe), repeat)
     chart_after(outcome, plot, cfg.overwrite)
     sys.exit(outcome.code)

@@ -14,6 +14,7 @@ from commbench.cli.options import (
     history_options,
     launch_options,
     plot_option,
+    repeat_option,
     split_names,
     timing_options,
 )
@@ -36,6 +37,7 @@ from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 @timing_options
 @history_options
 @plot_option
+@repeat_option
 def syncbn(
     channels: tuple[int, ...],
     batch: int,
@@ -46,6 +48,7 @@ def syncbn(
     master_port: int | None,
     oversubscribe: bool,
     plot: bool,
+    repeat: int,
     **options: object,
 ) -> None:
     """Compare SyncBatchNorm's communication strategies: time per phase and speedup over horovod.
@@ -73,7 +76,7 @@ def syncbn(
     cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, variants=chosen, **options)
     from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
 
-    outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe))
+    outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe), repeat)
     if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
         _print_comparison(outcome.output)
     chart_after(outcome, plot, cfg.overwrite)
@@ -86,6 +89,10 @@ def _print_comparison(csv_path: Path) -> None:
     from commbench.results.reader import read_results
 
     try:
-        click.echo(format_table(read_results([csv_path])) or "# sync_bn: no measured row to compare")
+        frame = read_results([csv_path])
+        if (launches := frame["run_id"].nunique()) > 1:  # --repeat: the table of the last launch
+            frame = frame[frame["run_id"] == frame["run_id"].iloc[-1]]
+            click.echo(f"# the last of {launches} launches (compare pools them all):")
+        click.echo(format_table(frame) or "# sync_bn: no measured row to compare")
     except UserError as exc:
         warn(f"no sync_bn comparison: {exc.format_message()}")

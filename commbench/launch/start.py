@@ -102,6 +102,41 @@ def start(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
     return Outcome(code, Path(cfg.output))
 
 
+def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int) -> Outcome:
+    """`--repeat K`: K independent launches of the same measurement, as a CI job's reruns would be:
+    new ranks and a new rendezvous (a new store, port and process group) each time, one after the
+    other, into one CSV (the later launches append; the launch and launch_group columns tell them
+    apart), each launch its own run in the history with the group's id. A launch that ends worse
+    than wrong results (a usage error, a failed collective, Ctrl-C) ends the series there: the rows
+    of the launches before it stay in the CSV.
+
+    Under an external launcher (torchrun, srun, mpirun, horovodrun) this process is one rank of a
+    job it did not start, and cannot start the job again: refused in one line."""
+    if repeat == 1:
+        return start(cfg, how)
+    launch = detect(master_addr=how.master_addr, master_port=how.master_port)
+    if launch.is_rank:
+        raise UserError(
+            f"--repeat starts its launches itself; under {launch.kind} run the job {repeat} times instead "
+            f"(each run files its own history entry), or leave {launch.kind} out and use --nproc"
+        )
+    import uuid
+
+    group = uuid.uuid4().hex[:12]
+    outcome, worst = None, ExitCode.OK
+    for k in range(1, repeat + 1):
+        say(f"# launch {k}/{repeat} (group {group})")
+        this = dataclasses.replace(cfg, launch=k, launch_group=group)
+        if outcome is not None:  # the later launches append to the CSV the first one created
+            this = dataclasses.replace(this, output=str(outcome.output), overwrite=True, append=True)
+        outcome = start(this, how)
+        if outcome.code not in (ExitCode.OK, ExitCode.FAILED):
+            return outcome
+        worst = max(worst, outcome.code)
+    say(f"# {repeat} launches (group {group}) in {outcome.output}: compare pools them as one candidate")
+    return Outcome(worst, outcome.output)
+
+
 def _check_host(cfg: SweepConfig, nproc: int, oversubscribe: bool) -> None:
     """Refuse local ranks this host cannot run, in one line that says what to change."""
     from commbench.run.resources import local_ranks_error

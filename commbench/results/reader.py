@@ -74,6 +74,7 @@ TEXT_COLUMNS = (
     "time_us_p50_rounds",
     "fingerprint",
     "env_file",
+    "launch_group",
 )
 
 

@@ -38,6 +38,7 @@ COLUMNS = (
     *"comm_us compute_us overlapped_us overlap compute_flops".split(),  # --overlap only
     *"hosts node_ranks torch_version backend_version commbench_version command".split(),
     *"fingerprint env_file".split(),  # the run's fingerprint and its hosts' <stem>.env.json (docs/history.md)
+    *"launch launch_group".split(),  # sweep --repeat K: which of the K launches, and the id they share
 )
 
 # A row's status: ok, wrong (its check found wrong elements), unavailable (the variant could not

@@ -29,13 +29,15 @@ from commbench.results.schema import COLUMNS
 class CsvAppender:
     """A CSV file that gains one complete, durable line per write()."""
 
-    def __init__(self, path: Path, columns: Iterable[str], overwrite: bool = True) -> None:
+    def __init__(self, path: Path, columns: Iterable[str], overwrite: bool = True, append: bool = False) -> None:
         self.path = Path(path)
         self.columns = tuple(columns)
         self.lines = 0  # data lines written, for the line a full disk ends with
-        self._fd: int | None = _locked(self.path, overwrite)
-        self._size = 0  # bytes of complete lines: a write cut by a full disk is taken back to it
-        self._emit([self.columns])
+        # append: a later launch of `sweep --repeat` adds its rows to the file the first one created.
+        self._fd: int | None = _locked(self.path, overwrite, append)
+        self._size = os.lseek(self._fd, 0, os.SEEK_END)  # bytes of complete lines: a cut write is taken back to it
+        if not append:
+            self._emit([self.columns])
         self.lines = 0
 
     def write(self, row: dict[str, Any]) -> None:
@@ -79,14 +81,14 @@ class DiskFull(UserError):
         )
 
 
-def _locked(path: Path, overwrite: bool) -> int:
+def _locked(path: Path, overwrite: bool, append: bool = False) -> int:
     """A descriptor of path open for writing, emptied and locked for this writer alone. A new file
     is created exclusively (a name another run took since it was checked is refused, not
     truncated); an existing one (--overwrite) is truncated only once its lock is held, so a run that
     another is writing is refused with its rows intact. Anything but a regular file is refused."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags if overwrite and path.exists() else flags | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = os.open(path, flags if (overwrite or append) and path.exists() else flags | os.O_CREAT | os.O_EXCL, 0o666)
     except FileExistsError:
         raise UserError(f"{path} already exists; choose another --output or pass --overwrite") from None
     except OSError as exc:
@@ -98,7 +100,8 @@ def _locked(path: Path, overwrite: bool) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise UserError(busy_message(path)) from None
-        os.ftruncate(fd, 0)
+        if not append:
+            os.ftruncate(fd, 0)
     except BaseException:
         os.close(fd)
         raise

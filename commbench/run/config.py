@@ -124,6 +124,11 @@ class SweepConfig:
         "With --overlap: the matmul's FLOP count (e.g. 1G, 5e9), or auto (about as long as the op at each size).",
     )
     command: str = ""
+    # sweep --repeat K (launch/start.py): which launch this is (0: a single run), the id the K
+    # launches share, and whether this launch appends to the CSV the first one created.
+    launch: int = 0
+    launch_group: str = ""
+    append: bool = False
     history: str | None = (
         None  # --history PATH|URL; history/store.py's NO_HISTORY under --no-history; None: the default (history_location)
     )

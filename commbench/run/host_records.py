@@ -78,6 +78,7 @@ def begin_record(
     host_envs: list[dict[str, Any]],
     command: str,
     history: History | None,
+    record_path: Path | None = None,
 ) -> tuple[dict[str, str], RunRecorder | None]:
     """Write <stem>.env.json, warn once when the hosts differ, and file the run in the history.
 
@@ -88,10 +89,10 @@ def begin_record(
     from commbench.history.recorder import RunInfo, RunRecorder, now
 
     document = env_document(run_id, run_layout, host_envs)
-    write_env(path, document)
+    write_env(record_path or path, document)
     if document["differences"]:
         warn(f"the hosts differ: {'; '.join(document['differences'])}")
-    columns = {"fingerprint": document["fingerprint"], "env_file": env_path(path).name}
+    columns = {"fingerprint": document["fingerprint"], "env_file": env_path(record_path or path).name}
     if history is None:
         return columns, None
     words = command.split()

@@ -122,13 +122,17 @@ def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agree
         backend.device.type,
         cfg.workload_digest,
     )
-    record_columns, recorder = begin_record(path, facts.run_id, run_layout, agreed.host_envs, cfg.command, history)
+    # Each launch of `sweep --repeat` keeps its own hosts' record: <stem>.launch<i>.env.json.
+    record_path = path.with_name(f"{path.stem}.launch{cfg.launch}{path.suffix}") if cfg.launch else path
+    record_columns, recorder = begin_record(
+        path, facts.run_id, run_layout, agreed.host_envs, cfg.command, history, record_path
+    )
     base = {**_run_columns(cfg, backend, grouping, facts), **record_columns}
     # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
     display = Display(choose_mode(sys.stdout, relay=launch.spawned))
     budget = cfg.budget
     # Creates the file, or refuses before the header.
-    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget, history=recorder)
+    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget, history=recorder, append=cfg.append)
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
         f"{counted(backend.world_size, 'rank')} on {facts.hosts}{in_groups(grouping)}, mode {cfg.mode}, "
@@ -166,6 +170,8 @@ def _run_columns(cfg: SweepConfig, backend: Backend, grouping: Grouping, facts: 
         "torch_version": torch.__version__,
         "backend_version": backend.version(),
         "command": cfg.command,
+        "launch": cfg.launch or None,
+        "launch_group": cfg.launch_group or None,
     }
 
 

@@ -38,6 +38,7 @@ class Sink:
         display: Display,
         budget: Budget | None = None,
         history: RunRecorder | None = None,
+        append: bool = False,
     ) -> None:
         self.path = path
         self.budget = budget or Budget()
@@ -47,8 +48,8 @@ class Sink:
         self.interrupted = False  # set when Ctrl-C, SIGTERM or SIGHUP stopped the run
         self.base = {"schema_version": SCHEMA_VERSION, "commbench_version": commbench.__version__, **base}
         self.display = display
-        self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite)
-        self.raw = CsvAppender(raw_path(path), RAW_COLUMNS, overwrite=overwrite) if raw else None
+        self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite, append=append)
+        self.raw = CsvAppender(raw_path(path), RAW_COLUMNS, overwrite=overwrite, append=append) if raw else None
         self.table = table.Table.fitted({})
         # Called with each measured row as it is written: a command's own table of them (replay's).
         self.listeners: list[Callable[[dict[str, Any]], None]] = []

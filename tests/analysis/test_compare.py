@@ -127,7 +127,11 @@ def test_a_latency_only_row_is_compared_on_time_and_named_for_bandwidth(tmp_path
 def test_threshold_raises_the_bar(tmp_path: Path) -> None:
     base = synth_run(tmp_path / "base.csv", CASES, seed=1)
     cand = synth_run(tmp_path / "cand.csv", _planted(1.2), seed=2)
-    assert _compare(str(base), str(cand), "--threshold", "25%").exit_code == 0
+    cli = _compare(str(base), str(cand), "--threshold", "25%")
+    # Not a regression at 25%; but the one slowed size scatters its series too much to resolve 1.25x:
+    # not a pass either (exit 5), with the resolution that says why.
+    assert cli.exit_code == 5, cli.output
+    assert "all_gather/flat: " in cli.output and "INCONCLUSIVE" in cli.output and "1 regression" not in cli.output
 
 
 def test_rows_in_one_run_only_are_listed(tmp_path: Path) -> None:
@@ -231,16 +235,20 @@ def test_noisy_runs_of_one_distribution_stay_clean_as_series(tmp_path: Path) -> 
         base = synth_run(tmp_path / f"base{seed}.csv", _series_cases(1.0), seed=60 + 2 * seed, **NOISY_ROUNDS)
         cand = synth_run(tmp_path / f"cand{seed}.csv", _series_cases(1.0), seed=61 + 2 * seed, **NOISY_ROUNDS)
         result = compare_runs(base, cand)
-        assert {s.verdict for s in result.shifts} <= {"unchanged", "within noise"} and not result.failed
+        # Noisy rounds resolve only coarse changes: a series is unchanged or, where it resolves less
+        # than its threshold, inconclusive; never a change.
+        assert {s.verdict for s in result.shifts} <= {"unchanged", "within noise", "inconclusive"} and not result.failed
 
 
 def test_the_series_threshold_is_the_second_guard(tmp_path: Path) -> None:
     base = synth_run(tmp_path / "base.csv", _series_cases(1.0), seed=51, **NOISY_ROUNDS)
     cand = synth_run(tmp_path / "cand.csv", _series_cases(1.5), seed=52, **NOISY_ROUNDS)
-    assert {s.verdict for s in compare_runs(base, cand, Criteria(series_threshold=Threshold.parse("80%"))).shifts} == {
+    # 2x: above the 1.5x planted, and coarser than what these noisy rounds resolve (1.55-1.89x), so
+    # the series are judged unchanged, not inconclusive.
+    assert {s.verdict for s in compare_runs(base, cand, Criteria(series_threshold=Threshold.parse("100%"))).shifts} == {
         "unchanged"
     }
-    assert _compare(str(base), str(cand), "--series-threshold", "80%").exit_code == 0
+    assert _compare(str(base), str(cand), "--series-threshold", "100%").exit_code == 0
 
 
 def test_series_of_fewer_than_four_sizes_are_not_judged_as_a_whole(tmp_path: Path) -> None:
@@ -268,4 +276,5 @@ def test_a_row_must_stand_out_of_its_series_scatter(tmp_path: Path) -> None:
     result = compare_runs(base, cand)
     assert {d.verdict for d in result.deltas} <= {"unchanged", "within noise"} and not result.failed
     assert max(abs(d.change) for d in result.deltas) > 0.25
-    assert [s.verdict for s in result.shifts] == ["unchanged"]
+    # Sizes scattered 30% either way cannot resolve a 20% shift of the whole series: inconclusive, not passed.
+    assert [s.verdict for s in result.shifts] == ["inconclusive"] and result.shifts[0].resolution > 1.2

@@ -25,10 +25,11 @@ def test_the_readme_baseline_recipe_works_end_to_end(tmp_path: Path, monkeypatch
     assert (tmp_path / "results" / "history.sqlite").is_file()
     assert not (tmp_path / "baseline" / "history.sqlite").exists() and not (tmp_path / "history.sqlite").exists()
     pairwise = run("compare", "baseline/main.csv", "new.csv", "--threshold", "5%")
-    assert pairwise.returncode in (0, 1), pairwise.stderr  # 1: this busy machine moved a row; still judged
+    # 1: this busy machine moved a row; 5: it could not resolve 5% (inconclusive); either way judged
+    assert pairwise.returncode in (0, 1, 5), pairwise.stderr
     assert "only in" not in pairwise.stdout and "no row compared" not in pairwise.stdout, pairwise.stdout
     against = run("compare", "new.csv")
-    assert against.returncode in (0, 1), against.stderr
+    assert against.returncode in (0, 1, 5), against.stderr
     assert "judged pairwise against the latest" in against.stdout, against.stdout  # the baseline, found
     listing = run("history", "list")
     assert listing.returncode == 0 and "2 runs" in listing.stdout.splitlines()[0], listing.stdout

@@ -247,6 +247,52 @@ def test_a_database_that_is_down_is_one_line_with_host_and_port_never_the_passwo
     assert "127.0.0.1:9" in message and "s3cret" not in message and "\n" not in message
 
 
+def test_trend_draws_each_fingerprints_run_to_run_band_and_show_prints_each_series_resolution(tmp_path):
+    """Seven runs whose whole series moved by known factors: the band behind their points is the
+    95% t prediction interval of one more run from their robust spread, and `history show` of the
+    last run states what a comparison against the five before it (compare's --last) resolves."""
+    import math
+    import statistics
+
+    from click.testing import CliRunner
+    from scipy.stats import t
+
+    from commbench.analysis.trend import points, run_to_run_band, trend_chart
+    from commbench.cli import main
+    from commbench.results.stats import robust_sd
+
+    factors = (1.0, 1.08, 0.95, 1.03, 0.9, 1.12, 1.0)
+    target = str(tmp_path / "h.sqlite")
+    history = open_history(target)
+    for i, factor in enumerate(factors):
+        recorder = RunRecorder(history, _run(f"r{i}", started=f"2026-01-0{i + 1}T00:00:00+00:00"))
+        for size in (8, 64, 512, 4096):
+            recorder.add({**_row(size, (100.0 + size / 10) * factor), "run_id": f"r{i}"})
+        recorder.end(completed=True)
+    rows = run_rows(history, [f"r{i}" for i in range(len(factors))])
+    history.close()
+    chart = trend_chart(rows, None)
+    found, _ = points(rows, None)
+    band = run_to_run_band(sorted(found, key=lambda p: p.started_at), "fp1")
+    logs = [math.log(p.value) for p in found]
+    half = t.ppf(0.975, len(logs) - 1) * robust_sd(logs) * math.sqrt(1 + 1 / len(logs))
+    assert band is not None and band.runs == 7 and (band.first, band.last) == (0, 6)
+    assert band.high == pytest.approx(math.exp(statistics.median(logs) + half), rel=1e-9)
+    assert band.low == pytest.approx(math.exp(statistics.median(logs) - half), rel=1e-9)
+    ax = chart.figure.axes[0]
+    assert any("run-to-run band of fp1" in text.get_text() for text in ax.get_legend().get_texts())
+    behind = [c for c in ax.collections if c.get_zorder() == 0]
+    assert behind and all(c.get_zorder() < p.get_zorder() for c in behind for p in ax.lines)
+    assert f"band {band.text} around its median" in chart.caption and band.text.startswith("+")
+    shown = CliRunner().invoke(main, ["history", "show", "r6", "--history", target])
+    assert shown.exit_code == 0, shown.output
+    assert "# resolution per series against the 5 runs of its fingerprint before it (compare --last 5):" in shown.output
+    line = next(li for li in shown.output.splitlines() if "run-to-run sd" in li)
+    assert line.strip().startswith("all_gather/flat/comm") and "resolves with launches 1 " in line
+    first = CliRunner().invoke(main, ["history", "show", "r1", "--history", target])
+    assert "# resolution: none yet (" in first.output  # one earlier run: nothing to measure a spread by
+
+
 def test_history_list_and_trend_chart(tmp_path):
     """Three runs through the CLI's reading side: the listing and a trend PNG."""
     from click.testing import CliRunner
