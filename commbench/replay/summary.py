@@ -185,7 +185,9 @@ def total_recorded_us(plan: Plan) -> float:
 
 
 def digits(value: float) -> str:
-    """Three significant digits, trailing zeros kept (43.0, 0.601, 120)."""
+    """Three significant digits, trailing zeros kept (43.0, 0.601, 120, 1460: never 1.46e+03)."""
+    if abs(value) >= 1000:
+        return f"{float(f'{value:.3g}'):.0f}"
     return f"{value:#.3g}".rstrip(".")
 
 
