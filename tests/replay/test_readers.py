@@ -57,6 +57,32 @@ def test_kineto_keeps_issue_order_steps_and_marks_lists_cut_at_30_entries(tmp_pa
     assert "splits cut at 30 entries" in a2a.lossy and a2a.seq == 4 and len(a2a.in_splits) == 30
 
 
+def test_kineto_links_kernels_without_external_id_through_correlation_or_flow_events(tmp_path):
+    def x(cat, name, pid, tid, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    def flow(ph, flow_id, pid, tid, ts):
+        return {"ph": ph, "cat": "ac2g", "name": "ac2g", "id": flow_id, "pid": pid, "tid": tid, "ts": ts, "bp": "e"}
+
+    reduce_op, broadcast_op = tf.comm("allreduce", 8, 100), tf.comm("broadcast", 4, 200)
+    for op in (reduce_op, broadcast_op):
+        del op["args"]["External id"]  # the form some exporters write: no "External id" anywhere
+    events = [
+        # the kernels first: a reader cannot know, on meeting them, which op launched them
+        x("kernel", "ncclDevKernel_AllReduce_Sum_f32", 0, 7, 110, 30.0, correlation=500),
+        x("kernel", "ncclDevKernel_Broadcast", 0, 7, 210, 12.0),  # no correlation either: its flow says
+        flow("f", 777, 0, 7, 210),
+        x("kernel", "void gemm_kernel", 0, 7, 150, 99.0, correlation=501),  # compute: not a collective's
+        reduce_op,
+        x("cuda_runtime", "cudaLaunchKernel", 1, 1, 102, 1.0, correlation=500),  # inside the all_reduce's span
+        x("cuda_runtime", "cudaLaunchKernel", 1, 1, 150, 1.0, correlation=501),  # inside no collective
+        broadcast_op,
+        flow("s", 777, 1, 1, 203),  # the broadcast's launch, inside its span
+    ]
+    trace = read_kineto(tf.kineto(tmp_path / "t.json", events))
+    assert [(c.name, c.recorded_us) for c in trace.collectives] == [("allreduce", 30.0), ("broadcast", 12.0)]
+
+
 def test_the_flight_recorder_reader_on_a_dump_in_the_documented_format(tmp_path):
     entries = [
         tf.fr_entry("nccl:all_reduce", [[1024]], 1, ms=0.5),
