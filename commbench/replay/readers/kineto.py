@@ -239,10 +239,14 @@ def _from_record_param_comms(
     if not any("In msg nelems" in op.args for op in ops):
         raise UserError(NO_SIZES.format(path=path))
     out: list[tuple[float, Collective]] = []
+    markers: list[tuple[float, str, float | None]] = []  # each coalescing block's end: ts, group, its kernel's time
     skipped = 0
     for op in ops:
         a = op.args
         name = str(a.get("Collective name", "")).lower()
+        if name == "coalesced":
+            markers.append((op.ts, str(a.get("Process Group Name", "")), kernel_us.get(a.get("External id"))))
+            continue
         if name in NOT_COLLECTIVES or not name:
             skipped += 1
             continue
@@ -281,7 +285,69 @@ def _from_record_param_comms(
         )
     if skipped:
         notes.append(f"{skipped} wait/coalescing entries skipped (they wait on collectives, they are none)")
-    return out
+    return _coalesce(out, markers, notes) if markers else out
+
+
+# A coalescing block's members, by their recorded name -> the grouped form's name (mapping.py's _OPS)
+COALESCED_FORMS = {
+    "_allgather_base": "allgather_into_tensor_coalesced",
+    "allgather_into_tensor": "allgather_into_tensor_coalesced",
+    "all_gather_into_tensor": "allgather_into_tensor_coalesced",
+    "allreduce": "allreduce_coalesced",
+    "_reduce_scatter_base": "reduce_scatter_tensor_coalesced",
+    "reduce_scatter_tensor": "reduce_scatter_tensor_coalesced",
+}
+
+
+def _coalesce(
+    out: list[tuple[float, Collective]], markers: list[tuple[float, str, float | None]], notes: list[str]
+) -> list[tuple[float, Collective]]:
+    """Each NCCL coalescing block as the one grouped collective it launched. NCCL writes the block's
+    members (each with its sizes) and then a "coalesced" entry, which launches the block's one kernel:
+    the members are the collectives of the marker's group issued since the previous block or the
+    previous collective with a kernel of its own, themselves without one. They become one collective
+    of the grouped form (its tensors, their total elements, the marker kernel's time); a block whose
+    members are not all one op and dtype (a batch of sends and recvs) stays as its members."""
+    out = sorted(out, key=lambda pair: pair[0])
+    times = [ts for ts, _ in out]
+    merged: dict[int, tuple[float, Collective]] = {}  # index of a block's first member -> the block
+    dropped: set[int] = set()
+    kept_apart = 0
+    for ts, group, kernel in sorted(markers):
+        if kernel is None:  # no kernel linked to the marker: the block's start cannot be told
+            kept_apart += 1
+            continue
+        members: list[int] = []
+        for i in range(bisect.bisect_left(times, ts) - 1, -1, -1):
+            c = out[i][1]
+            if c.group != group:
+                continue
+            if c.recorded_us is not None or i in dropped or i in merged:
+                break
+            members.insert(0, i)
+        cs = [out[i][1] for i in members]
+        if not cs or len({(c.name, c.dtype) for c in cs}) > 1 or cs[0].name not in COALESCED_FORMS:
+            kept_apart += 1
+            continue
+        first = cs[0]
+        block = Collective(
+            **{
+                **first.__dict__,
+                "name": COALESCED_FORMS[first.name],
+                "in_elems": sum(c.in_elems for c in cs),
+                "out_elems": sum(c.out_elems for c in cs),
+                "recorded_us": kernel,
+                "coalesced": len(cs),
+                "lossy": tuple(dict.fromkeys(x for c in cs for x in c.lossy)),
+            }
+        )
+        merged[members[0]] = (out[members[0]][0], block)
+        dropped.update(members[1:])
+    if merged:
+        notes.append(f"{len(merged)} NCCL coalescing block(s) read as one grouped collective each")
+    if kept_apart:
+        notes.append(f"{kept_apart} NCCL coalescing block(s) replayed as their members, one by one")
+    return [merged.get(i, pair) for i, pair in enumerate(out) if i not in dropped]
 
 
 def _from_dispatcher_ops(
