@@ -18,6 +18,7 @@ from typing import Any
 from commbench.errors import UserError
 from commbench.replay.adapter import s_bytes
 from commbench.replay.record import Call, Plan
+from commbench.replay.summary import digits
 from commbench.run.config import DTYPE_BYTES
 
 ASSUMPTIONS = (
@@ -123,5 +124,5 @@ def projection_lines(projections: Sequence[StepProjection], algorithm: str) -> l
         left = (
             f" ({len(p.missing)} distinct call(s) without a fit left out: {'; '.join(p.missing)})" if p.missing else ""
         )
-        lines.append(f"#   projected step communication on {p.world_size} ranks: {p.time_us / 1e3:.3g} ms{left}")
+        lines.append(f"#   projected step communication on {p.world_size} ranks: {digits(p.time_us / 1e3)} ms{left}")
     return lines

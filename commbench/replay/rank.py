@@ -19,7 +19,7 @@ from commbench.replay.adapter import PHASE, Issued, Step, build_op, inexact, set
 from commbench.replay.codec import plan_from_dict
 from commbench.replay.fit import fit
 from commbench.replay.record import Call, Plan
-from commbench.replay.summary import REPLAY_COLUMNS, call_row, phase_tags, replay_path, step_row, unmapped_rows
+from commbench.replay.summary import REPLAY_COLUMNS, ReplayRows, phase_tags, replay_path, unmapped_rows
 from commbench.results.measurement import Measurement
 from commbench.results.writer import CsvAppender
 from commbench.run.config import Outcome, SweepConfig
@@ -151,23 +151,8 @@ def _replay(session: Session, backend: Backend, plan: Plan, writer: CsvAppender 
     cfg, sink = session.cfg, session.sink
     views = make_groups(backend, plan.sequence)
     tags = phase_tags(plan)
-    counts = dict(plan.counts)
-    by_tag = {(c.op, c.variant, tags[c], c.dtype): c for c in counts}
-
-    def listen(row: dict[str, Any]) -> None:  # rank 0: the replay row beside each results row
-        if writer is None:
-            return
-        if row["op"] == "step":
-            writer.write({**step_row(plan, row), "dtype": row["dtype"]})
-            return
-        call = by_tag[(row["op"], row["variant"], row["phase"], row["dtype"])]
-        writer.write(call_row(plan, call, counts[call], row))
-
-    if sink is not None:
-        sink.listeners.append(listen)
-        if writer is not None:
-            writer.write_many({**row, "run_id": sink.base["run_id"]} for row in unmapped_rows(plan))
     entries: dict[str, list[RotationEntry]] = {}
+    sizes: dict[Call, int] = {}
     for call, _ in plan.counts:
         ranks = tuple(sorted(call.group_ranks))
         issued = _issued(call, views[ranks], backend, len(ranks))
@@ -175,6 +160,10 @@ def _replay(session: Session, backend: Backend, plan: Plan, writer: CsvAppender 
         window = 1 if call.op == "barrier" else cfg.window_per_sample
         case = ReplayCase(issued, tags[call], len(ranks), window=window, watchdog=session.watchdog, label=label)
         entries.setdefault(call.op, []).append(RotationEntry(case, issued.args, issued.s_bytes, "", issued.s_bytes))
+        sizes[call] = issued.s_bytes
+    if sink is not None and writer is not None:
+        sink.listeners.append(ReplayRows(plan, sizes, writer.write))
+        writer.write_many({**row, "run_id": sink.base["run_id"]} for row in unmapped_rows(plan))
     shared: list = []
     sequence = [
         _issued(c, views[tuple(sorted(c.group_ranks))], backend, len(c.group_ranks), shared) for c in plan.sequence

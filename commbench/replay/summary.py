@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import csv
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from commbench.replay.adapter import S_ELEMENTS
 from commbench.replay.record import Call, Plan
 
 # The columns of <stem>.replay.csv (docs/replay.md). kind: call, step or unmapped.
@@ -33,7 +34,8 @@ def ranks_text(ranks: Iterable[int]) -> str:
 def phase_tags(plan: Plan) -> dict[Call, str]:
     """Each distinct call's phase in the results CSV: `comm`, with its group where that is not every
     rank and its root or peer where it has one, and a #k where two calls would still share a row key
-    (the CSV has one row per (op, variant, phase, dtype, size))."""
+    (the CSV has one row per (op, variant, phase, dtype, size): calls of one S, told apart only by
+    their splits or tensors, would otherwise share one)."""
     world = tuple(range(plan.world_size))
     tags: dict[Call, str] = {}
     seen: dict[tuple, int] = {}
@@ -43,10 +45,16 @@ def phase_tags(plan: Plan) -> dict[Call, str]:
             tag += f"@{ranks_text(call.group_ranks)}"
         if call.peer is not None:
             tag += f" root {call.peer}"
-        key = (call.op, call.variant, tag, call.dtype, call.in_elems, call.out_elems)
+        key = (call.op, call.variant, tag, call.dtype, s_elements(call))
         seen[key] = seen.get(key, 0) + 1
         tags[call] = tag if seen[key] == 1 else f"{tag} #{seen[key]}"
     return tags
+
+
+def s_elements(call: Call) -> int:
+    """The call's S in elements, as its results row's size_bytes counts it (the op's S rule)."""
+    rule = S_ELEMENTS.get(call.op)
+    return call.in_elems if rule is None else rule(call, len(call.group_ranks))
 
 
 def recorded(plan: Plan) -> dict[Call, tuple[float, ...]]:
@@ -96,6 +104,35 @@ def step_row(plan: Plan, row: Mapping[str, Any] | None) -> dict[str, Any]:
         "replayed_us_per_step": _float(row, "time_us_p50"),
         "trace_digest": plan.digest,
     }
+
+
+class ReplayRows:
+    """Rank 0's sink listener: the replay row beside each results row. A results row is matched to
+    its call by the row key the results CSV keeps unique (op, variant, phase, dtype, size_bytes);
+    a variant the backend refused (one `unavailable` row for it) gives each of its calls not yet
+    written a row that says so, so no call is dropped silently."""
+
+    def __init__(self, plan: Plan, sizes: Mapping[Call, int], write: Callable[[dict[str, Any]], None]) -> None:
+        self.plan, self.write = plan, write
+        self.counts = dict(plan.counts)
+        tags = phase_tags(plan)
+        self.calls = {(c.op, c.variant, tags[c], c.dtype, sizes[c]): c for c in self.counts}
+        if len(self.calls) != len(self.counts):
+            raise ValueError("two distinct calls share a results row key")  # phase_tags' #k prevents this
+        self.written: set[Call] = set()
+
+    def __call__(self, row: Mapping[str, Any]) -> None:
+        if row["op"] == STEP_OP:
+            self.write({**step_row(self.plan, row), "dtype": row["dtype"]})
+            return
+        if row.get("status") == "unavailable":  # no phase, no size: the whole variant was refused
+            key = (row["op"], row["variant"], row["dtype"])
+            calls = [c for c in self.counts if (c.op, c.variant, c.dtype) == key and c not in self.written]
+        else:
+            calls = [self.calls[(row["op"], row["variant"], row["phase"], row["dtype"], int(row["size_bytes"]))]]
+        for call in calls:
+            self.written.add(call)
+            self.write(call_row(self.plan, call, self.counts[call], row))
 
 
 def unmapped_rows(plan: Plan) -> list[dict[str, Any]]:
@@ -148,7 +185,9 @@ def total_recorded_us(plan: Plan) -> float:
 
 
 def digits(value: float) -> str:
-    """Three significant digits, trailing zeros kept (43.0, 0.601, 120)."""
+    """Three significant digits, trailing zeros kept (43.0, 0.601, 120, 1460: never 1.46e+03)."""
+    if abs(value) >= 1000:
+        return f"{float(f'{value:.3g}'):.0f}"
     return f"{value:#.3g}".rstrip(".")
 
 

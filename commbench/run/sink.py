@@ -51,7 +51,7 @@ class Sink:
         self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite, append=append)
         self.raw = CsvAppender(raw_path(path), RAW_COLUMNS, overwrite=overwrite, append=append) if raw else None
         self.table = table.Table.fitted({})
-        # Called with each measured row as it is written: a command's own table of them (replay's).
+        # Called with each measured or unavailable row as it is written: a command's own table of them (replay's).
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
     def section(self, title: str, names: dict[str, Iterable[str]]) -> None:
@@ -69,6 +69,8 @@ class Sink:
             self.writer.write(row)
             if self.history is not None:
                 self.history.add(row)
+            for listener in self.listeners:
+                listener(row)
         self.display.write(self.table.line(row))
 
     def measured(self, m: Measurement) -> None:

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from commbench.errors import UserError
-from commbench.replay.projection import parse_targets, project_step, projection_lines
+from commbench.replay.projection import StepProjection, parse_targets, project_step, projection_lines
 from commbench.replay.record import Call
+from commbench.replay.summary import digits
 from tests.replay.plans import plan_of
 from tests.support.synth_results import Case, synth_run
 
@@ -43,7 +44,7 @@ def test_the_step_is_projected_through_the_ring_model_of_each_call(tmp_path: Pat
     assert (p16.projected_calls, p16.missing) == (2, ())
     lines = projection_lines([p16], "ring")
     assert lines[0].startswith("# projection (a MODEL, not a measurement; ring cost model fitted on this cluster;")
-    assert lines[1] == f"#   projected step communication on 16 ranks: {p16.time_us / 1e3:#.3g} ms"
+    assert lines[1] == f"#   projected step communication on 16 ranks: {digits(p16.time_us / 1e3)} ms"
 
 
 def test_calls_without_a_fit_are_named_and_left_out(tmp_path: Path) -> None:
@@ -68,3 +69,8 @@ def test_a_fit_whose_line_does_not_fit_says_so(tmp_path: Path) -> None:
     csv = sweep(tmp_path, broken, Case("all_gather", "flat"))
     (p,) = project_step(plan_of([ALL_REDUCE, GATHER]), [csv], [8], "ring", "gloo")
     assert p.projected_calls == 1 and "the line does not fit (R^2" in p.missing[0]
+
+
+def test_a_projection_of_a_second_or_more_prints_without_an_exponent() -> None:
+    lines = projection_lines([StepProjection(512, 1.4567e6, 7, ())], "ring")
+    assert lines[1] == "#   projected step communication on 512 ranks: 1460 ms"

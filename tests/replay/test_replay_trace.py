@@ -30,3 +30,22 @@ def test_the_ddp_trace_replays_on_two_gloo_ranks(tmp_path: Path) -> None:
     assert "in the trace" in verdict and "on 2 ranks of nccl 2.17.1" in verdict
     assert "not replayed" not in result.stdout  # every collective of this trace maps
     assert len(list(out.glob("*-replay.png"))) == 1
+    # Each distinct call's replay row holds its own call's counts and recorded time (the five
+    # gradient buckets share op, variant, phase and dtype), and they add up to the step's.
+    from commbench.replay.chart import per_kind
+    from commbench.replay.load import load
+    from commbench.replay.mapping import plan
+    from commbench.replay.summary import read_replay, recorded_per_step_us
+
+    p = plan(load([str(DDP_TRACE)]))
+    (replay_csv,) = out.glob("*.replay.csv")
+    rows = read_replay(replay_csv)
+    calls = [r for r in rows if r["kind"] == "call"]
+    assert [(r["op"], int(r["in_elems"]), int(r["count_per_step"])) for r in calls] == [
+        (c.op, c.in_elems, n) for c, n in p.counts
+    ]
+    assert [float(r["recorded_us_per_step"]) for r in calls] == pytest.approx(
+        [recorded_per_step_us(p, c) for c, _ in p.counts], rel=1e-5
+    )  # the CSV keeps 6 significant digits
+    kinds = per_kind(rows)
+    assert sum(v[0] for k, v in kinds.items() if k != "whole step") == pytest.approx(kinds["whole step"][0], rel=1e-5)

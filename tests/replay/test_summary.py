@@ -7,6 +7,8 @@ import dataclasses
 from commbench.replay.record import Call
 from commbench.replay.summary import (
     call_row,
+    digits,
+    ms,
     phase_tags,
     recorded_step_us,
     step_line,
@@ -72,3 +74,8 @@ def test_unmapped_collectives_are_listed_with_reason_and_share_of_the_recorded_t
         "7.7% of the recorded time",
     ]
     assert unmapped_lines(tensor_parallel()) == []
+
+
+def test_times_keep_three_digits_without_an_exponent() -> None:
+    assert [digits(v) for v in (43.0, 0.601, 120.0, 1459.7, 123456.0)] == ["43.0", "0.601", "120", "1460", "123000"]
+    assert ms(1.46e6) == "1460 ms"

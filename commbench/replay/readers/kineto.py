@@ -2,7 +2,8 @@
 
 The events are streamed; kept are only the collectives' CPU ops (`record_param_comms`, else the
 dispatcher ops `c10d::*` a backend without it leaves), the GPU kernels they launched (their `dur` is
-the recorded time, linked by "External id"), the `gloo:*` annotations (dtype and time on Gloo) and
+the recorded time, linked by "External id", else through the launch's "correlation" or its ac2g flow
+events to the record_param_comms span that launched it), the `gloo:*` annotations (dtype and time on Gloo) and
 the `ProfilerStep#N` spans. Everything else in the trace is read and dropped."""
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class _Op:
     dur: float
     tid: Any
     args: dict[str, Any]
+    pid: Any = None
 
 
 def _slim(event: dict[str, Any]) -> _Op:
@@ -53,7 +55,18 @@ def _slim(event: dict[str, Any]) -> _Op:
         float(event.get("dur", 0)),
         event.get("tid"),
         event.get("args") or {},
+        event.get("pid"),
     )
+
+
+@dataclass(frozen=True)
+class _Orphan:
+    """A collective's GPU kernel written without "External id" (some Kineto versions and exporters):
+    linked to its CPU op through the launch instead (see _link_orphans)."""
+
+    where: tuple[Any, Any, float]  # (pid, tid, ts): where an ac2g flow's end binds to it
+    correlation: Any  # its "correlation" (the launch's), None where not written
+    dur: float
 
 
 def _is_comm_kernel(name: str, args: dict[str, Any]) -> bool:
@@ -68,6 +81,7 @@ def read(path: Path) -> Trace:
     steps: list[tuple[float, float, int]] = []
     kernel_us: dict[Any, float] = {}
     annotations: dict[int, _Op] = {}  # gloo:* by "Record function id"
+    orphans: list[_Orphan] = []
     events = 0
     try:
         for event in stream.items("traceEvents"):
@@ -88,6 +102,9 @@ def read(path: Path) -> Trace:
                     kernel_us[args["External id"]] = kernel_us.get(args["External id"], 0.0) + float(
                         event.get("dur", 0)
                     )
+                elif _is_comm_kernel(name, args):
+                    where = (event.get("pid"), event.get("tid"), float(event.get("ts", 0)))
+                    orphans.append(_Orphan(where, args.get("correlation"), float(event.get("dur", 0))))
             elif (
                 name.startswith("gloo:")
                 and (rf := as_int((event.get("args") or {}).get("Record function id"))) is not None
@@ -109,6 +126,8 @@ def read(path: Path) -> Trace:
     backend = " ".join(str(v) for v in (info.get("backend"), info.get("nccl_version")) if v)
     steps.sort()
     notes: list[str] = []
+    if comms and orphans:
+        _link_orphans(path, comms, orphans, kernel_us)
     if comms:
         collectives = _from_record_param_comms(path, comms, kernel_us, groups, rank, notes)
     else:
@@ -126,6 +145,66 @@ def read(path: Path) -> Trace:
         steps=tuple(n for _, _, n in steps),
         notes=tuple(notes),
     )
+
+
+def _link_orphans(path: Path, comms: list[_Op], orphans: list[_Orphan], kernel_us: dict[Any, float]) -> None:
+    """Add the orphan kernels' durations to kernel_us under the "External id" of the record_param_comms
+    whose span holds their launch. A second pass over the trace, made only when such kernels exist:
+    it keeps only the launches (runtime events, ac2g flow starts) inside a collective's span and the
+    flow ends on the orphans, so memory stays bounded by the collectives, not by the trace."""
+    by_thread: dict[tuple[Any, Any], list[tuple[float, float, int]]] = {}
+    for i, op in enumerate(comms):
+        by_thread.setdefault((op.pid, op.tid), []).append((op.ts, op.ts + op.dur, i))
+    spans = {thread: _Spans(group) for thread, group in by_thread.items()}
+    at = {o.where for o in orphans if o.correlation is None}
+    launched: dict[Any, int] = {}  # correlation -> index in comms of the op that launched it
+    flow_ends: dict[tuple[Any, Any, float], Any] = {}  # an orphan's (pid, tid, ts) -> its flow's id
+    stream = JsonStream(path)
+    try:
+        for event in stream.items("traceEvents"):
+            if not isinstance(event, dict):
+                continue
+            where = (event.get("pid"), event.get("tid"), float(event.get("ts", 0)))
+            ph, args = event.get("ph"), event.get("args") or {}
+            if ph == "f" and event.get("cat") == "ac2g" and where in at:
+                flow_ends[where] = event.get("id")
+                continue
+            if ph == "s" and event.get("cat") == "ac2g":
+                correlation = event.get("id")
+            elif ph == "X" and "correlation" in args and event.get("cat") in ("cuda_runtime", "cuda_driver", "runtime"):
+                correlation = args["correlation"]
+            else:
+                continue
+            if (thread := spans.get(where[:2])) is not None and (i := thread.holding(where[2])) is not None:
+                launched[correlation] = i
+    finally:
+        stream.close()
+    for o in orphans:
+        correlation = o.correlation if o.correlation is not None else flow_ends.get(o.where)
+        if (i := launched.get(correlation)) is not None:
+            key = comms[i].args.setdefault("External id", ("launched", i))
+            kernel_us[key] = kernel_us.get(key, 0.0) + o.dur
+
+
+class _Spans:
+    """One thread's record_param_comms spans, sorted by start: which holds a time, in O(log n) for
+    the disjoint spans collectives mostly are (the running maximum of the ends stops the search)."""
+
+    def __init__(self, spans: list[tuple[float, float, int]]) -> None:
+        self.spans = sorted(spans)
+        self.reach: list[float] = []  # the latest end among spans[: i + 1]
+        for _, end, _ in self.spans:
+            self.reach.append(max(end, self.reach[-1]) if self.reach else end)
+
+    def holding(self, ts: float) -> int | None:
+        """The innermost span (the latest to start) that holds ts, as its index in comms."""
+        j = bisect.bisect_right(self.spans, (ts, float("inf"), 0)) - 1
+        while j >= 0 and self.reach[j] >= ts:
+            start, end, i = self.spans[j]
+            if start <= ts <= end:
+                return i
+            j -= 1
+        return None
 
 
 def _with_step(c: Collective, ts: float, steps: list[tuple[float, float, int]]) -> Collective:
@@ -160,10 +239,14 @@ def _from_record_param_comms(
     if not any("In msg nelems" in op.args for op in ops):
         raise UserError(NO_SIZES.format(path=path))
     out: list[tuple[float, Collective]] = []
+    markers: list[tuple[float, str, float | None]] = []  # each coalescing block's end: ts, group, its kernel's time
     skipped = 0
     for op in ops:
         a = op.args
         name = str(a.get("Collective name", "")).lower()
+        if name == "coalesced":
+            markers.append((op.ts, str(a.get("Process Group Name", "")), kernel_us.get(a.get("External id"))))
+            continue
         if name in NOT_COLLECTIVES or not name:
             skipped += 1
             continue
@@ -202,7 +285,69 @@ def _from_record_param_comms(
         )
     if skipped:
         notes.append(f"{skipped} wait/coalescing entries skipped (they wait on collectives, they are none)")
-    return out
+    return _coalesce(out, markers, notes) if markers else out
+
+
+# A coalescing block's members, by their recorded name -> the grouped form's name (mapping.py's _OPS)
+COALESCED_FORMS = {
+    "_allgather_base": "allgather_into_tensor_coalesced",
+    "allgather_into_tensor": "allgather_into_tensor_coalesced",
+    "all_gather_into_tensor": "allgather_into_tensor_coalesced",
+    "allreduce": "allreduce_coalesced",
+    "_reduce_scatter_base": "reduce_scatter_tensor_coalesced",
+    "reduce_scatter_tensor": "reduce_scatter_tensor_coalesced",
+}
+
+
+def _coalesce(
+    out: list[tuple[float, Collective]], markers: list[tuple[float, str, float | None]], notes: list[str]
+) -> list[tuple[float, Collective]]:
+    """Each NCCL coalescing block as the one grouped collective it launched. NCCL writes the block's
+    members (each with its sizes) and then a "coalesced" entry, which launches the block's one kernel:
+    the members are the collectives of the marker's group issued since the previous block or the
+    previous collective with a kernel of its own, themselves without one. They become one collective
+    of the grouped form (its tensors, their total elements, the marker kernel's time); a block whose
+    members are not all one op and dtype (a batch of sends and recvs) stays as its members."""
+    out = sorted(out, key=lambda pair: pair[0])
+    times = [ts for ts, _ in out]
+    merged: dict[int, tuple[float, Collective]] = {}  # index of a block's first member -> the block
+    dropped: set[int] = set()
+    kept_apart = 0
+    for ts, group, kernel in sorted(markers):
+        if kernel is None:  # no kernel linked to the marker: the block's start cannot be told
+            kept_apart += 1
+            continue
+        members: list[int] = []
+        for i in range(bisect.bisect_left(times, ts) - 1, -1, -1):
+            c = out[i][1]
+            if c.group != group:
+                continue
+            if c.recorded_us is not None or i in dropped or i in merged:
+                break
+            members.insert(0, i)
+        cs = [out[i][1] for i in members]
+        if not cs or len({(c.name, c.dtype) for c in cs}) > 1 or cs[0].name not in COALESCED_FORMS:
+            kept_apart += 1
+            continue
+        first = cs[0]
+        block = Collective(
+            **{
+                **first.__dict__,
+                "name": COALESCED_FORMS[first.name],
+                "in_elems": sum(c.in_elems for c in cs),
+                "out_elems": sum(c.out_elems for c in cs),
+                "recorded_us": kernel,
+                "coalesced": len(cs),
+                "lossy": tuple(dict.fromkeys(x for c in cs for x in c.lossy)),
+            }
+        )
+        merged[members[0]] = (out[members[0]][0], block)
+        dropped.update(members[1:])
+    if merged:
+        notes.append(f"{len(merged)} NCCL coalescing block(s) read as one grouped collective each")
+    if kept_apart:
+        notes.append(f"{kept_apart} NCCL coalescing block(s) replayed as their members, one by one")
+    return [merged.get(i, pair) for i, pair in enumerate(out) if i not in dropped]
 
 
 def _from_dispatcher_ops(
