@@ -42,6 +42,7 @@ from commbench.benchkit import OTHER, PHASES, parse_time_line  # noqa: E402
 WORKTREE = "tree"  # the working tree's name in the tables
 DEFAULT_REF = "01ee5cb"  # the state before the default sweep got slower (63852f1 is the slow one)
 RUN_TIMEOUT_S = 1800.0
+CASE_COLUMNS = ("op", "variant", "phase", "dtype", "size_bytes", "status")
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Run:
     after_last_s: float = float("nan")
     phases: dict[str, float] = field(default_factory=dict)  # the `# time:` line's, where printed
     line_wall_s: float = float("nan")
+    cases: frozenset[tuple[str, ...]] = frozenset()  # (op, variant, phase, dtype, size_bytes, status) of every row
 
 
 def export(ref: str, into: Path) -> Path:
@@ -103,6 +105,7 @@ def _read_rows(run: Run, out: Path, began_epoch: float, ended_epoch: float) -> N
     with out.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     stamps = []
+    run.cases = frozenset(tuple(row.get(k, "") for k in CASE_COLUMNS) for row in rows)
     for row in rows:
         run.rows += 1
         with contextlib.suppress(KeyError, ValueError):  # an unavailable row: no samples
@@ -152,6 +155,9 @@ def print_breakdown(runs: list[Run], trees: list[str]) -> None:
 
     print("| process wall time | " + " | ".join(seconds(walls[t]) for t in trees) + " |")
     print("| rows | " + " | ".join(f"{median([r.rows for r in runs if r.tree == t]):.0f}" for t in trees) + " |")
+    reference = next((r.cases for r in runs if r.tree == WORKTREE), frozenset())
+    same = ["yes" if all(r.cases == reference for r in runs if r.tree == t) else "no" for t in trees]
+    print("| the same cases and statuses as the tree's first run | " + " | ".join(same) + " |")
     line("timed work (CSV: sum of iters x mean)", lambda r: r.timed_work_s)
     line("before the first row (CSV timestamps)", lambda r: r.before_first_s)
     line("after the last row: charts, teardown (CSV timestamps)", lambda r: r.after_last_s)

@@ -43,7 +43,8 @@ def print_time_line(outcome: Outcome, charts_s: float) -> None:
     from commbench.provenance import recorded_phases
     from commbench.run.phases import PhaseClock, time_line
 
-    if outcome.output is None or (record := recorded_phases(outcome.output)) is None:
+    # A run that stopped (code > 1) recorded no phases: what its CSV's .env.json may hold is another run's.
+    if outcome.code not in (0, 1) or outcome.output is None or (record := recorded_phases(outcome.output)) is None:
         return
     try:
         began, ended, totals = float(record["began"]), float(record["ended"]), dict(record["totals"])

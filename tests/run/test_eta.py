@@ -282,3 +282,30 @@ def test_between_two_estimates_the_last_one_stands_less_the_time_since() -> None
     assert (second.done, second.label) == (1, "second")  # the count and the label are always current
     now[0] += eta.ESTIMATE_EVERY_S
     assert progress.status("third").fraction != first.fraction  # worked out afresh
+
+
+def test_the_prior_comes_from_the_last_complete_run_of_the_fingerprint_in_the_history(tmp_path: Path) -> None:
+    from commbench.history.recorder import RunInfo, RunRecorder, now
+    from commbench.history.store import open_history
+    from commbench.run.session import _last_run_prior
+
+    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8, 64))
+    op = OPS[0]()
+    plan = SweepPlan(cfg, Grouping("world", 1, Machine()), [op])
+    history = open_history(str(tmp_path / "h.sqlite"))
+    info = RunInfo("run-a", "fp1", "sweep", "commbench sweep", "gloo", 1, ("h1",), "/tmp/a.csv", "0.1.0", {}, now())
+    recorder = RunRecorder(history, info)
+    common = {"op": op.name, "phase": op.phases[0], "dtype": "float32", "status": "ok", "run_id": "run-a"}
+    for variant, size, p50 in (("v0", 8, 100.0), ("v1", 8, 300.0), ("v0", 64, 500.0)):
+        recorder.add({**common, "variant": variant, "size_bytes": size, "time_us_p50": p50})
+    recorder.end(completed=True)
+
+    def sink(fingerprint: str) -> Any:
+        return type("Sink", (), {"base": {"fingerprint": fingerprint}})()
+
+    works = sorted({w for _, w in plan.cases()})
+    prior = _last_run_prior(plan, history, sink("fp1"))
+    assert prior == {(op.name, works[0]): pytest.approx(200e-6), (op.name, works[1]): pytest.approx(500e-6)}
+    assert _last_run_prior(plan, history, sink("another")) == {}  # no run of it: asked without reading rows
+    assert _last_run_prior(plan, None, None) == {}
+    recorder.close()
