@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,6 +130,28 @@ def seconds(value: float, wall: float | None = None) -> str:
     return f"{value:.1f} s" + (f" ({100 * value / wall:.0f}%)" if wall else "")
 
 
+# The timed share three ways, each of the process wall time (docs/measurement.md says why three):
+# the samples alone (the CSV), the timed blocks with each sample's barrier (`# time: timed`), and
+# those with warm-up, whose samples are timed the same way but not kept.
+TIMED_SHARES: list[tuple[str, bool, Callable[[Run], float]]] = [
+    ("the samples alone (CSV: iters x mean)", False, lambda r: r.timed_work_s / r.wall_s),
+    (
+        "the timed blocks, each sample's barrier included (`# time:` timed)",
+        True,
+        lambda r: _phase(r, "timed") / r.wall_s,
+    ),
+    (
+        "the timed blocks and warm-up (`# time:` timed + warmup)",
+        True,
+        lambda r: (_phase(r, "timed") + _phase(r, "warmup")) / r.wall_s,
+    ),
+]
+
+
+def _phase(run: Run, name: str) -> float:
+    return run.phases.get(name, float("nan"))
+
+
 def print_pairs(runs: list[Run], trees: list[str]) -> None:
     refs = [t for t in trees if t != WORKTREE]
     head = ["pair", *(f"{t} (s)" for t in trees), *(f"{WORKTREE}/{r}" for r in refs), "load before-after"]
@@ -180,6 +203,12 @@ def print_breakdown(runs: list[Run], trees: list[str]) -> None:
             for t in trees
         )
         print(f"| outside the line: the interpreter's start and exit | {outside} |")
+    for label, from_line, share in TIMED_SHARES:
+        cells = [
+            f"{100 * median([share(r) for r in runs if r.tree == t]):.0f}%" if printed[t] or not from_line else "-"
+            for t in trees
+        ]
+        print(f"| timed share: {label} | " + " | ".join(cells) + " |")
     print()
     print(
         "Shares are of the process wall time. `# time:` warmup is the untimed warm-up samples (each"
