@@ -54,6 +54,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
         "store_prefix",
     ),
     "commbench.launch.start": ("host_store",),
+    "commbench.run.phases": ("OTHER", "PHASES", "parse_time_line"),
     "commbench.run.resources": ("RANK_RUNTIME_BYTES", "peak_bytes", "reset_peak"),
     "commbench.run.timers": ("CudaEventTimer", "PerfCounterTimer", "cuda_lead", "timer_for"),
     "commbench.run.watchdog": ("Watchdog",),

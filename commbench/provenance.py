@@ -406,17 +406,30 @@ def format_record(record: Mapping[str, Any], width: int = 20) -> list[str]:
 # The run's measuring wall time, added to <stem>.env.json when it ends: what its noise advice
 # scaled its cost by, so that a report of the CSV gives the same advice as the run's last line.
 WALL_KEY = "measuring_wall_s"
+PHASES_KEY = "phases_s"  # rank 0's phase clock: {began, ended (epoch s), totals {phase: s}}
 
 
-def record_wall_time(csv_path: Path, wall_s: float) -> None:
-    """Add the run's measuring wall time to its environment file (nothing when it is gone)."""
+def record_wall_time(csv_path: Path, wall_s: float, phases: dict[str, Any] | None = None) -> None:
+    """Add the run's measuring wall time (and rank 0's phase clock, PhaseClock.record()) to its
+    environment file (nothing when it is gone)."""
     path = env_path(csv_path)
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
         document[WALL_KEY] = round(wall_s, 3)
+        if phases is not None:
+            document[PHASES_KEY] = phases
         path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     except (OSError, ValueError):
         return
+
+
+def recorded_phases(csv_path: Path) -> dict[str, Any] | None:
+    """Rank 0's phase clock as the run recorded it (record_wall_time); None when it did not."""
+    try:
+        value = json.loads(env_path(csv_path).read_text(encoding="utf-8")).get(PHASES_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def wall_time(csv_paths: list[Path]) -> float | None:

@@ -23,6 +23,45 @@ def execute(cfg: SweepConfig, how: LaunchOptions, repeat: int = 1) -> Outcome:
 
 
 def chart_after(outcome: Outcome, plot: bool, overwrite: bool = False) -> None:
+    """Chart the run (_chart) and say where its wall time went: the `# time:` line, built from rank
+    0's phase clock (commbench/run/phases.py) and what this process timed itself."""
+    import time
+
+    began = time.time()
+    _chart(outcome, plot, overwrite)
+    print_time_line(outcome, time.time() - began)
+
+
+def print_time_line(outcome: Outcome, charts_s: float) -> None:
+    """The `# time:` line, when rank 0 recorded its phases beside the CSV (a run that ended early did not).
+
+    This process's wall time starts at its import of commbench; what rank 0's clock did not cover
+    (spawning it, its imports) is start-up, and what came after it ended (the ranks' exit, the
+    launcher's teardown), less the charts, is teardown."""
+    import time
+
+    import commbench
+    from commbench.provenance import recorded_phases
+    from commbench.run.phases import PhaseClock, time_line
+
+    # A run that stopped (code > 1) recorded no phases: what its CSV's .env.json may hold is another run's.
+    if outcome.code not in (0, 1) or outcome.output is None or (record := recorded_phases(outcome.output)) is None:
+        return
+    try:
+        began, ended, totals = float(record["began"]), float(record["ended"]), dict(record["totals"])
+    except (KeyError, TypeError, ValueError):
+        return
+    now = time.time()
+    clock = PhaseClock()
+    for name, seconds in totals.items():
+        clock.add(str(name), float(seconds))
+    clock.add("startup", began - commbench.STARTED)
+    clock.add("charts", charts_s)
+    clock.add("teardown", now - ended - charts_s)
+    click.echo(time_line(clock.totals, now - commbench.STARTED))
+
+
+def _chart(outcome: Outcome, plot: bool, overwrite: bool = False) -> None:
     """Chart a finished run beside its CSV, from the process that owns the CSV (the launching
     process, or rank 0 under a launcher).
 

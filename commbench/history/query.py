@@ -6,13 +6,14 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Sequence
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from commbench.errors import UserError
 from commbench.history.recorder import COMPLETE, RECOVERED
 from commbench.history.store import HOSTS, ROWS, RUNS, History
+
+if TYPE_CHECKING:  # pandas is imported where rows are read: a sweep's first run asks only whether a run exists
+    import pandas as pd
 
 RUN_FIELDS = (
     "run_id",
@@ -115,6 +116,7 @@ def run_rows(history: History, run_ids: Sequence[str]) -> pd.DataFrame:
     """The rows of these runs as the CSV readers type them, with each run's start time and
     fingerprint and status (history_started_at, history_fingerprint, history_status) and the run's
     id in `run`."""
+    import pandas as pd
     from sqlalchemy import bindparam, text
 
     from commbench.results.reader import typed
@@ -155,12 +157,6 @@ def baseline_runs(
     with history.read() as conn:
         found = [dict(row._mapping) for row in conn.execute(text(sql), params)]
     return found[::-1]
-
-
-def last_run_rows(history: History, fingerprint: str) -> pd.DataFrame:
-    """The rows of the last complete run of a fingerprint (none when it has none)."""
-    runs = baseline_runs(history, fingerprint, None, None, 1) if fingerprint else []
-    return run_rows(history, [r["run_id"] for r in runs])
 
 
 def started_at(history: History, run_id: str) -> str | None:

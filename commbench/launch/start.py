@@ -159,15 +159,28 @@ def host_store(timeout_s: float) -> tuple[Any, int]:
     here rather than in rank 0 also keeps it alive when a rank dies, so survivors can still read
     which peer is gone (commbench/run/heartbeat.py).
     """
+    sock = listening_socket()
+    port = sock.getsockname()[1]  # before store_on detaches the socket
+    return store_on(sock, timeout_s), port
+
+
+def listening_socket() -> socket.socket:
+    """A socket listening on a free loopback port, for the store (store_on): the ranks can be told
+    its port, and start, before torch is imported here; their connections wait in its backlog."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    return sock
+
+
+def store_on(sock: socket.socket, timeout_s: float) -> Any:
+    """The TCPStore server on a socket from listening_socket() (host_store's)."""
     import datetime
 
     import torch.distributed as dist
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1024)
     port = sock.getsockname()[1]
-    store = dist.TCPStore(
+    return dist.TCPStore(
         "127.0.0.1",
         port,
         None,
@@ -176,7 +189,6 @@ def host_store(timeout_s: float) -> tuple[Any, int]:
         wait_for_workers=False,
         master_listen_fd=sock.detach(),
     )
-    return store, port
 
 
 def _hand_over(stream: IO[str], text: str) -> None:
@@ -214,7 +226,9 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
     lock = threading.Lock()
     stop_on_signals()  # SIGTERM (a scheduler's time limit) and SIGHUP end the run as Ctrl-C does
     try:
-        store, port = host_store(cfg.timeout)
+        # The ranks start while this process imports torch for the store (seconds on a busy host).
+        sock = listening_socket()
+        port = sock.getsockname()[1]
         env = {
             **os.environ,
             LAUNCHER_PID_ENV: str(os.getpid()),
@@ -251,6 +265,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
                 t = threading.Thread(target=_relay, args=(stream, err, lock, display), daemon=True)
                 t.start()
                 relays.append(t)
+        store = store_on(sock, cfg.timeout)
         code = _supervise(procs, cfg.timeout, store)
     except KeyboardInterrupt as exc:
         # The ranks run in their own sessions, so a terminal's Ctrl-C (or a killpg of this process

@@ -60,6 +60,10 @@ class _Visit:
     timed_s: float = 0.0
 
 
+# The estimate is worked out at most this often (seconds of the progress clock); between two, the
+# last one stands, less the time since: a case takes milliseconds, and working out the estimate
+# before each one took more of a default sweep than its smallest collectives did.
+ESTIMATE_EVERY_S = 0.25
 # Visits of works within this factor of a work tell what a unit of cost at that work takes in wall time.
 SIMILAR_WORK = 4.0
 # ... once this many of them have been seen; before, the whole run's rate stands in.
@@ -100,6 +104,12 @@ class SweepProgress:
         self.prior = {key: t for key, t in (prior or {}).items() if math.isfinite(t) and t > 0}
         self.drifts: list[tuple[int, float]] = []  # (work, this run / the prior) of each timed case the prior has
         self._drift_at: dict[int, float] = {}  # _drift by work, until the next such case is timed
+        # _curve by op and _per_work, until the next case is timed: an estimate predicts every pending
+        # case from them, and rebuilding them per case made the ETA cost more than the sweep's samples.
+        self._curves: dict[str, tuple[list[int], list[float]]] = {}
+        self._per_work_memo: float | None = None
+        self.estimate_every_s = ESTIMATE_EVERY_S
+        self._estimated: tuple[float, float, float | None] | None = None  # (when, fraction, ETA)
 
     # -- what the runner reports ------------------------------------------------------------------
 
@@ -115,6 +125,8 @@ class SweepProgress:
         self.pending[(op, work)] -= 1
         if math.isfinite(sample_s) and sample_s > 0:
             self.timed.setdefault(op, {}).setdefault(work, []).append(sample_s)
+            self._curves.pop(op, None)
+            self._per_work_memo = None
             self.barrier_s = min(self.barrier_s, sample_s)
             if (op, work) in self.prior:
                 self.drifts.append((work, sample_s / self.prior[(op, work)]))
@@ -188,9 +200,11 @@ class SweepProgress:
 
     def _curve(self, op: str) -> tuple[list[int], list[float]]:
         """The op's timed works, ascending, and the median planned sample time at each."""
-        by_work = self.timed.get(op, {})
-        works = sorted(by_work)
-        return works, [statistics.median(by_work[s]) for s in works]
+        if op not in self._curves:
+            by_work = self.timed.get(op, {})
+            works = sorted(by_work)
+            self._curves[op] = works, [statistics.median(by_work[s]) for s in works]
+        return self._curves[op]
 
     def _predict_in(self, op: str, work: int) -> float | None:
         works, times = self._curve(op)
@@ -211,24 +225,27 @@ class SweepProgress:
     def _per_work(self) -> float:
         """For an op whose works have not yet reached the bandwidth: the median time per unit of work
         of the ops that have (0 when none has: latency is all that is known)."""
-        slopes = [slope for op in self.timed if (slope := _slope(*self._curve(op))) is not None]
-        return statistics.median(slopes) if slopes else 0.0
+        if self._per_work_memo is None:
+            slopes = [slope for op in self.timed if (slope := _slope(*self._curve(op))) is not None]
+            self._per_work_memo = statistics.median(slopes) if slopes else 0.0
+        return self._per_work_memo
 
-    def _rate(self, work: int, overall: float) -> float:
+    def _rate(self, work: int, overall: float, visits: _Visits) -> float:
         """Wall seconds per unit of cost at this work: from the visits of similar works, else overall."""
-        near = [v for v in self.visits if work / SIMILAR_WORK <= v.work <= work * SIMILAR_WORK]
-        cost = sum(v.timed_s + v.samples * self._barrier() for v in near)
-        if len(near) < SIMILAR_VISITS or cost <= 0:
+        count, wall_s, timed_s, samples = visits.within(work / SIMILAR_WORK, work * SIMILAR_WORK)
+        cost = timed_s + samples * self._barrier()
+        if count < SIMILAR_VISITS or cost <= 0:
             return overall
-        return sum(v.wall_s for v in near) / cost
+        return wall_s / cost
 
     def _left_s(self, overall: float) -> float | None:
         """Predicted wall seconds of the work still to run; None when a case cannot be predicted yet."""
         rates: dict[int, float] = {}
+        visits = _Visits(self.visits)
 
         def wall(cost: float, work: int) -> float:
             if work not in rates:
-                rates[work] = self._rate(work, overall)
+                rates[work] = self._rate(work, overall, visits)
             return cost * rates[work]
 
         left = sum(wall(self._cost(r.left + 1, r.sample_s), r.work) for r in self.running.values())
@@ -262,8 +279,31 @@ class SweepProgress:
     def status(self, label: str) -> Status:
         """Where the sweep stands; called before each visit, so it also closes the previous one."""
         self._close_visit()
-        fraction, eta = self._estimate()
+        now = self.clock()
+        if self._estimated is None or now - self._estimated[0] >= self.estimate_every_s:
+            self._estimated = (now, *self._estimate())
+        when, fraction, eta = self._estimated
+        eta = None if eta is None else max(eta - (now - when), 0.0)
         return Status(self.done, self.total, fraction, eta, label)
+
+
+class _Visits:
+    """The closed visits sorted by work, with running sums, so that the visits within a range of
+    works are summed in two bisections rather than one pass over every visit."""
+
+    def __init__(self, visits: Sequence[_Visit]) -> None:
+        ordered = sorted(visits, key=lambda v: v.work)
+        self.works = [v.work for v in ordered]
+        self.sums = [(0.0, 0.0, 0)]  # (wall_s, timed_s, samples) of the first i visits
+        for v in ordered:
+            wall_s, timed_s, samples = self.sums[-1]
+            self.sums.append((wall_s + v.wall_s, timed_s + v.timed_s, samples + v.samples))
+
+    def within(self, low: float, high: float) -> tuple[int, float, float, int]:
+        """(visits, wall seconds, timed seconds, samples) of the visits with low <= work <= high."""
+        i, j = bisect.bisect_left(self.works, low), bisect.bisect_right(self.works, high)
+        (w0, t0, s0), (w1, t1, s1) = self.sums[i], self.sums[j]
+        return j - i, w1 - w0, t1 - t0, s1 - s0
 
 
 # The time per unit of work counts once the largest work takes this much longer than the smallest:

@@ -17,6 +17,7 @@ from commbench.ops.args import CollArgs, complete
 from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
 from commbench.run.overlap import ComputeKernel
+from commbench.run.phases import PhaseClock
 from commbench.run.timers import Timer, timer_for
 
 if TYPE_CHECKING:
@@ -62,8 +63,10 @@ class TimedCase:
         keep_per_rank: bool = False,
         compute_for: Callable[[TimedCase, float], ComputeKernel] | None = None,
         timer: Timer | None = None,
+        phases: PhaseClock | None = None,
     ) -> None:
         self.op, self.args, self.phase, self.window = op, args, phase, window
+        self.phases = PhaseClock() if phases is None else phases  # the sweep's, where the rotation passes it
         self.size_bytes = op.size_bytes(args, phase)  # S, as set up
         self.watchdog, self.label = watchdog, label
         self.keep_per_rank = keep_per_rank
@@ -158,7 +161,12 @@ class TimedCase:
         otherwise leave a cheap case with --min-iters; it is agreed as the max over ranks, so a rank
         whose clock reads slower decides for every rank, and every rank runs the same count.
         """
-        self.op.fill(self.args)
+        with self.phases.phase("fill"):
+            self.op.fill(self.args)
+        with self.phases.phase("warmup"):
+            return self._warm_up(budget)
+
+    def _warm_up(self, budget: Budget) -> float:
         auto = budget.auto
         planned = budget.warmup_samples(0.0)  # the most it may take, before any sample is seen
         local: list[float] = []
@@ -182,12 +190,13 @@ class TimedCase:
         """Time `iters` samples as part of round `round_index`, check the result when asked (the row's
         last block), then share the samples (and the check's wrong count), so that every rank holds
         the same per-iteration maxima over ranks."""
-        self._timed_block(iters)
-        # Read once the block is done: on CUDA one synchronise on the block's last event.
-        local_us = [us / self.window for us in self.timer.read_us()]
-        if self.compute_for is not None and self.compute is None and local_us:
-            self.compute = self.compute_for(self, self.agree_max(statistics.median(local_us) * self.window * 1e-6))
-        overlap = self._overlap_block(iters) if self.compute is not None else None
+        with self.phases.phase("timed"):
+            self._timed_block(iters)
+            # Read once the block is done: on CUDA one synchronise on the block's last event.
+            local_us = [us / self.window for us in self.timer.read_us()]
+            if self.compute_for is not None and self.compute is None and local_us:
+                self.compute = self.compute_for(self, self.agree_max(statistics.median(local_us) * self.window * 1e-6))
+            overlap = self._overlap_block(iters) if self.compute is not None else None
         wrong = self._check_here() if check else None
         self._share(lambda: self._share_block(local_us, round_index, overlap, wrong))
 
@@ -240,18 +249,21 @@ class TimedCase:
 
     def _check_here(self) -> int:
         """Re-fill the inputs, run one iteration, and count this rank's wrong elements."""
-        self.op.fill(self.args)
-        self.op.before(self.args, self.phase)
-        self.watchdog.arm(f"{self.label} (check)")
-        _step(self.op, self.args, self.phase, 1)
-        return self.op.wrong(self.args, self.phase)
+        with self.phases.phase("fill"):
+            self.op.fill(self.args)
+        with self.phases.phase("check"):
+            self.op.before(self.args, self.phase)
+            self.watchdog.arm(f"{self.label} (check)")
+            _step(self.op, self.args, self.phase, 1)
+            return self.op.wrong(self.args, self.phase)
 
     def _share(self, exchange: Callable[[], T]) -> T:
         """An exchange between the ranks, under the watchdog (a peer that never joins it is a hang)."""
-        self.watchdog.arm(f"{self.label} (gathering results)")
-        result = exchange()
-        self.watchdog.disarm()
-        return result
+        with self.phases.phase("control"):
+            self.watchdog.arm(f"{self.label} (gathering results)")
+            result = exchange()
+            self.watchdog.disarm()
+            return result
 
     @property
     def samples_us(self) -> list[float]:

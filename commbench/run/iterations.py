@@ -8,6 +8,7 @@ from commbench.run.config import SweepConfig
 from commbench.run.eta import SweepProgress
 from commbench.run.harness import TimedCase, blocks
 from commbench.run.overlap import AUTO, ComputeKernel, calibrate, compute_dtype, seconds_of_kernel, side_for
+from commbench.run.phases import PhaseClock
 from commbench.run.plan import RotationEntry
 
 # --precision checks the interval this many times per block (the ranks share samples after each
@@ -15,9 +16,12 @@ from commbench.run.plan import RotationEntry
 PRECISION_CHUNKS = 4
 
 
-def visit(cfg: SweepConfig, entry: RotationEntry, round_index: int, progress: SweepProgress) -> bool:
+def visit(
+    cfg: SweepConfig, entry: RotationEntry, round_index: int, progress: SweepProgress, phases: PhaseClock | None = None
+) -> bool:
     """One visit of a case: its warm-up and blocks on the first, one block, the check on the last.
-    True when the case is done."""
+    True when the case is done. phases: the sweep's clock, which times the progress estimate's share."""
+    phases = PhaseClock() if phases is None else phases
     case = entry.case
     if round_index == 0:
         budget = cfg.budget
@@ -25,7 +29,8 @@ def visit(cfg: SweepConfig, entry: RotationEntry, round_index: int, progress: Sw
         iters = budget.samples(entry.sample_s)
         entry.blocks = blocks(iters, cfg.rounds)
         # --overlap times the op, the matmul and both together: three samples per iteration.
-        progress.warmed_up(id(entry), case.op.name, entry.work, iters, entry.sample_s * (3 if cfg.overlap else 1))
+        with phases.phase("progress"):
+            progress.warmed_up(id(entry), case.op.name, entry.work, iters, entry.sample_s * (3 if cfg.overlap else 1))
     last = round_index == len(entry.blocks) - 1
     chunks = (
         [entry.blocks[round_index]] if cfg.precision is None else blocks(entry.blocks[round_index], PRECISION_CHUNKS)
@@ -33,14 +38,17 @@ def visit(cfg: SweepConfig, entry: RotationEntry, round_index: int, progress: Sw
     for i, chunk in enumerate(chunks):
         final = last and i == len(chunks) - 1
         case.block(chunk, round_index, check=cfg.check and final)
-        progress.ran(id(entry), chunk)
+        with phases.phase("progress"):
+            progress.ran(id(entry), chunk)
         if not final and cfg.precision is not None and precise(case, cfg):
             if cfg.check:
                 case.check()
-            progress.finish(id(entry))
+            with phases.phase("progress"):
+                progress.finish(id(entry))
             return True
     if last:
-        progress.finish(id(entry))
+        with phases.phase("progress"):
+            progress.finish(id(entry))
     return last
 
 

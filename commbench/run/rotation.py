@@ -38,7 +38,8 @@ def sweep_op(session: Session, op: Op, dtype: str) -> int:
     seen: set[tuple[str, str, int]] = set()
     wrong_total = 0
     for group in session.plan.rotation_groups(op, dtype, variants.runnable):
-        entries = _set_up(session, op, dtype, group, seen)
+        with session.phases.phase("setup"):
+            entries = _set_up(session, op, dtype, group, seen)
         wrong_total += rotate(session, op, dtype, entries)
     return wrong_total
 
@@ -78,6 +79,7 @@ def _set_up(
                 label=label,
                 keep_per_rank=cfg.raw,
                 compute_for=functools.partial(compute_kernel, cfg) if cfg.overlap else None,
+                phases=session.phases,
             )
             entries.append(RotationEntry(case, args, s_bytes, note, need(point, variant)))
     return entries
@@ -112,11 +114,12 @@ def rotate(session: Session, op: Op, dtype: str, entries: list[RotationEntry]) -
     try:
         for round_index, entry in in_rounds(pending, cfg.rounds):
             label = entry.case.label + (f", round {round_index + 1}/{cfg.rounds}" if cfg.rounds > 1 else "")
-            if sink:
-                sink.progress(progress.status(label))
-            board.step(label)
+            with session.phases.phase("progress"):
+                if sink:
+                    sink.progress(progress.status(label))
+                board.step(label)
             try:
-                done = visit(cfg, entry, round_index, progress)
+                done = visit(cfg, entry, round_index, progress, session.phases)
             except RuntimeError as exc:
                 if round_index == 0 and (reason := refused_everywhere(session.backend, exc)) is not None:
                     # The variant's other sizes would be refused alike: one unavailable row for it.

@@ -19,6 +19,7 @@ from commbench.ops.base import Op
 from commbench.run.config import SWEEP_PROGRAM, Outcome, SweepConfig
 from commbench.run.failures import CollectiveFailure, first_sentence
 from commbench.run.heartbeat import because
+from commbench.run.phases import PhaseClock
 from commbench.run.rotation import sweep_op
 from commbench.run.session import Session, in_groups, open_session
 from commbench.run.watchdog import bounded
@@ -31,17 +32,20 @@ RankProgram = Callable[[SweepConfig, Launch, Backend], Outcome]
 
 def run_rank(cfg: SweepConfig, launch: Launch) -> Outcome:
     """Run the sweep on this rank; the outcome's code is 0 (ok) or 1 (wrong results)."""
-    ops = cfg.built_ops()
-    backend = load_backend(cfg.backend)(**({"device": cfg.device} if cfg.device != "auto" else {}))
+    phases = PhaseClock()  # rank 0's `# time:` categories (commbench/run/phases.py)
+    with phases.phase("startup"):
+        ops = cfg.built_ops()
+        backend = load_backend(cfg.backend)(**({"device": cfg.device} if cfg.device != "auto" else {}))
     # The transport's own timeout is only a backstop: the watchdog fires first with the step's label and
     # a diagnosis, where NCCL's would abort the process with neither.
     try:
-        backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S, launch)
+        with phases.phase("startup"):
+            backend.init(cfg.timeout + TRANSPORT_TIMEOUT_SLACK_S, launch)
     except RuntimeError as exc:  # torch.distributed's errors: the store or a peer cannot be reached
         raise CollectiveFailure(f"rank {launch.rank}: could not join the process group: {first_sentence(exc)}") from exc
     try:
         if cfg.program == SWEEP_PROGRAM:
-            return run_sweep(cfg, launch, backend, ops)
+            return run_sweep(cfg, launch, backend, ops, phases)
         # Another program on the same launch (`commbench isolate`'s node sweep), named in the config.
         program: RankProgram = resolve(cfg.program)
         return program(cfg, launch, backend)
@@ -49,11 +53,16 @@ def run_rank(cfg: SweepConfig, launch: Launch) -> Outcome:
         backend.close()
 
 
-def run_sweep(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op] | None = None) -> Outcome:
+def run_sweep(
+    cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op] | None = None, phases: PhaseClock | None = None
+) -> Outcome:
     """The sweep on a process group this rank has joined (backend.init done): agree, measure every
     case of the ops (cfg.built_ops() when not given), write rank 0's rows; the outcome's code is 0
-    (ok) or 1 (wrong results)."""
-    session = open_session(cfg, launch, backend, cfg.built_ops() if ops is None else ops)
+    (ok) or 1 (wrong results). phases: the clock the rank's start-up was timed on (a fresh one when
+    not given)."""
+    phases = PhaseClock() if phases is None else phases
+    with phases.phase("startup"):
+        session = open_session(cfg, launch, backend, cfg.built_ops() if ops is None else ops, phases)
     return measure_session(session, lambda: _sweep_ops(session, backend))
 
 
@@ -95,7 +104,8 @@ def measure_session(session: Session, body: Callable[[], int]) -> Outcome:
     finally:
         board.finish("finished")  # a no-op after either failure above: the first state stays
         if sink:
-            sink.close()
+            with session.phases.phase("teardown"):
+                sink.close()
     if sink:
         sink.finish(wrong_total)
     return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, session.path)

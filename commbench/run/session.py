@@ -4,6 +4,7 @@ shares is held in one Session."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping, form_groups
 from commbench.run.heartbeat import Heartbeat, because, connect_store
 from commbench.run.host_records import begin_record, gather_host_envs
+from commbench.run.phases import PhaseClock
 from commbench.run.plan import SweepPlan, eta_prior
 from commbench.run.resources import memory_error
 from commbench.run.sink import Sink
@@ -47,6 +49,7 @@ class Session:
     progress: SweepProgress
     sink: Sink | None = None
     path: Path | None = None  # rank 0's CSV
+    phases: PhaseClock = dataclasses.field(default_factory=PhaseClock)  # where the time goes (the `# time:` line)
 
     @property
     def backend(self) -> Backend:
@@ -65,10 +68,13 @@ class Agreed:
     path: Path
 
 
-def open_session(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op]) -> Session:
+def open_session(
+    cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[Op], phases: PhaseClock | None = None
+) -> Session:
     """Agree on the configuration, form the groups and open rank 0's outputs; every refusal (a
     configuration the ranks disagree on, an output or history rank 0 cannot open) is shared, so
-    that every rank stops with it."""
+    that every rank stops with it. phases: the clock the session's steps are timed on."""
+    phases = PhaseClock() if phases is None else phases
     lead = backend.rank == 0
     store = connect_store(launch, min(cfg.timeout, 30.0))
     # The board beats at the watchdog's pace and reads its label; the watchdog asks it for the diagnosis.
@@ -92,24 +98,30 @@ def open_session(cfg: SweepConfig, launch: Launch, backend: Backend, ops: list[O
     watchdog.arm(f"creating the --group {cfg.group} process groups")
     grouping = form_groups(backend, cfg.group, facts.rank_hosts)
     watchdog.arm("gathering every host's environment")
-    host_envs = gather_host_envs(backend, cfg.backend, facts.run_id, facts.rank_hosts, launch.master_addr, store)
+    with phases.phase("history"):
+        host_envs = gather_host_envs(backend, cfg.backend, facts.run_id, facts.rank_hosts, launch.master_addr, store)
     sink, error, history = None, None, None
     if lead and path is not None:
         try:
             # Opened once the ranks agree, so that a refused run leaves no history file behind.
-            history = open_run_history(cfg.history)
-            sink = _open_sink(cfg, launch, backend, Agreed(facts, grouping, host_envs or [], path), history)
+            with phases.phase("history"):
+                history = open_run_history(cfg.history)
+            agreed = Agreed(facts, grouping, host_envs or [], path)
+            sink = _open_sink(cfg, launch, backend, agreed, history, phases)
         except UserError as exc:  # a history that cannot be opened; or the name was free when checked, but taken since
             error = exc.format_message()
     watchdog.arm("learning whether rank 0 could create its output")
     share_refusal(backend, error)
     watchdog.disarm()
     plan = SweepPlan(cfg, grouping, ops)
-    progress = SweepProgress(plan.cases(), cfg.budget, prior=_last_run_prior(plan, history, sink))
-    return Session(cfg, grouping, plan, watchdog, board, progress, sink, path)
+    with phases.phase("progress"):
+        progress = SweepProgress(plan.cases(), cfg.budget, prior=_last_run_prior(plan, history, sink))
+    return Session(cfg, grouping, plan, watchdog, board, progress, sink, path, phases)
 
 
-def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agreed, history: History | None) -> Sink:
+def _open_sink(
+    cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agreed, history: History | None, phases: PhaseClock
+) -> Sink:
     """Rank 0's sink, which files its rows in the history too, and the run's header line."""
     facts, grouping, path = agreed.facts, agreed.grouping, agreed.path
     run_layout = layout(
@@ -124,15 +136,16 @@ def _open_sink(cfg: SweepConfig, launch: Launch, backend: Backend, agreed: Agree
     )
     # Each launch of `sweep --repeat` keeps its own hosts' record: <stem>.launch<i>.env.json.
     record_path = path.with_name(f"{path.stem}.launch{cfg.launch}{path.suffix}") if cfg.launch else path
-    record_columns, recorder = begin_record(
-        path, facts.run_id, run_layout, agreed.host_envs, cfg.command, history, record_path
-    )
+    with phases.phase("history"):
+        record_columns, recorder = begin_record(
+            path, facts.run_id, run_layout, agreed.host_envs, cfg.command, history, record_path
+        )
     base = {**_run_columns(cfg, backend, grouping, facts), **record_columns}
     # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
     display = Display(choose_mode(sys.stdout, relay=launch.spawned))
     budget = cfg.budget
     # Creates the file, or refuses before the header.
-    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget, history=recorder, append=cfg.append)
+    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget, history=recorder, append=cfg.append, phases=phases)
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
         f"{counted(backend.world_size, 'rank')} on {facts.hosts}{in_groups(grouping)}, mode {cfg.mode}, "
@@ -146,13 +159,16 @@ def _last_run_prior(plan: SweepPlan, history: History | None, sink: Sink | None)
     without one). A history that cannot be read costs the ETA its prior, never the run."""
     if history is None or sink is None:
         return {}
-    from commbench.history.query import last_run_rows
+    from commbench.history.query import baseline_runs, run_rows
 
+    fingerprint = str(sink.base.get("fingerprint", ""))
     try:
-        rows = last_run_rows(history, str(sink.base.get("fingerprint", "")))
+        # Asked first, so that a history without such a run costs no import of pandas (a second on start-up).
+        runs = baseline_runs(history, fingerprint, None, None, 1) if fingerprint else []
+        rows = run_rows(history, [r["run_id"] for r in runs]) if runs else None
     except Exception:  # a database error of any driver: the ETA goes on without its prior
         return {}
-    return eta_prior(plan, rows) if len(rows) else {}
+    return eta_prior(plan, rows) if rows is not None and len(rows) else {}
 
 
 def _run_columns(cfg: SweepConfig, backend: Backend, grouping: Grouping, facts: RunFacts) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from commbench.results.paths import raw_path
 from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, STOPPED, rank_hosts
 from commbench.results.stats import Stats, bandwidth_gbps, lower_mode, modes_note, noisy, overlap_fraction
 from commbench.results.writer import CsvAppender
+from commbench.run.phases import PhaseClock
 
 if TYPE_CHECKING:
     from commbench.history.recorder import RunRecorder
@@ -39,8 +40,10 @@ class Sink:
         budget: Budget | None = None,
         history: RunRecorder | None = None,
         append: bool = False,
+        phases: PhaseClock | None = None,
     ) -> None:
         self.path = path
+        self.phases = PhaseClock() if phases is None else phases
         self.budget = budget or Budget()
         self.started = time.monotonic()
         self.rows: list[dict[str, Any]] = []  # what the noise summary needs of each measured row
@@ -60,27 +63,34 @@ class Sink:
         self.display.write(self.table.header(title))
 
     def progress(self, status: Status) -> None:
-        self.display.status(status)
+        with self.phases.phase("progress"):
+            self.display.status(status)
 
     def unavailable(self, op: str, variant: str, dtype: str, reason: str) -> None:
         row = {**self.base, "timestamp": _now(), "op": op, "variant": variant, "dtype": dtype}
         row.update(status="unavailable", note=reason)
+        self._file(row)
+        with self.phases.phase("write"):
+            self.display.write(self.table.line(row))
+
+    def _file(self, row: dict[str, Any]) -> None:
+        """The row in the CSV and the history, or in neither."""
         with signals_held():
-            self.writer.write(row)
+            with self.phases.phase("write"):
+                self.writer.write(row)
             if self.history is not None:
-                self.history.add(row)
+                with self.phases.phase("history"):
+                    self.history.add(row)
             for listener in self.listeners:
                 listener(row)
-        self.display.write(self.table.line(row))
 
     def measured(self, m: Measurement) -> None:
+        with self.phases.phase("write"):
+            self._measured(m)
+
+    def _measured(self, m: Measurement) -> None:
         row = self.row(m)
-        with signals_held():  # a row is in the CSV and the history, or in neither
-            self.writer.write(row)
-            if self.history is not None:
-                self.history.add(row)
-            for listener in self.listeners:
-                listener(row)
+        self._file(row)
         self.rows.append({k: row[k] for k in _NOISE_COLUMNS})
         if self.raw is not None:
             key = {k: row[k] for k in ("run_id", *CASE_KEY)}
@@ -133,10 +143,12 @@ class Sink:
 
     def finish(self, wrong_total: int) -> None:
         if self.history is not None:
-            self.history.end(completed=True)
-            self.history.close()
+            with self.phases.phase("history"):
+                self.history.end(completed=True)
+                self.history.close()
         wall_s = time.monotonic() - self.started
-        record_wall_time(self.path, wall_s)  # so that a report of this CSV advises as this line does
+        # So that a report of this CSV advises as this line does, and the CSV's owner prints where the time went.
+        record_wall_time(self.path, wall_s, self.phases.record())
         summary = summarise_noise(self.rows, self.budget, wall_s, HostLoad.here(_ranks_here(self.base)))
         if summary is not None:
             self.display.write(summary.line())

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.colors import to_hex
 
+from commbench.analysis.charts import plot
 from commbench.analysis.charts.plot import build_charts, plot_results
 from commbench.analysis.charts.render import charts_folder, render
 from commbench.analysis.charts.style import speedup_family
@@ -156,6 +157,21 @@ def test_plot_results_writes_one_file_per_chart(run_csv: Path, tmp_path: Path, f
         f"grouped_all_gather-comm-speedup.{fmt}",
     ]
     assert all(magic in p.read_bytes()[:400] for p in written)
+
+
+@pytest.mark.slow  # the charts render in a pool of processes
+def test_the_pool_writes_the_files_the_serial_loop_writes_in_its_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # all_reduce, one variant, has half the rows of the panels beside it: the pool draws it last.
+    run_csv = synth_run(tmp_path / "r.csv", [*CASES, Case("all_reduce", "flat")], seed=1, raw=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # a pool of two, whatever this machine has
+    pooled = plot_results([run_csv], tmp_path / "pool", "png")
+    monkeypatch.setattr(plot, "MAX_CHART_WORKERS", 1)  # one worker: the serial loop
+    serial = plot_results([run_csv], tmp_path / "serial", "png")
+    # The pool draws the panel with the most rows first; the paths still come in the panels' order.
+    assert [p.name for p in pooled] == [p.name for p in serial] and len(serial) == 4
+    assert [p.read_bytes() for p in pooled] == [p.read_bytes() for p in serial]
 
 
 def test_cli_plot_defaults_to_a_folder_beside_the_csv(tmp_path: Path) -> None:

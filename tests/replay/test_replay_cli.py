@@ -130,7 +130,7 @@ def test_a_plan_replayed_on_two_gloo_ranks_through_the_spawner(tmp_path: Path) -
     with open(later, newline="") as f:
         assert next(csv.DictReader(f))["fingerprint"] == sweep_rows[0]["fingerprint"]
     judged = commbench("compare", str(later), "--history", str(history))
-    assert judged.returncode in (0, 1), judged.stderr
+    assert judged.returncode in (0, 1, 5), judged.stderr  # 5: one earlier run cannot resolve the threshold
     fingerprint = sweep_rows[0]["fingerprint"]
     assert f"holds 1 run of fingerprint {fingerprint} before this one" in judged.stdout
     assert "step/sequence/comm mixed blocking" in judged.stdout  # the step is compared as a row too

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from commbench.console.display import Status
 from commbench.ops.args import CollArgs
 from commbench.ops.spec import BusFactor, OpSpec, Point
 from commbench.results.budget import Budget
+from commbench.run import eta
 from commbench.run.config import SweepConfig
 from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping
@@ -217,3 +219,93 @@ def test_rows_of_the_fake_sweep_are_the_cases(tmp_path: Path) -> None:
     _sweep_with_a_fake_clock(tmp_path, OPS[:1])
     rows = pd.read_csv(tmp_path / "eta.csv")
     assert len(rows) == len(SIZES) * 3 and (rows["status"] == "ok").all()
+
+
+class _FromScratch(SweepProgress):
+    """The estimate as computed before its parts were memoised: every op's curve rebuilt and every
+    visit scanned for each pending case (which made the ETA cost more than the samples)."""
+
+    def _curve(self, op: str) -> tuple[list[int], list[float]]:
+        by_work = self.timed.get(op, {})
+        works = sorted(by_work)
+        return works, [statistics.median(by_work[s]) for s in works]
+
+    def _per_work(self) -> float:
+        slopes = [slope for op in self.timed if (slope := eta._slope(*self._curve(op))) is not None]
+        return statistics.median(slopes) if slopes else 0.0
+
+    def _rate(self, work: int, overall: float, visits: Any) -> float:
+        near = [v for v in self.visits if work / eta.SIMILAR_WORK <= v.work <= work * eta.SIMILAR_WORK]
+        cost = sum(v.timed_s + v.samples * self._barrier() for v in near)
+        if len(near) < eta.SIMILAR_VISITS or cost <= 0:
+            return overall
+        return sum(v.wall_s for v in near) / cost
+
+
+def test_the_memoised_estimate_is_the_one_computed_from_scratch_at_every_report(tmp_path: Path) -> None:
+    pairs: list[tuple[float | None, float | None]] = []
+
+    def watch(progress: SweepProgress) -> None:
+        real_status = progress.status
+        progress.estimate_every_s = 0.0  # an estimate at every report, to compare with
+
+        def status(label: str) -> Status:
+            result = real_status(label)
+            progress.__class__ = _FromScratch  # the same state, estimated the old way
+            try:
+                pairs.append((result.eta_s, progress._estimate()[1]))
+            finally:
+                progress.__class__ = SweepProgress
+            return result
+
+        progress.status = status  # type: ignore[method-assign]
+
+    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=SIZES)
+    sweep_one_rank(tmp_path / "eta.csv", cfg, Machine(), [op() for op in OPS[:3]], watch=watch)
+    assert len(pairs) > 100 and sum(memo is not None for memo, _ in pairs) > 100
+    for memo, scratch in pairs:
+        assert (memo is None and scratch is None) or math.isclose(memo, scratch, rel_tol=1e-9), (memo, scratch)
+
+
+def test_between_two_estimates_the_last_one_stands_less_the_time_since() -> None:
+    now = [0.0]
+    progress = SweepProgress([("op", 8), ("op", 64)], Budget(), clock=lambda: now[0])
+    progress.warmed_up("a", "op", 8, 10, 1e-3)
+    now[0] += 1.0
+    progress.ran("a", 10)
+    first = progress.status("first")
+    assert first.eta_s is not None
+    now[0] += 0.1  # within ESTIMATE_EVERY_S: not worked out again
+    progress.finish("a")
+    second = progress.status("second")
+    assert second.eta_s == pytest.approx(max(first.eta_s - 0.1, 0.0))
+    assert (second.done, second.label) == (1, "second")  # the count and the label are always current
+    now[0] += eta.ESTIMATE_EVERY_S
+    assert progress.status("third").fraction != first.fraction  # worked out afresh
+
+
+def test_the_prior_comes_from_the_last_complete_run_of_the_fingerprint_in_the_history(tmp_path: Path) -> None:
+    from commbench.history.recorder import RunInfo, RunRecorder, now
+    from commbench.history.store import open_history
+    from commbench.run.session import _last_run_prior
+
+    cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8, 64))
+    op = OPS[0]()
+    plan = SweepPlan(cfg, Grouping("world", 1, Machine()), [op])
+    history = open_history(str(tmp_path / "h.sqlite"))
+    info = RunInfo("run-a", "fp1", "sweep", "commbench sweep", "gloo", 1, ("h1",), "/tmp/a.csv", "0.1.0", {}, now())
+    recorder = RunRecorder(history, info)
+    common = {"op": op.name, "phase": op.phases[0], "dtype": "float32", "status": "ok", "run_id": "run-a"}
+    for variant, size, p50 in (("v0", 8, 100.0), ("v1", 8, 300.0), ("v0", 64, 500.0)):
+        recorder.add({**common, "variant": variant, "size_bytes": size, "time_us_p50": p50})
+    recorder.end(completed=True)
+
+    def sink(fingerprint: str) -> Any:
+        return type("Sink", (), {"base": {"fingerprint": fingerprint}})()
+
+    works = sorted({w for _, w in plan.cases()})
+    prior = _last_run_prior(plan, history, sink("fp1"))
+    assert prior == {(op.name, works[0]): pytest.approx(200e-6), (op.name, works[1]): pytest.approx(500e-6)}
+    assert _last_run_prior(plan, history, sink("another")) == {}  # no run of it: asked without reading rows
+    assert _last_run_prior(plan, None, None) == {}
+    recorder.close()

@@ -45,10 +45,18 @@ def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png", overwri
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return [path for panel in panels for path in _write_panel(panel, out_dir, fmt, True)]
     # Drawing is CPU-bound Python (about half a second a chart): one process per core, a panel at a
-    # time. Forked, so the workers start with matplotlib and pandas already imported.
+    # time. Forked, so the workers start with matplotlib and pandas already imported. The panels with
+    # the most rows go first, so that no large panel is left to one worker while the others idle;
+    # the paths come back in the panels' order, as the serial loop gives them.
+    order = sorted(range(len(panels)), key=lambda i: -len(panels[i][1]))
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        done = pool.map(_write_panel, panels, [out_dir] * len(panels), [fmt] * len(panels), [True] * len(panels))
-        return [path for paths in done for path in paths]
+        done = dict(zip(order, pool.map(_write_panel, *_columns([panels[i] for i in order], out_dir, fmt))))
+        return [path for i in range(len(panels)) for path in done[i]]
+
+
+def _columns(panels: list[tuple[str, pd.DataFrame]], out_dir: Path, fmt: str) -> tuple[list, ...]:
+    """pool.map's arguments for _write_panel, one list per parameter."""
+    return panels, [out_dir] * len(panels), [fmt] * len(panels), [True] * len(panels)
 
 
 # Chart processes at most, however many cores: beyond a few the workers' start-up outweighs the gain.
