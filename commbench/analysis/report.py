@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 import commbench
-from commbench.analysis.charts.plot import build_charts
+from commbench.analysis.charts.plot import build_charts, in_pool
 from commbench.analysis.charts.render import FORMATS, Chart, render
 from commbench.analysis.charts.runs import runs_chart
 from commbench.analysis.hosts_report import host_sections
@@ -98,7 +98,7 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
     colours = run_colours(frame)
     incomplete = {r for r in colours if frame[frame["run"] == r]["note"].str.contains(STOPPED, regex=False).any()}
     charts = build_charts(frame, (lambda name, group: runs_chart(name, group, colours, incomplete)) if multi else None)
-    body = [
+    body: list[str | Chart] = [
         toc.heading(2, "Summary"),
         *_summary(frame, charts),
         *(_runs_section(frame, colours, toc) if multi else []),
@@ -110,8 +110,8 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
     for chart in charts:
         if chart.kind == "size":
             body.append(toc.heading(3, chart.name.replace("-", " · "), anchor=f"chart-{chart.name}"))
-        body.append(_figure(chart, fmt))
-    body.extend(_model_section(frame, fmt, toc))
+        body.append(chart)
+    body.extend(_model_section(frame, toc))
     body.append(toc.heading(2, "Results"))
     measured = frame[frame["status"] != "unavailable"]
     for (op, phase), rows in measured.groupby(["op", "phase"], sort=True):
@@ -130,7 +130,7 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
         "busbw follows nccl-tests' definition (algbw x bus factor; see <code>commbench list</code> for S per op); "
         "latency bands span min..p95 of the iterations; ± is half the p50's 95% interval.</p>",
         toc.render(),
-        *body,
+        *_with_figures(body, fmt),
         "</body></html>",
     ]
     return "\n".join(parts)
@@ -227,9 +227,23 @@ def _runs_section(frame: pd.DataFrame, colours: dict[str, str], toc: _Contents) 
     return parts
 
 
-def _figure(chart: Chart, fmt: str) -> str:
+def _with_figures(body: list[str | Chart], fmt: str) -> list[str]:
+    """The body with each chart in it rendered and embedded. The charts are rendered together, in
+    plot's pool of forked processes (rendering is most of a report's time, and the same bytes come
+    back as from the serial loop); the figures were built here, so the workers inherit them."""
+    charts = [part for part in body if isinstance(part, Chart)]
+    images = iter(in_pool(lambda i: render(charts[i], fmt), len(charts), lambda i: _drawn(charts[i])))
+    return [_figure(part, next(images), fmt) if isinstance(part, Chart) else part for part in body]
+
+
+def _drawn(chart: Chart) -> int:
+    """How much a chart has to draw (its lines, bands and texts): the pool starts the costliest first."""
+    return sum(len(ax.lines) + len(ax.collections) + len(ax.texts) for ax in chart.figure.axes)
+
+
+def _figure(chart: Chart, image: bytes, fmt: str) -> str:
     """A chart embedded as a data URI, with its caption and what it lets a reader conclude."""
-    data = base64.b64encode(render(chart, fmt)).decode("ascii")
+    data = base64.b64encode(image).decode("ascii")
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in chart.notes)
     return (
         f"<figure id='{html.escape(chart.name)}'><img alt='{html.escape(chart.name)}' src='data:{_MIME[fmt]};base64,{data}'>"
@@ -378,7 +392,7 @@ def format_bandwidth(gbps: float) -> str:
     return f"{significant(gbps * 1e9)} B/s"
 
 
-def _model_section(frame: pd.DataFrame, fmt: str, toc: _Contents) -> list[str]:
+def _model_section(frame: pd.DataFrame, toc: _Contents) -> list[str | Chart]:
     """The latency-bandwidth fits (docs/model.md) with their charts; nothing when no op has enough
     sizes. Fits that do not describe their data are listed apart, as refused, with the reason."""
     from commbench.analysis.model import FIT_KEY, MIN_R2, fit_frame, model_charts
@@ -387,7 +401,7 @@ def _model_section(frame: pd.DataFrame, fmt: str, toc: _Contents) -> list[str]:
     if not fits:
         return []
     key = [*FIT_KEY, "sizes"]
-    parts = [
+    parts: list[str | Chart] = [
         toc.heading(2, "Latency-bandwidth model"),
         "<p>T(S) = alpha + S / beta fitted to the p50 times (robust, relative residuals); R² of log time. "
         f"A fit with R² below {MIN_R2} does not describe the data: it is refused, listed apart and not projected "
@@ -400,7 +414,7 @@ def _model_section(frame: pd.DataFrame, fmt: str, toc: _Contents) -> list[str]:
     if refused:
         rows = pd.DataFrame([{**dict(zip(key, [f.as_dict()[k] for k in key])), "refused": f.refusal} for f in refused])
         parts += [toc.heading(3, "Refused fits"), _table(rows)]
-    parts.extend(_figure(chart, fmt) for chart in model_charts(frame, fits))
+    parts.extend(model_charts(frame, fits))
     if skipped:
         parts.append("<p>Not fitted: " + html.escape("; ".join(skipped)) + "</p>")
     return parts

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from commbench.analysis.charts import plot
 from commbench.analysis.charts.plot import build_charts
 from commbench.analysis.model import fit_frame, model_charts
+from commbench.analysis.report import build_report
 from commbench.cli import main
 from commbench.results.reader import read_results
 from tests.support.errors import assert_one_line_error
@@ -197,3 +200,24 @@ def test_the_report_advises_as_the_run_did_from_its_recorded_wall_time(tmp_path:
     assert result.exit_code == 0, result.output
     html = (tmp_path / "r.html").read_text()
     assert f"What helps: <code>{console.option}</code> ({console.cost}, estimated from the rows)" in html
+
+
+@pytest.mark.slow  # the charts render in a pool of processes
+def test_the_report_rendered_in_the_pool_equals_the_serial_one(
+    runs: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pools: list[int] = []
+
+    class CountedPool(plot.ProcessPoolExecutor):
+        def __init__(self, workers: int, **kwargs: object) -> None:
+            pools.append(workers)
+            super().__init__(workers, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plot, "ProcessPoolExecutor", CountedPool)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # a pool of two, whatever this machine has
+    pooled = build_report(runs)
+    monkeypatch.setattr(plot, "MAX_CHART_WORKERS", 1)  # one worker: the serial loop
+    serial = build_report(runs)
+    assert pools == [2]  # the first report went through the pool, the second did not
+    stamp = re.compile(r" at \d{4}-\d\d-\d\dT[0-9:+]+ from ")
+    assert pooled.count("<img") == 5 and stamp.sub("", pooled) == stamp.sub("", serial)
