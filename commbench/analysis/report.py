@@ -14,12 +14,15 @@ import datetime
 import html
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 import commbench
-from commbench.analysis.charts.plot import build_charts, in_pool
+from commbench.analysis.charts.grouping import chart_panels
+from commbench.analysis.charts.plot import in_pool, panel_charts
 from commbench.analysis.charts.render import FORMATS, Chart, render
 from commbench.analysis.charts.runs import runs_chart
 from commbench.analysis.hosts_report import host_sections
@@ -97,8 +100,10 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
     multi = is_multi_run(frame)
     colours = run_colours(frame)
     incomplete = {r for r in colours if frame[frame["run"] == r]["note"].str.contains(STOPPED, regex=False).any()}
-    charts = build_charts(frame, (lambda name, group: runs_chart(name, group, colours, incomplete)) if multi else None)
-    body: list[str | Chart] = [
+    charts = _drawn_charts(
+        frame, fmt, (lambda name, group: runs_chart(name, group, colours, incomplete)) if multi else None
+    )
+    body: list[str | Chart | _Drawn] = [
         toc.heading(2, "Summary"),
         *_summary(frame, charts),
         *(_runs_section(frame, colours, toc) if multi else []),
@@ -160,7 +165,7 @@ class _Contents:
         return f"<nav class='toc'><strong>Contents</strong><ul>{items}</ul></nav>"
 
 
-def _summary(frame: pd.DataFrame, charts: list[Chart]) -> list[str]:
+def _summary(frame: pd.DataFrame, charts: list[_Drawn]) -> list[str]:
     """The report's first answers: how many rows are noisy and what would help, and which variant
     each speedup chart finds fastest, and by how much."""
     measured = frame[frame["status"].isin(["ok", "wrong"])]
@@ -227,23 +232,53 @@ def _runs_section(frame: pd.DataFrame, colours: dict[str, str], toc: _Contents) 
     return parts
 
 
-def _with_figures(body: list[str | Chart], fmt: str) -> list[str]:
-    """The body with each chart in it rendered and embedded. The charts are rendered together, in
-    plot's pool of forked processes (rendering is most of a report's time, and the same bytes come
-    back as from the serial loop); the figures were built here, so the workers inherit them."""
+@dataclass(frozen=True)
+class _Drawn:
+    """A chart once rendered: what the page says of it and its image (the figure stays where it was drawn)."""
+
+    name: str
+    kind: str
+    caption: str
+    notes: tuple[str, ...]
+    image: bytes
+
+    @classmethod
+    def of(cls, chart: Chart, fmt: str) -> _Drawn:
+        return cls(chart.name, chart.kind, chart.caption, chart.notes, render(chart, fmt))
+
+
+def _drawn_charts(frame: pd.DataFrame, fmt: str, sizes: Callable[[str, pd.DataFrame], Chart] | None) -> list[_Drawn]:
+    """Every chart `plot` draws for the frame (build_charts' charts, in its order), built and
+    rendered a panel at a time in plot's pool of forked processes, as `plot` draws them: building
+    and rendering are most of a report's time, and the same bytes come back as from a serial loop."""
+    panels = list(chart_panels(frame))
+    drawn = in_pool(
+        lambda i: [_Drawn.of(chart, fmt) for chart in panel_charts(*panels[i], sizes)],
+        len(panels),
+        lambda i: len(panels[i][1]),
+    )
+    return [chart for panel in drawn for chart in panel]
+
+
+def _with_figures(body: list[str | Chart | _Drawn], fmt: str) -> list[str]:
+    """The body with each chart in it embedded; the charts built here (the model's) are rendered
+    together in plot's pool, where the forked workers inherit their figures."""
     charts = [part for part in body if isinstance(part, Chart)]
-    images = iter(in_pool(lambda i: render(charts[i], fmt), len(charts), lambda i: _drawn(charts[i])))
-    return [_figure(part, next(images), fmt) if isinstance(part, Chart) else part for part in body]
+    images = iter(in_pool(lambda i: _Drawn.of(charts[i], fmt), len(charts), lambda i: _cost(charts[i])))
+    return [
+        _figure(next(images) if isinstance(part, Chart) else part, fmt) if not isinstance(part, str) else part
+        for part in body
+    ]
 
 
-def _drawn(chart: Chart) -> int:
+def _cost(chart: Chart) -> int:
     """How much a chart has to draw (its lines, bands and texts): the pool starts the costliest first."""
     return sum(len(ax.lines) + len(ax.collections) + len(ax.texts) for ax in chart.figure.axes)
 
 
-def _figure(chart: Chart, image: bytes, fmt: str) -> str:
+def _figure(chart: _Drawn, fmt: str) -> str:
     """A chart embedded as a data URI, with its caption and what it lets a reader conclude."""
-    data = base64.b64encode(image).decode("ascii")
+    data = base64.b64encode(chart.image).decode("ascii")
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in chart.notes)
     return (
         f"<figure id='{html.escape(chart.name)}'><img alt='{html.escape(chart.name)}' src='data:{_MIME[fmt]};base64,{data}'>"

@@ -83,16 +83,16 @@ MAX_CHART_WORKERS = 8
 
 
 def _write_panel(panel: tuple[str, pd.DataFrame], out_dir: Path, fmt: str, overwrite: bool) -> list[Path]:
-    return write_charts(_panel_charts(*panel), out_dir, fmt, overwrite)
+    return write_charts(panel_charts(*panel), out_dir, fmt, overwrite)
 
 
 def build_charts(frame: pd.DataFrame, sizes: Callable[[str, pd.DataFrame], Chart] | None = None) -> list[Chart]:
     """Every chart for a frame from read_results: per (op, phase) the size chart (drawn by `sizes`,
     default size_chart), then its speedups."""
-    return [chart for name, group in chart_panels(frame) for chart in _panel_charts(name, group, sizes)]
+    return [chart for name, group in chart_panels(frame) for chart in panel_charts(name, group, sizes)]
 
 
-def _panel_charts(
+def panel_charts(
     name: str, group: pd.DataFrame, sizes: Callable[[str, pd.DataFrame], Chart] | None = None
 ) -> list[Chart]:
     """One panel's charts: the size chart, the overlap chart when measured, the speedups."""
