@@ -30,7 +30,7 @@ from commbench.analysis.runs import STOPPED, is_multi_run, largest_differences, 
 from commbench.errors import UserError
 from commbench.provenance import wall_time
 from commbench.results.budget import Budget
-from commbench.results.noise import NOISY, summarise_noise
+from commbench.results.noise import NOISE_COLUMNS, NOISY, summarise_noise
 from commbench.results.paths import write_atomically
 from commbench.results.reader import read_results
 from commbench.units import format_size
@@ -172,7 +172,8 @@ def _summary(frame: pd.DataFrame, charts: list[_Drawn]) -> list[str]:
     parts = [f"<p class='summary'>{len(measured)} measured rows from {frame['run'].nunique()} run(s).</p>"]
     budget = Budget.from_command(str(frame["command"].dropna().iloc[0]) if frame["command"].notna().any() else "")
     # The runs' own measuring wall time where their .env.json recorded it: the advice the run printed.
-    noise = summarise_noise(measured.to_dict("records"), budget, wall_time([Path(s) for s in frame["source"].unique()]))
+    records = measured[[c for c in NOISE_COLUMNS if c in measured.columns]].to_dict("records")
+    noise = summarise_noise(records, budget, wall_time([Path(s) for s in frame["source"].unique()]))
     if noise is not None:
         parts.append(
             f"<p class='summary'><span class='mark'>{noise.noisy} of {noise.measured} rows are {NOISY}</span> "
