@@ -348,13 +348,21 @@ def _table(frame: pd.DataFrame, marks: bool = False) -> str:
 def _column_cells(column: str, frame: pd.DataFrame) -> list[str]:
     """The <td> of each row of one column (_cell's, formatted once per distinct value where the
     cell does not depend on the row's other columns)."""
-    values = frame[column].tolist()
     if column == "time_us_p50_lo":  # its text depends on the row's p50 and hi
         records = frame[[c for c in ("time_us_p50", "time_us_p50_hi") if c in frame.columns]].to_dict("records")
-        return [_cell(column, {**record, column: value}) for value, record in zip(values, records)]
+        return [_cell(column, {**record, column: value}) for value, record in zip(frame[column].tolist(), records)]
+    series = frame[column]
+    if column != "note" and pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+        # One type of number: its distinct values found by pandas, none missing (NaN and NA are code
+        # -1), none text; a number's text holds none of html's specials.
+        codes, distinct = pd.factorize(series)
+        number = _number_format(column)
+        cells = [f"<td>{number(value)}</td>" for value in distinct.tolist()]
+        cells.append(_cell(column, {column: None}))  # code -1: the missing cell
+        return [cells[code] for code in codes.tolist()]
     done: dict[object, str] = {}
     cells = []
-    for value in values:
+    for value in frame[column].tolist():
         key = (type(value), None if _missing(value) else value)  # NaN and NA are no dict keys of themselves
         try:
             cell = done.get(key)
@@ -382,24 +390,29 @@ def _format(column: str, value: object, record: dict) -> str:
     """One cell as a person reads it (see _table)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return str(value)
-    if column in ("size_bytes", "half_size_bytes"):
-        return format_size(int(max(value, 0)))
     if column == "time_us_p50_lo":  # shown as the half-width of the interval, in percent of the p50
         p50, hi = record.get("time_us_p50"), record.get("time_us_p50_hi")
         return "" if _missing(hi) or not p50 else f"{(hi - value) / 2 / p50:.1%}"
+    return _number_format(column)(value)
+
+
+def _number_format(column: str) -> Callable[[float], str]:
+    """How a number of the column reads, where its text depends on the number alone (see _format)."""
+    if column in ("size_bytes", "half_size_bytes"):
+        return lambda value: format_size(int(max(value, 0)))
     if column in _COUNTS:
-        return f"{int(value):,}"
+        return lambda value: f"{int(value):,}"
     if column.endswith("_us") or column.startswith("time_us_"):
-        return format_time_us(value)
+        return format_time_us
     if column.endswith("_gbps"):
-        return format_bandwidth(value)
+        return format_bandwidth
     if column == "worst_residual":
-        return f"{value:.1%}"
+        return lambda value: f"{value:.1%}"
     if column == "ratio":
-        return f"{value:.2f}x"
+        return lambda value: f"{value:.2f}x"
     if column in ("r2", "overlap"):
-        return f"{value:.3f}"
-    return significant(value)
+        return lambda value: f"{value:.3f}"
+    return significant
 
 
 def significant(value: float, digits: int = 3) -> str:
