@@ -352,12 +352,16 @@ def _column_cells(column: str, frame: pd.DataFrame) -> list[str]:
         records = frame[[c for c in ("time_us_p50", "time_us_p50_hi") if c in frame.columns]].to_dict("records")
         return [_cell(column, {**record, column: value}) for value, record in zip(frame[column].tolist(), records)]
     series = frame[column]
-    if column != "note" and pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
-        # One type of number: its distinct values found by pandas, none missing (NaN and NA are code
-        # -1), none text; a number's text holds none of html's specials.
+    number = column != "note" and pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
+    if number or isinstance(series.dtype, pd.StringDtype):
+        # One type: its distinct values found by pandas, none missing (NaN and NA are code -1). A
+        # number is never text and its text holds none of html's specials: it needs none of _cell's checks.
         codes, distinct = pd.factorize(series)
-        number = _number_format(column)
-        cells = [f"<td>{number(value)}</td>" for value in distinct.tolist()]
+        if number:
+            text = _number_format(column)
+            cells = [f"<td>{text(value)}</td>" for value in distinct.tolist()]
+        else:
+            cells = [_cell(column, {column: value}) for value in distinct.tolist()]
         cells.append(_cell(column, {column: None}))  # code -1: the missing cell
         return [cells[code] for code in codes.tolist()]
     done: dict[object, str] = {}

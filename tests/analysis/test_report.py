@@ -6,13 +6,14 @@ import os
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from commbench.analysis.charts import plot
 from commbench.analysis.charts.plot import build_charts
 from commbench.analysis.model import fit_frame, model_charts
-from commbench.analysis.report import build_report
+from commbench.analysis.report import _cell, _table, build_report
 from commbench.cli import main
 from commbench.results.reader import read_results
 from tests.support.errors import assert_one_line_error
@@ -222,3 +223,28 @@ def test_the_report_rendered_in_the_pool_equals_the_serial_one(
     assert pools == [2, 2]
     stamp = re.compile(r" at \d{4}-\d\d-\d\dT[0-9:+]+ from ")
     assert pooled.count("<img") == 5 and stamp.sub("", pooled) == stamp.sub("", serial)
+
+
+def test_a_table_formats_each_distinct_value_as_its_row_would_be_formatted() -> None:
+    # _table formats a column's distinct values once (pandas finds them): each cell must read as
+    # _cell makes it of the row alone, missing values, empty text, nullable integers and notes included.
+    nan = float("nan")
+    frame = pd.DataFrame(
+        {
+            "size_bytes": [1024, 1024, 3_000_000, 8],
+            "time_us_p50": [812.0, nan, 1234.5, 812.0],
+            "busbw_gbps": [2.31, 0.00084, nan, 2.31],
+            "iters": pd.array([10, None, 10, 2000], dtype="Int64"),
+            "backend": pd.array(["gloo", None, "", "gloo"], dtype="string"),
+            "note": ["noisy: p50 interval 30% wide", None, "", "x"],
+            "ok": [True, False, True, True],
+        }
+    )
+    cells = "".join(
+        f"<tr class='noisy'>{''.join(_cell(c, row) for c in frame.columns)}<td class='mark'>noisy</td></tr>"
+        if "noisy" in str(row["note"] or "")
+        else f"<tr>{''.join(_cell(c, row) for c in frame.columns)}<td class='mark'></td></tr>"
+        for row in frame.to_dict("records")
+    )
+    assert _table(frame, marks=True).endswith(f"<tbody>{cells}</tbody></table>")
+    assert "<td>1K</td>" in cells and "<td>812 µs</td>" in cells and "<td class='text'></td>" in cells
