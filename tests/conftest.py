@@ -24,6 +24,15 @@ def _own_history(tmp_path, monkeypatch):
     monkeypatch.setenv("COMMBENCH_HISTORY", str(tmp_path / "history.sqlite"))
 
 
+@pytest.fixture(autouse=True)
+def _charts_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked slow draws its charts in its own process: the pool that `plot` and `report`
+    draw in (charts/plot.py's in_pool) starts processes, which the quick loop never waits on (the
+    rule below). The slow tests keep the pool, and one compares it with this serial loop."""
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setattr("commbench.analysis.charts.plot.MAX_CHART_WORKERS", 1)
+
+
 @pytest.fixture
 def run_csv(tmp_path: Path) -> Path:
     """a.csv: one synthetic run of CHART_CASES (seed 1, no raw samples)."""

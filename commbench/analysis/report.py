@@ -14,12 +14,15 @@ import datetime
 import html
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 import commbench
-from commbench.analysis.charts.plot import build_charts
+from commbench.analysis.charts.grouping import chart_panels
+from commbench.analysis.charts.plot import in_pool, panel_charts
 from commbench.analysis.charts.render import FORMATS, Chart, render
 from commbench.analysis.charts.runs import runs_chart
 from commbench.analysis.hosts_report import host_sections
@@ -27,7 +30,7 @@ from commbench.analysis.runs import STOPPED, is_multi_run, largest_differences, 
 from commbench.errors import UserError
 from commbench.provenance import wall_time
 from commbench.results.budget import Budget
-from commbench.results.noise import NOISY, summarise_noise
+from commbench.results.noise import NOISE_COLUMNS, NOISY, summarise_noise
 from commbench.results.paths import write_atomically
 from commbench.results.reader import read_results
 from commbench.units import format_size
@@ -97,8 +100,10 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
     multi = is_multi_run(frame)
     colours = run_colours(frame)
     incomplete = {r for r in colours if frame[frame["run"] == r]["note"].str.contains(STOPPED, regex=False).any()}
-    charts = build_charts(frame, (lambda name, group: runs_chart(name, group, colours, incomplete)) if multi else None)
-    body = [
+    charts = _drawn_charts(
+        frame, fmt, (lambda name, group: runs_chart(name, group, colours, incomplete)) if multi else None
+    )
+    body: list[str | Chart | _Drawn] = [
         toc.heading(2, "Summary"),
         *_summary(frame, charts),
         *(_runs_section(frame, colours, toc) if multi else []),
@@ -110,8 +115,8 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
     for chart in charts:
         if chart.kind == "size":
             body.append(toc.heading(3, chart.name.replace("-", " · "), anchor=f"chart-{chart.name}"))
-        body.append(_figure(chart, fmt))
-    body.extend(_model_section(frame, fmt, toc))
+        body.append(chart)
+    body.extend(_model_section(frame, toc))
     body.append(toc.heading(2, "Results"))
     measured = frame[frame["status"] != "unavailable"]
     for (op, phase), rows in measured.groupby(["op", "phase"], sort=True):
@@ -130,7 +135,7 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
         "busbw follows nccl-tests' definition (algbw x bus factor; see <code>commbench list</code> for S per op); "
         "latency bands span min..p95 of the iterations; ± is half the p50's 95% interval.</p>",
         toc.render(),
-        *body,
+        *_with_figures(body, fmt),
         "</body></html>",
     ]
     return "\n".join(parts)
@@ -160,14 +165,15 @@ class _Contents:
         return f"<nav class='toc'><strong>Contents</strong><ul>{items}</ul></nav>"
 
 
-def _summary(frame: pd.DataFrame, charts: list[Chart]) -> list[str]:
+def _summary(frame: pd.DataFrame, charts: list[_Drawn]) -> list[str]:
     """The report's first answers: how many rows are noisy and what would help, and which variant
     each speedup chart finds fastest, and by how much."""
     measured = frame[frame["status"].isin(["ok", "wrong"])]
     parts = [f"<p class='summary'>{len(measured)} measured rows from {frame['run'].nunique()} run(s).</p>"]
     budget = Budget.from_command(str(frame["command"].dropna().iloc[0]) if frame["command"].notna().any() else "")
     # The runs' own measuring wall time where their .env.json recorded it: the advice the run printed.
-    noise = summarise_noise(measured.to_dict("records"), budget, wall_time([Path(s) for s in frame["source"].unique()]))
+    records = measured[[c for c in NOISE_COLUMNS if c in measured.columns]].to_dict("records")
+    noise = summarise_noise(records, budget, wall_time([Path(s) for s in frame["source"].unique()]))
     if noise is not None:
         parts.append(
             f"<p class='summary'><span class='mark'>{noise.noisy} of {noise.measured} rows are {NOISY}</span> "
@@ -227,9 +233,53 @@ def _runs_section(frame: pd.DataFrame, colours: dict[str, str], toc: _Contents) 
     return parts
 
 
-def _figure(chart: Chart, fmt: str) -> str:
+@dataclass(frozen=True)
+class _Drawn:
+    """A chart once rendered: what the page says of it and its image (the figure stays where it was drawn)."""
+
+    name: str
+    kind: str
+    caption: str
+    notes: tuple[str, ...]
+    image: bytes
+
+    @classmethod
+    def of(cls, chart: Chart, fmt: str) -> _Drawn:
+        return cls(chart.name, chart.kind, chart.caption, chart.notes, render(chart, fmt))
+
+
+def _drawn_charts(frame: pd.DataFrame, fmt: str, sizes: Callable[[str, pd.DataFrame], Chart] | None) -> list[_Drawn]:
+    """Every chart `plot` draws for the frame (build_charts' charts, in its order), built and
+    rendered a panel at a time in plot's pool of forked processes, as `plot` draws them: building
+    and rendering are most of a report's time, and the same bytes come back as from a serial loop."""
+    panels = list(chart_panels(frame))
+    drawn = in_pool(
+        lambda i: [_Drawn.of(chart, fmt) for chart in panel_charts(*panels[i], sizes)],
+        len(panels),
+        lambda i: len(panels[i][1]),
+    )
+    return [chart for panel in drawn for chart in panel]
+
+
+def _with_figures(body: list[str | Chart | _Drawn], fmt: str) -> list[str]:
+    """The body with each chart in it embedded; the charts built here (the model's) are rendered
+    together in plot's pool, where the forked workers inherit their figures."""
+    charts = [part for part in body if isinstance(part, Chart)]
+    images = iter(in_pool(lambda i: _Drawn.of(charts[i], fmt), len(charts), lambda i: _cost(charts[i])))
+    return [
+        _figure(next(images) if isinstance(part, Chart) else part, fmt) if not isinstance(part, str) else part
+        for part in body
+    ]
+
+
+def _cost(chart: Chart) -> int:
+    """How much a chart has to draw (its lines, bands and texts): the pool starts the costliest first."""
+    return sum(len(ax.lines) + len(ax.collections) + len(ax.texts) for ax in chart.figure.axes)
+
+
+def _figure(chart: _Drawn, fmt: str) -> str:
     """A chart embedded as a data URI, with its caption and what it lets a reader conclude."""
-    data = base64.b64encode(render(chart, fmt)).decode("ascii")
+    data = base64.b64encode(chart.image).decode("ascii")
     notes = "".join(f"<li>{html.escape(note)}</li>" for note in chart.notes)
     return (
         f"<figure id='{html.escape(chart.name)}'><img alt='{html.escape(chart.name)}' src='data:{_MIME[fmt]};base64,{data}'>"
@@ -298,13 +348,25 @@ def _table(frame: pd.DataFrame, marks: bool = False) -> str:
 def _column_cells(column: str, frame: pd.DataFrame) -> list[str]:
     """The <td> of each row of one column (_cell's, formatted once per distinct value where the
     cell does not depend on the row's other columns)."""
-    values = frame[column].tolist()
     if column == "time_us_p50_lo":  # its text depends on the row's p50 and hi
         records = frame[[c for c in ("time_us_p50", "time_us_p50_hi") if c in frame.columns]].to_dict("records")
-        return [_cell(column, {**record, column: value}) for value, record in zip(values, records)]
+        return [_cell(column, {**record, column: value}) for value, record in zip(frame[column].tolist(), records)]
+    series = frame[column]
+    number = column != "note" and pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
+    if number or isinstance(series.dtype, pd.StringDtype):
+        # One type: its distinct values found by pandas, none missing (NaN and NA are code -1). A
+        # number is never text and its text holds none of html's specials: it needs none of _cell's checks.
+        codes, distinct = pd.factorize(series)
+        if number:
+            text = _number_format(column)
+            cells = [f"<td>{text(value)}</td>" for value in distinct.tolist()]
+        else:
+            cells = [_cell(column, {column: value}) for value in distinct.tolist()]
+        cells.append(_cell(column, {column: None}))  # code -1: the missing cell
+        return [cells[code] for code in codes.tolist()]
     done: dict[object, str] = {}
     cells = []
-    for value in values:
+    for value in frame[column].tolist():
         key = (type(value), None if _missing(value) else value)  # NaN and NA are no dict keys of themselves
         try:
             cell = done.get(key)
@@ -332,24 +394,29 @@ def _format(column: str, value: object, record: dict) -> str:
     """One cell as a person reads it (see _table)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return str(value)
-    if column in ("size_bytes", "half_size_bytes"):
-        return format_size(int(max(value, 0)))
     if column == "time_us_p50_lo":  # shown as the half-width of the interval, in percent of the p50
         p50, hi = record.get("time_us_p50"), record.get("time_us_p50_hi")
         return "" if _missing(hi) or not p50 else f"{(hi - value) / 2 / p50:.1%}"
+    return _number_format(column)(value)
+
+
+def _number_format(column: str) -> Callable[[float], str]:
+    """How a number of the column reads, where its text depends on the number alone (see _format)."""
+    if column in ("size_bytes", "half_size_bytes"):
+        return lambda value: format_size(int(max(value, 0)))
     if column in _COUNTS:
-        return f"{int(value):,}"
+        return lambda value: f"{int(value):,}"
     if column.endswith("_us") or column.startswith("time_us_"):
-        return format_time_us(value)
+        return format_time_us
     if column.endswith("_gbps"):
-        return format_bandwidth(value)
+        return format_bandwidth
     if column == "worst_residual":
-        return f"{value:.1%}"
+        return lambda value: f"{value:.1%}"
     if column == "ratio":
-        return f"{value:.2f}x"
+        return lambda value: f"{value:.2f}x"
     if column in ("r2", "overlap"):
-        return f"{value:.3f}"
-    return significant(value)
+        return lambda value: f"{value:.3f}"
+    return significant
 
 
 def significant(value: float, digits: int = 3) -> str:
@@ -378,7 +445,7 @@ def format_bandwidth(gbps: float) -> str:
     return f"{significant(gbps * 1e9)} B/s"
 
 
-def _model_section(frame: pd.DataFrame, fmt: str, toc: _Contents) -> list[str]:
+def _model_section(frame: pd.DataFrame, toc: _Contents) -> list[str | Chart]:
     """The latency-bandwidth fits (docs/model.md) with their charts; nothing when no op has enough
     sizes. Fits that do not describe their data are listed apart, as refused, with the reason."""
     from commbench.analysis.model import FIT_KEY, MIN_R2, fit_frame, model_charts
@@ -387,7 +454,7 @@ def _model_section(frame: pd.DataFrame, fmt: str, toc: _Contents) -> list[str]:
     if not fits:
         return []
     key = [*FIT_KEY, "sizes"]
-    parts = [
+    parts: list[str | Chart] = [
         toc.heading(2, "Latency-bandwidth model"),
         "<p>T(S) = alpha + S / beta fitted to the p50 times (robust, relative residuals); R² of log time. "
         f"A fit with R² below {MIN_R2} does not describe the data: it is refused, listed apart and not projected "
@@ -400,7 +467,7 @@ def _model_section(frame: pd.DataFrame, fmt: str, toc: _Contents) -> list[str]:
     if refused:
         rows = pd.DataFrame([{**dict(zip(key, [f.as_dict()[k] for k in key])), "refused": f.refusal} for f in refused])
         parts += [toc.heading(3, "Refused fits"), _table(rows)]
-    parts.extend(_figure(chart, fmt) for chart in model_charts(frame, fits))
+    parts.extend(model_charts(frame, fits))
     if skipped:
         parts.append("<p>Not fitted: " + html.escape("; ".join(skipped)) + "</p>")
     return parts

@@ -57,6 +57,20 @@ class HostLoad:
         return self.load - self.own_ranks >= max(0.5, BUSY_SHARE * self.cores)
 
 
+# Every column summarise_noise reads of a row: a caller holding a frame passes records of these
+# alone (a frame's records of all its columns cost more than the summary).
+NOISE_COLUMNS = (
+    "status",
+    "note",
+    "iters",
+    "time_us_min",
+    "time_us_mean",
+    "time_us_p50",
+    "time_us_p50_lo",
+    "time_us_p50_hi",
+)
+
+
 def _is_noisy(row: Mapping[str, Any]) -> bool:
     return NOISY in str(row.get("note") or "")
 

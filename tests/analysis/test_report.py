@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from commbench.analysis.charts import plot
 from commbench.analysis.charts.plot import build_charts
 from commbench.analysis.model import fit_frame, model_charts
+from commbench.analysis.report import _cell, _table, build_report
 from commbench.cli import main
 from commbench.results.reader import read_results
 from tests.support.errors import assert_one_line_error
@@ -197,3 +201,50 @@ def test_the_report_advises_as_the_run_did_from_its_recorded_wall_time(tmp_path:
     assert result.exit_code == 0, result.output
     html = (tmp_path / "r.html").read_text()
     assert f"What helps: <code>{console.option}</code> ({console.cost}, estimated from the rows)" in html
+
+
+@pytest.mark.slow  # the charts render in a pool of processes
+def test_the_report_rendered_in_the_pool_equals_the_serial_one(
+    runs: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pools: list[int] = []
+
+    class CountedPool(plot.ProcessPoolExecutor):
+        def __init__(self, workers: int, **kwargs: object) -> None:
+            pools.append(workers)
+            super().__init__(workers, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plot, "ProcessPoolExecutor", CountedPool)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # a pool of two, whatever this machine has
+    pooled = build_report(runs)
+    monkeypatch.setattr(plot, "MAX_CHART_WORKERS", 1)  # one worker: the serial loop
+    serial = build_report(runs)
+    # the first report built its panels' charts in the pool, then rendered its model's; the second used none
+    assert pools == [2, 2]
+    stamp = re.compile(r" at \d{4}-\d\d-\d\dT[0-9:+]+ from ")
+    assert pooled.count("<img") == 5 and stamp.sub("", pooled) == stamp.sub("", serial)
+
+
+def test_a_table_formats_each_distinct_value_as_its_row_would_be_formatted() -> None:
+    # _table formats a column's distinct values once (pandas finds them): each cell must read as
+    # _cell makes it of the row alone, missing values, empty text, nullable integers and notes included.
+    nan = float("nan")
+    frame = pd.DataFrame(
+        {
+            "size_bytes": [1024, 1024, 3_000_000, 8],
+            "time_us_p50": [812.0, nan, 1234.5, 812.0],
+            "busbw_gbps": [2.31, 0.00084, nan, 2.31],
+            "iters": pd.array([10, None, 10, 2000], dtype="Int64"),
+            "backend": pd.array(["gloo", None, "", "gloo"], dtype="string"),
+            "note": ["noisy: p50 interval 30% wide", None, "", "x"],
+            "ok": [True, False, True, True],
+        }
+    )
+    cells = "".join(
+        f"<tr class='noisy'>{''.join(_cell(c, row) for c in frame.columns)}<td class='mark'>noisy</td></tr>"
+        if "noisy" in str(row["note"] or "")
+        else f"<tr>{''.join(_cell(c, row) for c in frame.columns)}<td class='mark'></td></tr>"
+        for row in frame.to_dict("records")
+    )
+    assert _table(frame, marks=True).endswith(f"<tbody>{cells}</tbody></table>")
+    assert "<td>1K</td>" in cells and "<td>812 µs</td>" in cells and "<td class='text'></td>" in cells

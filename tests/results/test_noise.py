@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import ClassVar
 
 from commbench.console.display import Display
 from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
-from commbench.results.noise import HostLoad, summarise_noise
+from commbench.results.noise import NOISE_COLUMNS, HostLoad, summarise_noise
 from commbench.run.sink import Sink
 
 
@@ -72,3 +73,27 @@ def test_the_sink_prints_the_line_before_it_is_done(tmp_path: Path) -> None:
     sink.close()
     lines = out.getvalue().splitlines()
     assert lines[-2].startswith("# 1 of 1 rows are noisy") and lines[-1].startswith("# done")
+
+
+class _Watched(dict):
+    """A row that records every column read of it."""
+
+    read: ClassVar[set[str]] = set()
+
+    def get(self, key, default=None):
+        _Watched.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        _Watched.read.add(key)
+        return super().__getitem__(key)
+
+
+def test_the_summary_reads_no_column_but_noise_columns() -> None:
+    # The report passes records of NOISE_COLUMNS alone: a column read beyond them would read as missing.
+    noisy = [_row(300.0, 0.30, 33, "noisy: rounds disagree 1.4x")] * 3 + [_row(9000.0, 0.3, 2, "noisy: p50")] * 2
+    rows = [_Watched({**r, "op": "all_reduce", "size_bytes": 4}) for r in [*noisy, _row(300.0, 0.05, 33)]]
+    _Watched.read.clear()
+    full = summarise_noise(rows, Budget(), wall_s=10.0)
+    assert full is not None and {"iters", "note"} <= _Watched.read <= set(NOISE_COLUMNS)
+    assert summarise_noise([{c: r[c] for c in NOISE_COLUMNS} for r in rows], Budget(), wall_s=10.0) == full

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 
@@ -27,6 +28,8 @@ from commbench.analysis.charts.style import speedup_family
 from commbench.errors import UserError
 from commbench.results.reader import ok_rows, read_results
 
+T = TypeVar("T")
+
 
 def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png", overwrite: bool = False) -> list[Path]:
     """Read result CSVs, write one file per chart into out_dir, and return the paths written. An
@@ -41,22 +44,38 @@ def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png", overwri
     # Every name a panel's charts can take (its size, overlap and speedup charts).
     names = [f"{name}{kind}.{fmt}" for name, _ in panels for kind in ("", "-overlap", "-speedup")]
     refuse_existing([Path(out_dir) / n for n in names], overwrite, tuple(csv_paths))
-    workers = min(len(panels), os.cpu_count() or 1, MAX_CHART_WORKERS)
+    done = in_pool(lambda i: _write_panel(panels[i], out_dir, fmt, True), len(panels), lambda i: len(panels[i][1]))
+    return [path for paths in done for path in paths]
+
+
+def in_pool(work: Callable[[int], T], count: int, cost: Callable[[int], int]) -> list[T]:
+    """[work(i) for i in range(count)], drawn in a pool of forked processes when there are two cores
+    and two items or more. work need not pickle: the workers are forked after it is set, so they
+    inherit it (and every figure it reads) and only the indices and results cross processes."""
+    global _WORK
+    workers = min(count, os.cpu_count() or 1, MAX_CHART_WORKERS)
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return [path for panel in panels for path in _write_panel(panel, out_dir, fmt, True)]
-    # Drawing is CPU-bound Python (about half a second a chart): one process per core, a panel at a
-    # time. Forked, so the workers start with matplotlib and pandas already imported. The panels with
-    # the most rows go first, so that no large panel is left to one worker while the others idle;
-    # the paths come back in the panels' order, as the serial loop gives them.
-    order = sorted(range(len(panels)), key=lambda i: -len(panels[i][1]))
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        done = dict(zip(order, pool.map(_write_panel, *_columns([panels[i] for i in order], out_dir, fmt))))
-        return [path for i in range(len(panels)) for path in done[i]]
+        return [work(i) for i in range(count)]
+    # Drawing is CPU-bound Python (about half a second a chart): one process per core, an item at a
+    # time. Forked, so the workers start with matplotlib and pandas already imported. The costliest
+    # items go first, so that no large one is left to one worker while the others idle; the results
+    # come back in the items' order, as the serial loop gives them.
+    order = sorted(range(count), key=lambda i: -cost(i))
+    _WORK = work
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            done = dict(zip(order, pool.map(_run_work, order)))
+    finally:
+        _WORK = None
+    return [done[i] for i in range(count)]
 
 
-def _columns(panels: list[tuple[str, pd.DataFrame]], out_dir: Path, fmt: str) -> tuple[list, ...]:
-    """pool.map's arguments for _write_panel, one list per parameter."""
-    return panels, [out_dir] * len(panels), [fmt] * len(panels), [True] * len(panels)
+_WORK: Callable[[int], object] | None = None  # in_pool's work, inherited by its forked workers
+
+
+def _run_work(i: int) -> object:
+    assert _WORK is not None, "in_pool's worker started without its work"
+    return _WORK(i)
 
 
 # Chart processes at most, however many cores: beyond a few the workers' start-up outweighs the gain.
@@ -64,16 +83,16 @@ MAX_CHART_WORKERS = 8
 
 
 def _write_panel(panel: tuple[str, pd.DataFrame], out_dir: Path, fmt: str, overwrite: bool) -> list[Path]:
-    return write_charts(_panel_charts(*panel), out_dir, fmt, overwrite)
+    return write_charts(panel_charts(*panel), out_dir, fmt, overwrite)
 
 
 def build_charts(frame: pd.DataFrame, sizes: Callable[[str, pd.DataFrame], Chart] | None = None) -> list[Chart]:
     """Every chart for a frame from read_results: per (op, phase) the size chart (drawn by `sizes`,
     default size_chart), then its speedups."""
-    return [chart for name, group in chart_panels(frame) for chart in _panel_charts(name, group, sizes)]
+    return [chart for name, group in chart_panels(frame) for chart in panel_charts(name, group, sizes)]
 
 
-def _panel_charts(
+def panel_charts(
     name: str, group: pd.DataFrame, sizes: Callable[[str, pd.DataFrame], Chart] | None = None
 ) -> list[Chart]:
     """One panel's charts: the size chart, the overlap chart when measured, the speedups."""
