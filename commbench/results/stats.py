@@ -92,17 +92,17 @@ def split_modes(samples_us: Sequence[float]) -> tuple[list[float], list[float]]:
 
 def lower_mode(samples_us: Sequence[float]) -> float:
     """The median of the fast mode (split_modes): the median itself where there is one mode. A
-    row's headline (time_us_p50) and each round's (time_us_p50_rounds): docs/measurement.md."""
+    candidate headline bench/repeatability.py weighs; not the row's (docs/measurement.md)."""
     return percentile(split_modes(samples_us)[0], 50)
 
 
 def modes_note(samples_us: Sequence[float]) -> str | None:
     """What a row's note says when its samples form two modes: how many iterations the slow one
-    holds and from where, since the headline (the fast mode's median) leaves them out."""
+    holds and from where (the p50 lies in whichever mode holds the majority)."""
     fast, slow = split_modes(samples_us)
     if not slow:
         return None
-    return f"two modes: {len(slow)} of {len(fast) + len(slow)} iterations slow, from {slow[0]:.4g} us (p50 of the fast mode)"
+    return f"two modes: {len(slow)} of {len(fast) + len(slow)} iterations slow, from {slow[0]:.4g} us"
 
 
 @dataclass(frozen=True)
@@ -120,16 +120,14 @@ class Stats:
 
     @classmethod
     def from_samples(cls, samples_us: Sequence[float]) -> Stats:
-        """The row's statistics. Its p50 (the headline) and the p50's interval are those of the fast
-        mode (split_modes; all the samples where they form one mode): on a shared machine a slow
-        mode that holds half the iterations in one run and a third in the next would make the median
-        flip between modes from run to run. min, mean, p95, max and std keep every iteration."""
+        """The row's statistics over every iteration: its p50 (the headline) is the median of all of
+        them. Where they form two modes the row's note says so (modes_note): the median is then in
+        whichever mode holds the majority, which is what the job would see."""
         s = sorted(samples_us)
-        fast = split_modes(s)[0]
-        lo, hi = median_ci(fast)
+        lo, hi = median_ci(s)
         return cls(
             time_us_min=s[0],
-            time_us_p50=percentile(fast, 50),
+            time_us_p50=percentile(s, 50),
             time_us_p50_lo=lo,
             time_us_p50_hi=hi,
             time_us_mean=statistics.fmean(s),

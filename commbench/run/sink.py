@@ -19,7 +19,7 @@ from commbench.results.measurement import Measurement
 from commbench.results.noise import HostLoad, summarise_noise
 from commbench.results.paths import raw_path
 from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, STOPPED, rank_hosts
-from commbench.results.stats import Stats, bandwidth_gbps, lower_mode, modes_note, noisy, overlap_fraction
+from commbench.results.stats import Stats, bandwidth_gbps, modes_note, noisy, overlap_fraction, percentile
 from commbench.results.writer import CsvAppender
 from commbench.run.phases import PhaseClock
 
@@ -104,7 +104,7 @@ class Sink:
 
     def row(self, m: Measurement) -> dict[str, Any]:
         stats = Stats.from_samples([t for block in m.rounds_us for t in block])
-        round_p50s = [lower_mode(block) for block in m.rounds_us]  # each round's headline, as the row's
+        round_p50s = [percentile(sorted(block), 50) for block in m.rounds_us]
         algbw, busbw = bandwidth_gbps(m.size_bytes, stats.time_us_p50, m.bus_factor)
         notes = [m.note] if m.note else []
         if (why := noisy(stats, round_p50s)) is not None:
@@ -184,7 +184,7 @@ def _overlap_columns(m: Measurement, comm_us: float) -> dict[str, float]:
     if not m.compute_flops:
         return {}
     compute_us, overlapped_us = (
-        lower_mode([t for block in rounds for t in block])  # as the op's own p50 (comm_us) is taken
+        percentile(sorted(t for block in rounds for t in block), 50)
         for rounds in (m.compute_rounds_us, m.overlapped_rounds_us)
     )
     return {
