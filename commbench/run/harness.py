@@ -208,23 +208,17 @@ class TimedCase:
         wrong: int | None,
     ) -> None:
         """Reduce a block's samples (and --overlap's) to their per-iteration maxima over ranks in one
-        all_reduce(MAX); gather the per-rank samples to rank 0 only when this case keeps them. A max
-        picks one rank's float64, exactly. The check's wrong counts ride in the same all_reduce: one
-        slot per rank, this rank's count in its own and 0 (no count is below it) in the others', so
-        the max of a slot is that rank's count and their sum the total (exact below 2**53)."""
+        all_reduce(MAX), the check's wrong count in one all_reduce(SUM); gather the per-rank samples
+        to rank 0 only when this case keeps them. A max picks one rank's float64, exactly."""
         parts = [local_us, *(overlap or ())]
-        counts = []
-        if wrong is not None:
-            counts = [0.0] * self.backend.world_size
-            counts[self.backend.rank] = float(wrong)
-        maxima = self.backend.reduce_floats([t for part in parts for t in part] + counts, "max")
-        if counts:
-            self.wrong = _count(sum(maxima[len(maxima) - len(counts) :]))
+        maxima = self.backend.reduce_floats([t for part in parts for t in part], "max")
         targets = [self.rounds_us, self.compute_rounds_us, self.overlapped_rounds_us][: len(parts)]
         start = 0
         for rounds, part in zip(targets, parts):
             extend_round(rounds, round_index, maxima[start : start + len(part)])
             start += len(part)
+        if wrong is not None:
+            self.wrong = _count(self.backend.reduce_floats([wrong], "sum")[0])
         if self.keep_per_rank:
             gathered = self.backend.gather_floats(local_us)
             if gathered is not None:  # rank 0
