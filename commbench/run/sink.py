@@ -16,7 +16,7 @@ from commbench.errors import signals_held
 from commbench.provenance import record_wall_time
 from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
-from commbench.results.noise import HostLoad, summarise_noise
+from commbench.results.noise import NOISE_COLUMNS, HostLoad, summarise_noise
 from commbench.results.paths import raw_path
 from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, STOPPED, rank_hosts
 from commbench.results.stats import Stats, bandwidth_gbps, modes_note, noisy, overlap_fraction, percentile
@@ -91,7 +91,7 @@ class Sink:
     def _measured(self, m: Measurement) -> None:
         row = self.row(m)
         self._file(row)
-        self.rows.append({k: row[k] for k in _NOISE_COLUMNS})
+        self.rows.append({k: row[k] for k in NOISE_COLUMNS})
         if self.raw is not None:
             key = {k: row[k] for k in ("run_id", *CASE_KEY)}
             round_of = [r for r, block in enumerate(m.rounds_us) for _ in block]
@@ -158,19 +158,6 @@ class Sink:
             )
         else:
             self.display.write(f"# done: results in {self.path}")
-
-
-# What summarise_noise reads of a row.
-_NOISE_COLUMNS = (
-    "status",
-    "note",
-    "iters",
-    "time_us_min",
-    "time_us_mean",
-    "time_us_p50",
-    "time_us_p50_lo",
-    "time_us_p50_hi",
-)
 
 
 def _ranks_here(base: dict[str, Any]) -> int:
