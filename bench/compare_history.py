@@ -13,7 +13,7 @@ without sweeping again (`--reuse DIR`):
 - a planted slowdown scales every time of the candidate's rows (its own noise kept), as
   bench/compare_pairs.py plants one;
 - the gate's recommended K for 1.2x: `compare --plan 1.2x` on a history of the pool's first H
-  launches.
+  launches (each spread planned at its upper bound, as the plan does: analysis/resolution.py).
 
 It prints: at the recommended K, how many of 20 identical groups are clean (no row or series called
 changed) and how many of 10 planted 1.2x are caught (compare fails); at K = 1 the share of identical
@@ -21,7 +21,7 @@ candidates inconclusive vs passed; and the calibration table, planted 1.2x and 1
 the recommended K: the predicted detection probability of a series (from the noise each trial's
 gate measured: analysis/resolution.py) against the observed share of series called a regression.
 
-    python bench/compare_history.py --keep DIR [--pool 40] [--history-runs 10]   # collect, then judge
+    python bench/compare_history.py --keep DIR [--pool 100] [--history-runs 40]  # collect, then judge
     python bench/compare_history.py --reuse DIR                                    # judge only
     python bench/compare_history.py --quick --keep DIR                             # 12 launches, fewer trials
 """
@@ -58,6 +58,7 @@ from commbench.benchkit import (  # noqa: E402
     launches_for,
     open_history,
     plan_launches,
+    planning_noise,
 )
 
 # The sweep of issue 36's measurement, without --raw (the history gate reads the rounds, not the samples).
@@ -174,7 +175,11 @@ class Trials:
             store.close()
         needs = [launches_for(ratio, p.noise, p.alpha, p.tests) for p in plans]
         for p, k in zip(plans, needs):
-            print(f"# plan: {p.key[0]}/{p.key[1]} run-to-run sd {math.expm1(p.noise.spread):.1%}: {ratio}x needs {k}")
+            planned = math.expm1(planning_noise(p.noise).spread)
+            print(
+                f"# plan: {p.key[0]}/{p.key[1]} run-to-run sd {math.expm1(p.noise.spread):.1%} "
+                f"(planned at {planned:.1%}): {ratio}x needs {k}"
+            )
         return None if None in needs else max(needs)
 
 
@@ -194,8 +199,8 @@ def predicted(result, factor: float, k: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pool", type=int, default=50, help="independent launches to collect (default 50)")
-    parser.add_argument("--history-runs", type=int, default=20, help="H: launches in each trial's history (--last)")
+    parser.add_argument("--pool", type=int, default=100, help="independent launches to collect (default 100)")
+    parser.add_argument("--history-runs", type=int, default=40, help="H: launches in each trial's history (--last)")
     parser.add_argument("--threshold", default="10%", help="compare --threshold (default 10%%: below a 1.2x)")
     parser.add_argument("--identical", type=int, default=20, help="identical candidate groups judged")
     parser.add_argument("--planted", type=int, default=10, help="planted 1.2x groups judged")

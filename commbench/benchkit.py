@@ -17,7 +17,7 @@ from typing import Any
 _OWNERS: dict[str, tuple[str, ...]] = {
     "commbench.analysis.compare": ("Comparison", "compare_runs"),
     "commbench.analysis.history_gate": ("compare_history", "plan_launches"),
-    "commbench.analysis.resolution": ("detection_probability", "launches_for"),
+    "commbench.analysis.resolution": ("detection_probability", "launches_for", "planning_noise"),
     "commbench.analysis.verdict": ("Criteria", "Threshold"),
     "commbench.history.importer": ("import_csvs",),
     "commbench.backends": ("copies_of", "load_backend"),

@@ -335,31 +335,46 @@ def parse_ratio(text: str) -> float:
 
 
 def plan_text(plans: list[SeriesPlan], target: float) -> str:
-    """Per series: its run-to-run spread, what one launch resolves and the launches `target` needs;
-    then the K to run (the most any series needs)."""
-    from commbench.analysis.resolution import format_ratio, launches_for, resolution
+    """Per series: its run-to-run spread, what one launch resolves and the launches `target` needs
+    against this history and against one twice as long (each spread planned at its upper bound:
+    resolution.planning_noise); then the K to run (the most any series needs), with its --last."""
+    from commbench.analysis.resolution import PLAN_CONFIDENCE, format_ratio, launches_for, resolution
 
     n = plans[0].noise.history_runs
-    lines = [f"# plan: the candidate launches that resolve {target:.2f}x against {n} history runs (90% power)"]
-    needs = []
+    longer = 2 * n
+    lines = [
+        f"# plan: the candidate launches that resolve {target:.2f}x against {n} history runs (90% power; "
+        f"each spread planned at its {PLAN_CONFIDENCE:.0%} upper bound)"
+    ]
+    needs, needs_longer = [], []
     for p in plans:
         k = launches_for(target, p.noise, p.alpha, p.tests)
+        k_longer = launches_for(target, p.noise, p.alpha, p.tests, history_runs=longer)
         needs.append(k)
-        name = describe(p.key)
+        needs_longer.append(k_longer)
         one = format_ratio(resolution(p.noise, p.alpha, p.tests))
         lines.append(
-            f"  {name}: run-to-run sd {math.expm1(p.noise.spread):.1%}; one launch resolves {one}; "
-            + (f"{target:.2f}x needs {k} launch{'es' if k > 1 else ''}" if k else "no number of launches resolves it")
+            f"  {describe(p.key)}: run-to-run sd {math.expm1(p.noise.spread):.1%}; one launch resolves {one}; "
+            + (f"{target:.2f}x needs {_launches(k)}" if k else "no number of launches resolves it")
+            + f" (against {longer} runs: {_launches(k_longer) if k_longer else 'none resolves it'})"
         )
-    if any(k is None for k in needs):
+    at_longer = None if None in needs_longer else max(needs_longer)
+    then = (
+        f"; against {longer} runs (--last {longer}, once the history holds them): --repeat {at_longer}"
+        if at_longer is not None
+        else ""
+    )
+    if None in needs:
         lines.append(
-            f"# no --repeat resolves {target:.2f}x in every series against {n} runs: record more runs (--last) "
-            "or plan for a larger change"
+            f"# no --repeat resolves {target:.2f}x in every series against {n} runs{then or ': record more runs (--last) or plan for a larger change'}"
         )
     else:
-        k = max(n for n in needs if n is not None)
-        lines.append(f"# recommended: --repeat {k}")
+        lines.append(f"# recommended: --repeat {max(needs)} (with --last {n}){then}")
     return "\n".join(lines)
+
+
+def _launches(k: int | None) -> str:
+    return f"{k} launch{'es' if k != 1 else ''}"
 
 
 def _series_shifts(result: Comparison, by_series: dict[tuple, list[_Row]], run_ids: list[str]) -> list[Shift]:

@@ -13,17 +13,22 @@ candidate's launches pooled by their median (c = 1 for K <= 2, pi/2 from 3 on: a
 variance against a mean's); the launches average their offsets out, the history's median keeps
 its own uncertainty. A change below the threshold judged with R above 1 + threshold
 is inconclusive, not passed: the comparison could not have seen a change of the threshold's size.
+The launches a plan names (launches_for) assume the spread at its PLAN_CONFIDENCE upper bound.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commbench.results.stats import robust_sd
 
 POWER = 0.9
+# A plan (the launches a change needs) is made from one history's estimate of each spread, and the
+# histories it is then judged against measure their own: it plans at this one-sided upper confidence
+# bound of the spread, so that the K it names keeps its power where the estimate fell low (4 in 5).
+PLAN_CONFIDENCE = 0.8
 # More launches than this are no plan: the history's own median, not the candidate, limits it.
 MAX_LAUNCHES = 100
 
@@ -80,11 +85,28 @@ def detection_probability(
     return float(t.sf((bar - abs(log_shift)) / scale, noise.df))
 
 
-def launches_for(ratio: float, noise: Noise, alpha: float, tests: int) -> int | None:
-    """The fewest candidate launches K that resolve `ratio`; None when no K up to MAX_LAUNCHES does
-    (the history is too short or too noisy: its own median is then what limits the gate)."""
+def planning_noise(noise: Noise, history_runs: int | None = None) -> Noise:
+    """The noise a plan assumes: the spread at its PLAN_CONFIDENCE upper bound, s * sqrt(df / q) with q
+    the chi-square quantile at 1 - PLAN_CONFIDENCE (a plan comes from one history's estimate of the
+    spread, and the next history measures its own); `history_runs` plans against a history of that
+    many runs instead (its spread then estimated from as many: df history_runs - 1)."""
+    from scipy.special import chdtri
+
+    if history_runs is not None and noise.history_runs:
+        noise = replace(noise, history_runs=history_runs, df=float(history_runs - 1))
+    if noise.df <= 0 or not math.isfinite(noise.spread):
+        return noise
+    bound = math.sqrt(noise.df / float(chdtri(noise.df, PLAN_CONFIDENCE)))
+    return replace(noise, spread=noise.spread * bound, own=noise.own * bound)
+
+
+def launches_for(ratio: float, noise: Noise, alpha: float, tests: int, history_runs: int | None = None) -> int | None:
+    """The fewest candidate launches K that resolve `ratio` under the plan's noise (planning_noise:
+    the spread at its upper bound, against `history_runs` runs when given); None when no K up to
+    MAX_LAUNCHES does (the history is too short or too noisy: its own median then limits the gate)."""
+    planned = planning_noise(noise, history_runs)
     for k in range(1, MAX_LAUNCHES + 1):
-        if resolution(noise, alpha, tests, k) <= ratio:
+        if resolution(planned, alpha, tests, k) <= ratio:
             return k
     return None
 

@@ -42,7 +42,8 @@ def history() -> None:
 @click.option("--until", default=None, help="Only runs started on or before this date (UTC).")
 @last_option
 def list_runs(location: str, op, fingerprint, host, since, until, last) -> None:
-    """List the runs, oldest first: id, start, duration, status, fingerprint, hosts, rows, command."""
+    """List the runs, oldest first: id, start, duration, status, fingerprint, rows, the `--repeat`
+    group a launch belongs to (GROUP/LAUNCH; compare pools a group as one candidate), hosts, command."""
     from commbench.history.query import list_runs as query
     from commbench.history.query import parse_when
 
@@ -56,13 +57,13 @@ def list_runs(location: str, op, fingerprint, host, since, until, last) -> None:
     click.echo(f"# history {store.label}: {len(runs)} run{'s' if len(runs) != 1 else ''}")
     if not runs:
         return
-    header = f"{'run':<12}  {'started (UTC)':<19}  {'took':>6}  {'status':<10}  {'fingerprint':<12}  {'kind':<10}  {'n':>4}  {'rows':>5}  {'hosts':<20}  command"
+    header = f"{'run':<12}  {'started (UTC)':<19}  {'took':>6}  {'status':<10}  {'fingerprint':<12}  {'kind':<10}  {'n':>4}  {'rows':>5}  {'group':<16}  {'hosts':<20}  command"
     click.echo(header)
     for r in runs:
         click.echo(
             f"{r['run_id']:<12}  {r['started_at'][:19].replace('T', ' '):<19}  {_took(r):>6}  {r['status']:<10}  "
             f"{(r['fingerprint'] or '?'):<12}  {r['kind'] or '':<10}  {r['world_size'] or 0:>4}  {r['rows']:>5}  "
-            f"{_short(r['hosts'] or '', 20):<20}  {redact(r['command'] or '')}"
+            f"{_group(r):<16}  {_short(r['hosts'] or '', 20):<20}  {redact(r['command'] or '')}"
         )
 
 
@@ -80,6 +81,13 @@ def _took(run: dict[str, Any]) -> str:
         datetime.datetime.fromisoformat(run["ended_at"]) - datetime.datetime.fromisoformat(run["started_at"])
     ).total_seconds()
     return f"{seconds:.0f}s" if seconds < 600 else f"{seconds / 60:.0f}m"
+
+
+def _group(run: dict[str, Any]) -> str:
+    """`sweep --repeat K`'s group id and the launch's number in it ("3f2a9c01b2e4/2"), "-" outside one."""
+    if not run.get("launch_group"):
+        return "-"
+    return f"{run['launch_group']}/{run['launch']}" if run.get("launch") not in (None, "") else run["launch_group"]
 
 
 def _short(text: str, width: int) -> str:

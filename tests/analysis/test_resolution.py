@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from scipy.stats import norm
 
 from commbench.analysis.history_gate import compare_history, plan_launches
-from commbench.analysis.resolution import Noise, detection_probability, launches_for, resolution
+from commbench.analysis.resolution import Noise, detection_probability, launches_for, planning_noise, resolution
 from commbench.analysis.verdict import Criteria, Threshold
 from commbench.cli import main
 from commbench.history.importer import import_csvs
@@ -96,8 +96,15 @@ def test_the_formula_its_power_and_the_launches_it_needs() -> None:
     assert one == pytest.approx(math.exp((2.0452 + 1.3114) * 0.15 * math.sqrt(1 + 1 / 30)), rel=1e-3)
     # At its own resolution a shift is caught 9 times in 10 (the threshold below it).
     assert detection_probability(math.log(one), noise, 0.05, 1, 1, 0.0) == pytest.approx(0.9, abs=0.01)
+    # A plan takes the spread at its 80% upper bound: sqrt(df / chi2(0.2, df)), chi2(0.2, 29) = 22.475.
+    planned = planning_noise(noise)
+    assert planned.spread == pytest.approx(0.15 * math.sqrt(29 / 22.475), rel=1e-3) and planned.df == noise.df
     k = launches_for(1.2, noise, 0.05, 1)
-    assert resolution(noise, 0.05, 1, k) <= 1.2 < resolution(noise, 0.05, 1, k - 1)
+    assert resolution(planned, 0.05, 1, k) <= 1.2 < resolution(planned, 0.05, 1, k - 1)
+    assert resolution(noise, 0.05, 1, k) < 1.2  # with the spread as estimated, the K resolves more than asked
+    # Against a longer history the history's own median weighs less, and its spread is known better.
+    longer = launches_for(1.2, noise, 0.05, 1, history_runs=60)
+    assert longer < k and planning_noise(noise, 60).history_runs == 60
     # The history's own median limits the gate: no number of launches resolves what it cannot.
     assert launches_for(1.05, noise, 0.05, 1) is None
 
@@ -118,7 +125,7 @@ def test_a_12x_shift_with_sd_015_is_inconclusive_at_one_launch_and_a_regression_
     assert [s.verdict for s in result.shifts] == ["inconclusive"] and result.exit_code == 5
     assert result.shifts[0].resolution > 1.5
     k = _recommended(location, once, 1.2)
-    assert 5 <= k <= 20
+    assert 10 <= k <= 30  # sd 0.15 planned at its upper bound (0.17) against 30 runs
     pooled = _judge(tmp_path, location, _candidate(tmp_path, 1.2, k, 0.15, "pooled"), "10%")
     assert pooled.launches == k and [s.verdict for s in pooled.shifts] == ["regression"]
     assert pooled.shifts[0].resolution <= 1.2 and pooled.exit_code == 1

@@ -85,6 +85,10 @@ def test_two_real_gloo_launches_give_one_csv_two_history_runs_and_one_pooled_can
     assert all((tmp_path / name).is_file() for name in frame["env_file"].unique())
     listing = commbench("history", "list", "--history", str(history))
     assert "5 runs" in listing.stdout.splitlines()[0], listing.stdout
+    group = frame["launch_group"].iloc[0]
+    rows = listing.stdout.splitlines()[2:]
+    assert [f"{group}/1" in r for r in rows] == [False, False, False, True, False], listing.stdout
+    assert [f"{group}/2" in r for r in rows] == [False] * 4 + [True] and rows[0].split()[9] == "-"
     judged = commbench("compare", "--history", str(history), str(tmp_path / "cand.csv"))
     assert judged.returncode in (0, 1, 5), judged.stderr
     assert "(2 launches pooled)" in judged.stdout and "the candidate's 2 launches pooled" in judged.stdout
