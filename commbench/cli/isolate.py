@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.execute import execute
+from commbench.cli.execute import execute, written
 from commbench.cli.options import (
     _fraction,
     budget_options,
@@ -97,8 +97,8 @@ def isolate(
         **options,
     )
     outcome = execute(cfg, how)
-    if plot and outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
-        _chart(outcome.output)
+    if plot and (csv := written(outcome)) is not None:
+        _chart(csv)
     sys.exit(outcome.code)
 
 

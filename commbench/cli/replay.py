@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from commbench.cli.execute import execute
+from commbench.cli.execute import execute, written
 from commbench.cli.options import (
     budget_options,
     build_config,
@@ -120,8 +120,8 @@ def replay(
         **options,
     )
     outcome = execute(cfg, how)
-    if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
-        _report(outcome.output, plan, source.recorded_on, projections, algorithm, plot, json_file, cfg.overwrite)
+    if (csv := written(outcome)) is not None:
+        _report(csv, plan, source.recorded_on, projections, algorithm, plot, json_file, cfg.overwrite)
     sys.exit(outcome.code)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.execute import chart_after, execute
+from commbench.cli.execute import chart_after, execute, written
 from commbench.cli.op_options import op_flag
 from commbench.cli.options import (
     build_config,
@@ -73,8 +73,8 @@ def syncbn(
     how = pop_launch(options)
     cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, variants=chosen, **options)
     outcome = execute(cfg, how, repeat)
-    if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
-        _print_comparison(outcome.output)
+    if (csv := written(outcome)) is not None:
+        _print_comparison(csv)
     chart_after(outcome, plot, cfg.overwrite)
     sys.exit(outcome.code)
 
