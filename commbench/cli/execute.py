@@ -3,6 +3,7 @@ SweepConfig: run it, as one rank of a launcher's job or by spawning local ranks,
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -20,6 +21,14 @@ def execute(cfg: SweepConfig, how: LaunchOptions, repeat: int = 1) -> Outcome:
     from commbench.launch.start import start_launches
 
     return start_launches(cfg, how, repeat)
+
+
+def written(outcome: Outcome) -> Path | None:
+    """The CSV the run wrote, where it ran to its end (0, or 1: wrong results) and this process owns
+    the CSV: what a command prints and charts from. None for an interrupted or failed run (code > 1)."""
+    if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
+        return outcome.output
+    return None
 
 
 def chart_after(outcome: Outcome, plot: bool, overwrite: bool = False) -> None:
@@ -69,12 +78,12 @@ def _chart(outcome: Outcome, plot: bool, overwrite: bool = False) -> None:
     changes the exit code. An interrupted or failed run (code > 1) is not charted. Charts already
     beside the CSV are replaced only under the run's --overwrite.
     """
-    if not plot or outcome.code not in (0, 1) or outcome.output is None or not outcome.output.exists():
+    if not plot or (csv := written(outcome)) is None:
         return
     from commbench.analysis.charts.plot import plot_beside
 
     try:
-        paths = plot_beside(outcome.output, overwrite=overwrite)
+        paths = plot_beside(csv, overwrite=overwrite)
     except UserError as exc:
         warn(f"no charts: {exc.format_message()}")
         return

@@ -7,8 +7,16 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.execute import execute
-from commbench.cli.options import _fraction, _iters, build_config, config_option, launch_options, plot_option
+from commbench.cli.execute import execute, written
+from commbench.cli.options import (
+    _fraction,
+    budget_options,
+    build_config,
+    config_option,
+    launch_options,
+    plot_option,
+    pop_launch,
+)
 from commbench.errors import UserError, warn
 from commbench.units import parse_size
 
@@ -31,18 +39,11 @@ from commbench.units import parse_size
     default=None,
     help="Also write the verdict (hosts, flagged_hosts, flagged_links, flagged_ranks, evidence) here.",
 )
-@click.option(
-    "--iters",
-    "-n",
-    default="auto",
-    show_default=True,
-    callback=_iters,
-    help="Timed exchanges per pair and size, or auto to fill --time-per-size.",
+@budget_options(
+    "Timed exchanges per pair and size, or auto to fill --time-per-size.",
+    "With --iters auto: seconds of timed exchanges per pair and size.",
+    "Blocks each pair's samples are timed in, interleaved with the other size's.",
 )
-@config_option("time_per_size", "With --iters auto: seconds of timed exchanges per pair and size.")
-@config_option("min_iters")
-@config_option("max_iters")
-@config_option("rounds", "Blocks each pair's samples are timed in, interleaved with the other size's.")
 @config_option("warmup", "Untimed exchanges per pair and size.")
 @launch_options
 @plot_option
@@ -51,10 +52,6 @@ def isolate(
     threshold: float,
     bisect: bool,
     json_path: str | None,
-    nproc: int | None,
-    master_addr: str | None,
-    master_port: int | None,
-    oversubscribe: bool,
     plot: bool,
     **options: object,
 ) -> None:
@@ -90,6 +87,7 @@ def isolate(
     # The node sweep runs on the launch a sweep makes; what the launcher checks before ranks start
     # (the op's rank count, the host's cores and memory) sees its exchange: sendrecv of float32
     # (isolate/exchanges.py's), up to the largest size it may take.
+    how = pop_launch(options)
     cfg = build_config(
         ops=("sendrecv",),
         sizes=[chosen or max(PROBE_SIZES)],
@@ -98,11 +96,9 @@ def isolate(
         program_options=opts.to_dict(),
         **options,
     )
-    from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
-
-    outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe))
-    if plot and outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
-        _chart(outcome.output)
+    outcome = execute(cfg, how)
+    if plot and (csv := written(outcome)) is not None:
+        _chart(csv)
     sys.exit(outcome.code)
 
 

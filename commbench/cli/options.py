@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +17,9 @@ from commbench.errors import UserError
 from commbench.history.store import HISTORY_ENV
 from commbench.redact import redact_argv
 from commbench.run.config import DTYPES, Flag, SweepConfig
+
+if TYPE_CHECKING:
+    from commbench.launch.env import LaunchOptions
 
 F = Callable[..., Any]
 
@@ -123,6 +126,43 @@ launch_options = _compose(
     ),
 )
 
+
+def pop_launch(options: dict[str, Any]) -> LaunchOptions:
+    """What launch_options were given (--nproc, --master-addr, --master-port, --oversubscribe),
+    taken out of a command's options (the rest go to build_config) for execute()."""
+    from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
+
+    return LaunchOptions(
+        options.pop("nproc"), options.pop("master_addr"), options.pop("master_port"), options.pop("oversubscribe")
+    )
+
+
+def budget_options(what: str, time_per_size: str | None = None, rounds: str | None = None) -> Callable[[F], F]:
+    """--iters (its help: `what`), --time-per-size, --min-iters, --max-iters, --rounds: how many
+    samples a measurement takes, in a command's own words where given."""
+    return _compose(
+        click.option("--iters", "-n", default="auto", show_default=True, callback=_iters, help=what),
+        config_option("time_per_size", time_per_size),
+        config_option("min_iters"),
+        config_option("max_iters"),
+        config_option("rounds", rounds),
+    )
+
+
+def precision_option(help: str) -> Callable[[F], F]:
+    return click.option("--precision", default=None, callback=_fraction, help=help)
+
+
+# How each sample is taken: after warm-up, blocking or a window of ops in flight, checked, where.
+sample_options = _compose(
+    config_option("warmup"),
+    config_option("mode"),
+    config_option("window"),
+    config_option("check"),
+    config_option("raw"),
+    config_option("device"),
+)
+
 timing_options = _compose(
     click.option(
         "--dtype",
@@ -131,30 +171,11 @@ timing_options = _compose(
         callback=_split_csv,
         help=f"Element type, repeatable: {', '.join(DTYPES)} (default float32).",
     ),
-    click.option(
-        "--iters",
-        "-n",
-        default="auto",
-        show_default=True,
-        callback=_iters,
-        help="Timed iterations per (variant, phase, size): a number (1 to 1,000,000), or auto to fill --time-per-size.",
+    budget_options(
+        "Timed iterations per (variant, phase, size): a number (1 to 1,000,000), or auto to fill --time-per-size."
     ),
-    config_option("time_per_size"),
-    config_option("min_iters"),
-    config_option("max_iters"),
-    config_option("rounds"),
-    click.option(
-        "--precision",
-        default=None,
-        callback=_fraction,
-        help="Stop a row early once its p50's 95% interval is this narrow, e.g. 2% (within the budget).",
-    ),
-    config_option("warmup"),
-    config_option("mode"),
-    config_option("window"),
-    config_option("check"),
-    config_option("raw"),
-    config_option("device"),
+    precision_option("Stop a row early once its p50's 95% interval is this narrow, e.g. 2% (within the budget)."),
+    sample_options,
     config_option("overlap"),
     config_option("compute"),
     config_option("group"),

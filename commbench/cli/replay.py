@@ -10,15 +10,16 @@ from typing import Any
 
 import click
 
-from commbench.cli.execute import execute
+from commbench.cli.execute import execute, written
 from commbench.cli.options import (
-    _fraction,
-    _iters,
+    budget_options,
     build_config,
-    config_option,
     history_options,
     launch_options,
     plot_option,
+    pop_launch,
+    precision_option,
+    sample_options,
 )
 from commbench.errors import UserError, warn
 
@@ -52,25 +53,12 @@ from commbench.errors import UserError, warn
 @click.option(
     "--json", "json_path", default=None, help="Also write the replay (calls, step, verdict, projection) here."
 )
-@click.option(
-    "--iters",
-    "-n",
-    default="auto",
-    show_default=True,
-    callback=_iters,
-    help="Timed iterations per call and for the step: a number, or auto to fill --time-per-size.",
+@budget_options(
+    "Timed iterations per call and for the step: a number, or auto to fill --time-per-size.",
+    "With --iters auto: seconds of timed work per call and for the step.",
 )
-@config_option("time_per_size", "With --iters auto: seconds of timed work per call and for the step.")
-@config_option("min_iters")
-@config_option("max_iters")
-@config_option("rounds")
-@click.option("--precision", default=None, callback=_fraction, help="Stop a call early once its p50 is this precise.")
-@config_option("warmup")
-@config_option("mode")
-@config_option("window")
-@config_option("check")
-@config_option("raw")
-@config_option("device")
+@precision_option("Stop a call early once its p50 is this precise.")
+@sample_options
 @launch_options
 @history_options
 @plot_option
@@ -81,10 +69,6 @@ def replay(
     model_csvs: tuple[Path, ...],
     algorithm: str,
     json_path: str | None,
-    nproc: int | None,
-    master_addr: str | None,
-    master_port: int | None,
-    oversubscribe: bool,
     plot: bool,
     **options: Any,
 ) -> None:
@@ -102,7 +86,6 @@ def replay(
       torchrun --nproc-per-node 8 -m commbench replay traces/ --backend nccl
       commbench replay traces/ --scale --project 16,64,512 --model results/sweep.csv
     """
-    from commbench.launch.env import LaunchOptions
     from commbench.replay.codec import plan_to_dict
     from commbench.replay.fit import fit
     from commbench.replay.projection import parse_targets, project_step
@@ -118,7 +101,7 @@ def replay(
     json_file = _json_target(json_path, bool(options.get("overwrite")))
     source = read_plan(traces)
     plan = source.plan
-    how = LaunchOptions(nproc, master_addr, master_port, oversubscribe)
+    how = pop_launch(options)
     backend = options.get("backend") or _default_backend()
     # A launch too small, or a call the ops cannot issue exactly, is refused before any rank starts.
     refuse_unreplayable(fit(plan, _launch_world(backend, how), scale)[0])
@@ -137,8 +120,8 @@ def replay(
         **options,
     )
     outcome = execute(cfg, how)
-    if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
-        _report(outcome.output, plan, source.recorded_on, projections, algorithm, plot, json_file, cfg.overwrite)
+    if (csv := written(outcome)) is not None:
+        _report(csv, plan, source.recorded_on, projections, algorithm, plot, json_file, cfg.overwrite)
     sys.exit(outcome.code)
 
 

@@ -13,6 +13,7 @@ from commbench.cli.options import (
     history_options,
     launch_options,
     plot_option,
+    pop_launch,
     repeat_option,
     split_names,
     timing_options,
@@ -65,10 +66,6 @@ def sweep(
     max_bytes: str,
     factor: float,
     sizes: str | None,
-    nproc: int | None,
-    master_addr: str | None,
-    master_port: int | None,
-    oversubscribe: bool,
     plot: bool,
     repeat: int,
     **options: object,
@@ -94,9 +91,8 @@ def sweep(
         else size_range(parse_size(min_bytes), parse_size(max_bytes), factor)
     )
     op_options, variants = pop_op_options(options), pop_variants(options)
+    how = pop_launch(options)
     cfg = build_config(ops=ops, sizes=chosen, op_options=op_options, variants=variants, **options)
-    from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
-
-    outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe), repeat)
+    outcome = execute(cfg, how, repeat)
     chart_after(outcome, plot, cfg.overwrite)
     sys.exit(outcome.code)

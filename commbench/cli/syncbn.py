@@ -7,13 +7,14 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.execute import chart_after, execute
+from commbench.cli.execute import chart_after, execute, written
 from commbench.cli.op_options import op_flag
 from commbench.cli.options import (
     build_config,
     history_options,
     launch_options,
     plot_option,
+    pop_launch,
     repeat_option,
     split_names,
     timing_options,
@@ -43,10 +44,6 @@ def syncbn(
     batch: int,
     spatial: int,
     strategies: tuple[str, ...],
-    nproc: int | None,
-    master_addr: str | None,
-    master_port: int | None,
-    oversubscribe: bool,
     plot: bool,
     repeat: int,
     **options: object,
@@ -73,12 +70,11 @@ def syncbn(
     valid = (*STRATEGY_NAMES, *NATIVE_VARIANTS)
     if unknown := [s for s in chosen if s not in valid]:
         raise UserError(f"unknown strategy {unknown[0]!r}; valid strategies: {', '.join(valid)}")
+    how = pop_launch(options)
     cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, variants=chosen, **options)
-    from commbench.launch.env import LaunchOptions  # on use: `--help` does not load the launchers
-
-    outcome = execute(cfg, LaunchOptions(nproc, master_addr, master_port, oversubscribe), repeat)
-    if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
-        _print_comparison(outcome.output)
+    outcome = execute(cfg, how, repeat)
+    if (csv := written(outcome)) is not None:
+        _print_comparison(csv)
     chart_after(outcome, plot, cfg.overwrite)
     sys.exit(outcome.code)
 

@@ -13,17 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
-from commbench.replay.readers.fields import (
-    DISPATCHER_OPS,
-    NO_PROCESS_GROUP,
-    arg,
-    as_int,
-    count_tensors,
-    dtype_name,
-    int_list,
-    numel,
+from commbench.replay.readers.comms import (
+    EXECUTION_TRACE,
+    comms_collective,
+    comms_ops,
+    dispatcher_collective,
+    dispatcher_note,
 )
-from commbench.replay.readers.kineto import NO_SIZES, NOT_COLLECTIVES
+from commbench.replay.readers.fields import DISPATCHER_OPS, arg, as_int, dtype_name
 from commbench.replay.readers.stream import JsonStream
 from commbench.replay.record import Collective, Trace
 
@@ -38,15 +35,12 @@ def _attrs(node: dict[str, Any]) -> dict[str, Any]:
 def read(path: Path, rank: int | None = None) -> Trace:
     """Every collective of one Execution Trace in issue order. The format does not name its rank: it
     comes from the file's name (rank0, _1.json...) where load() finds one, else 0."""
-    stream = JsonStream(path)
     comms: list[tuple[int, dict[str, Any]]] = []
     dispatched: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
     steps: list[tuple[int, int]] = []
     groups: list[dict[str, Any]] = []
-    count = 0
-    try:
+    with JsonStream(path) as stream:
         for node in stream.items("nodes"):
-            count += 1
             if not isinstance(node, dict):
                 continue
             name = str(node.get("name", ""))
@@ -65,9 +59,7 @@ def read(path: Path, rank: int | None = None) -> Trace:
                 except (TypeError, ValueError):
                     groups = []
         digest = stream.digest()
-    finally:
-        stream.close()
-    if not count:
+    if not stream.count:
         raise UserError(
             f"{path}: an empty trace (no nodes); keep the ExecutionTraceObserver running over at least one step"
         )
@@ -103,49 +95,15 @@ def read(path: Path, rank: int | None = None) -> Trace:
 def _from_record_param_comms(
     path: Path, comms: list[tuple[int, dict[str, Any]]], rank: int, notes: list[str]
 ) -> list[tuple[int, Collective]]:
-    if not any("in_msg_nelems" in a for _, a in comms):
-        raise UserError(NO_SIZES.format(path=path))
-    out: list[tuple[int, Collective]] = []
-    skipped = 0
-    for rf, a in comms:
-        name = str(a.get("collective_name", "")).lower()
-        if name in NOT_COLLECTIVES or not name:
-            skipped += 1
-            continue
-        lossy: list[str] = []
-        dtype = dtype_name(str(a.get("dtype", "")))
-        if dtype is None:
-            lossy.append(f"dtype {a.get('dtype')!r} unknown (float32 assumed)")
-        size, start, stride = (
-            as_int(a.get("pg_size")) or 0,
-            as_int(a.get("global_rank_start")),
-            as_int(a.get("global_rank_stride")),
+    return [
+        (
+            rf,
+            comms_collective(
+                a, EXECUTION_TRACE, name, rank, seq=as_int(a.get("seq")) if a.get("seq") not in (None, -1) else None
+            ),
         )
-        ranks = tuple(start + i * stride for i in range(size)) if start is not None and stride else ()
-        peer = as_int(a.get("dst_rank") if name == "send" else a.get("src_rank"))
-        out.append(
-            (
-                rf,
-                Collective(
-                    name=name,
-                    dtype=dtype or "float32",
-                    in_elems=as_int(a.get("in_msg_nelems")) or 0,
-                    out_elems=as_int(a.get("out_msg_nelems")) or 0,
-                    group=str(a.get("pg_name", "")),
-                    group_ranks=ranks,
-                    rank=rank,
-                    in_splits=int_list(a.get("in_split_size"))[0],
-                    out_splits=int_list(a.get("out_split_size"))[0],
-                    peer=peer if peer is not None and peer >= 0 else None,
-                    seq=as_int(a.get("seq")) if a.get("seq") not in (None, -1) else None,
-                    group_desc=str(a.get("pg_desc", "")),
-                    lossy=tuple(lossy),
-                ),
-            )
-        )
-    if skipped:
-        notes.append(f"{skipped} wait/coalescing entries skipped (they wait on collectives, they are none)")
-    return out
+        for rf, a, name in comms_ops(path, comms, EXECUTION_TRACE, notes)
+    ]
 
 
 def _from_dispatcher_ops(
@@ -158,48 +116,14 @@ def _from_dispatcher_ops(
 ) -> list[tuple[int, Collective]]:
     if not nodes:
         return []
-    notes.append(
-        "no record_param_comms in this trace (a backend that writes none, such as Gloo): collectives read "
-        "from the dispatcher ops c10d::*, their sizes and dtypes from the nodes' inputs"
-    )
+    notes.append(dispatcher_note("their sizes and dtypes from the nodes' inputs"))
     ranks = ranks_of.get(default) or tuple(range(world or 0))
     out: list[tuple[int, Collective]] = []
     for rf, node, _ in nodes:
         spec = DISPATCHER_OPS[str(node["name"])]
         inputs = node.get("inputs") or {}
-        shapes, values, types = inputs.get("shapes") or [], inputs.get("values") or [], inputs.get("types") or []
-        lossy = [NO_PROCESS_GROUP]
+        types = inputs.get("types") or []
         dtype = dtype_name(str(arg(types, spec.inp) or "")) if spec.inp is not None else None
-        if dtype is None and spec.inp is not None:
-            lossy.append("dtype not recorded (float32 assumed)")
-        in_shape = arg(shapes, spec.inp)
-        out_shape = arg(shapes, spec.out) if spec.out is not None else in_shape
-        in_splits: tuple[int, ...] = ()
-        out_splits: tuple[int, ...] = ()
-        if spec.splits:
-            out_splits = int_list(arg(values, spec.splits[0]))[0]
-            in_splits = int_list(arg(values, spec.splits[1]))[0]
-        root = as_int(arg(values, spec.root)) if spec.root is not None else None
-        if spec.root is not None and root is None:
-            lossy.append("root/peer not recorded")
-        peer = ranks[root] if root is not None and ranks and 0 <= root < len(ranks) else root
-        out.append(
-            (
-                rf,
-                Collective(
-                    name=spec.name,
-                    dtype=dtype or "float32",
-                    in_elems=numel(in_shape),
-                    out_elems=numel(out_shape),
-                    group=default,
-                    group_ranks=tuple(ranks),
-                    rank=rank,
-                    in_splits=in_splits,
-                    out_splits=out_splits,
-                    peer=peer,
-                    coalesced=count_tensors(in_shape) if "coalesced" in spec.name else None,
-                    lossy=tuple(lossy),
-                ),
-            )
-        )
+        shapes, values = inputs.get("shapes") or [], inputs.get("values") or []
+        out.append((rf, dispatcher_collective(spec, shapes, values, dtype, default, ranks, rank)))
     return out

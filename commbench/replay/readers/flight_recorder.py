@@ -8,7 +8,6 @@ root, no all-to-all splits and no profiler step."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import json
@@ -18,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
+from commbench.replay.readers.comms import NOT_COLLECTIVES
 from commbench.replay.readers.fields import as_int, dtype_name, int_list, numel
-from commbench.replay.readers.stream import cut_short, is_gzip
+from commbench.replay.readers.stream import cut_short, opened
 from commbench.replay.record import Collective, Trace
 
 FORMAT = "flight-recorder"
@@ -76,11 +76,8 @@ def read(path: Path, rank: int | None = None, data: bytes | None = None) -> Trac
     """Every entry of one dump that is a collective, in the order the ring buffer holds them."""
     if data is None:
         try:
-            if is_gzip(path):
-                with gzip.open(path, "rb") as f:
-                    data = f.read()
-            else:
-                data = path.read_bytes()
+            with opened(path) as f:
+                data = f.read()
         except (OSError, EOFError) as exc:
             raise cut_short(path, exc) from None
     dump = parse(data, path)
@@ -99,7 +96,7 @@ def read(path: Path, rank: int | None = None, data: bytes | None = None) -> Trac
         op = backend_op.partition(":")[2] or backend_op
         word, _, rest = op.partition(" ")
         name = _NAMES.get(word, word)
-        if name in ("wait", "coalesced", ""):
+        if name in NOT_COLLECTIVES or not name:
             continue
         pg = entry.get("process_group") or ("", "")
         group, desc = (str(pg[0]), str(pg[1]) if len(pg) > 1 else "") if isinstance(pg, list | tuple) else (str(pg), "")

@@ -14,28 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
-from commbench.replay.readers.fields import (
-    DISPATCHER_OPS,
-    NO_PROCESS_GROUP,
-    arg,
-    as_int,
-    count_tensors,
-    dtype_name,
-    int_list,
-    numel,
+from commbench.replay.readers.comms import (
+    KINETO,
+    comms_collective,
+    comms_ops,
+    dispatcher_collective,
+    dispatcher_note,
 )
+from commbench.replay.readers.fields import DISPATCHER_OPS, as_int, dtype_name
 from commbench.replay.readers.stream import JsonStream
 from commbench.replay.record import Collective, Trace
 
 FORMAT = "kineto"
-NOT_COLLECTIVES = ("wait", "coalesced")  # an async handle's wait; the marker ending a coalescing block
-
-NO_SIZES = (
-    "{path}: its record_param_comms ops carry no sizes (a trace from a PyTorch older than 2.1), so there is "
-    "nothing to replay; record the job again with PyTorch 2.1 or later (`torch.profiler.profile(...)` then "
-    "`export_chrome_trace`, or `torch.profiler.ExecutionTraceObserver`), which write each collective's "
-    '"In msg nelems", "dtype" and process group'
-)
 
 
 @dataclass
@@ -75,17 +65,14 @@ def _is_comm_kernel(name: str, args: dict[str, Any]) -> bool:
 
 def read(path: Path) -> Trace:
     """Every collective of one Kineto trace, in the order the job issued them."""
-    stream = JsonStream(path)
     comms: list[_Op] = []
     dispatched: list[_Op] = []
     steps: list[tuple[float, float, int]] = []
     kernel_us: dict[Any, float] = {}
     annotations: dict[int, _Op] = {}  # gloo:* by "Record function id"
     orphans: list[_Orphan] = []
-    events = 0
-    try:
+    with JsonStream(path) as stream:
         for event in stream.items("traceEvents"):
-            events += 1
             if not isinstance(event, dict) or event.get("ph") != "X":
                 continue
             name = str(event.get("name", ""))
@@ -111,9 +98,7 @@ def read(path: Path) -> Trace:
             ):
                 annotations[rf] = _slim(event)
         digest = stream.digest()
-    finally:
-        stream.close()
-    if not events:
+    if not stream.count:
         raise UserError(
             f"{path}: an empty trace (no events); profile at least one step of the job (torch.profiler's schedule with active=1 or more)"
         )
@@ -159,8 +144,7 @@ def _link_orphans(path: Path, comms: list[_Op], orphans: list[_Orphan], kernel_u
     at = {o.where for o in orphans if o.correlation is None}
     launched: dict[Any, int] = {}  # correlation -> index in comms of the op that launched it
     flow_ends: dict[tuple[Any, Any, float], Any] = {}  # an orphan's (pid, tid, ts) -> its flow's id
-    stream = JsonStream(path)
-    try:
+    with JsonStream(path) as stream:
         for event in stream.items("traceEvents"):
             if not isinstance(event, dict):
                 continue
@@ -177,8 +161,6 @@ def _link_orphans(path: Path, comms: list[_Op], orphans: list[_Orphan], kernel_u
                 continue
             if (thread := spans.get(where[:2])) is not None and (i := thread.holding(where[2])) is not None:
                 launched[correlation] = i
-    finally:
-        stream.close()
     for o in orphans:
         correlation = o.correlation if o.correlation is not None else flow_ends.get(o.where)
         if (i := launched.get(correlation)) is not None:
@@ -214,20 +196,6 @@ def _with_step(c: Collective, ts: float, steps: list[tuple[float, float, int]]) 
     return c
 
 
-def _ranks(args: dict[str, Any], groups: dict[str, tuple[int, ...]], lossy: list[str]) -> tuple[int, ...]:
-    ranks, cut = int_list(args.get("Process Group Ranks"))
-    size = as_int(args.get("Group size"))
-    start, stride = as_int(args.get("Global rank start")), as_int(args.get("Global rank stride"))
-    if cut or not ranks:
-        if size and start is not None and stride:
-            return tuple(start + i * stride for i in range(size))
-        if (known := groups.get(str(args.get("Process Group Name")))) is not None:
-            return known
-        if cut:
-            lossy.append("group ranks cut at 30 entries")
-    return ranks
-
-
 def _from_record_param_comms(
     path: Path,
     ops: list[_Op],
@@ -236,55 +204,18 @@ def _from_record_param_comms(
     rank: int,
     notes: list[str],
 ) -> list[tuple[float, Collective]]:
-    if not any("In msg nelems" in op.args for op in ops):
-        raise UserError(NO_SIZES.format(path=path))
     out: list[tuple[float, Collective]] = []
     markers: list[tuple[float, str, float | None]] = []  # each coalescing block's end: ts, group, its kernel's time
-    skipped = 0
-    for op in ops:
-        a = op.args
-        name = str(a.get("Collective name", "")).lower()
+    for ts, a, name in comms_ops(path, ((op.ts, op.args) for op in ops), KINETO, notes, skip=("wait",)):
         if name == "coalesced":
-            markers.append((op.ts, str(a.get("Process Group Name", "")), kernel_us.get(a.get("External id"))))
+            markers.append((ts, str(a.get(KINETO.group, "")), kernel_us.get(a.get("External id"))))
             continue
-        if name in NOT_COLLECTIVES or not name:
-            skipped += 1
-            continue
-        lossy: list[str] = []
-        in_splits, in_cut = int_list(a.get("In split size"))
-        out_splits, out_cut = int_list(a.get("Out split size"))
-        if in_cut or out_cut:
-            lossy.append("splits cut at 30 entries")
-        dtype = dtype_name(str(a.get("dtype", "")))
-        if dtype is None:
-            lossy.append(f"dtype {a.get('dtype')!r} unknown (float32 assumed)")
-        peer = as_int(a.get("Dst Rank") if name == "send" else a.get("Src Rank"))
-        if peer is not None and peer < 0:
-            peer = None
-        out.append(
-            (
-                op.ts,
-                Collective(
-                    name=name,
-                    dtype=dtype or "float32",
-                    in_elems=as_int(a.get("In msg nelems")) or 0,
-                    out_elems=as_int(a.get("Out msg nelems")) or 0,
-                    group=str(a.get("Process Group Name", "")),
-                    group_ranks=_ranks(a, groups, lossy),
-                    rank=rank,
-                    in_splits=in_splits,
-                    out_splits=out_splits,
-                    peer=peer,
-                    recorded_us=kernel_us.get(a.get("External id")),
-                    seq=as_int(a.get("Seq")),
-                    comms_id=None if a.get("Comms Id") is None else str(a.get("Comms Id")),
-                    group_desc=str(a.get("Process Group Description", "")),
-                    lossy=tuple(lossy),
-                ),
-            )
-        )
-    if skipped:
-        notes.append(f"{skipped} wait/coalescing entries skipped (they wait on collectives, they are none)")
+        extra = {
+            "recorded_us": kernel_us.get(a.get("External id")),
+            "seq": as_int(a.get("Seq")),
+            "comms_id": None if a.get("Comms Id") is None else str(a.get("Comms Id")),
+        }
+        out.append((ts, comms_collective(a, KINETO, name, rank, groups, **extra)))
     return _coalesce(out, markers, notes) if markers else out
 
 
@@ -362,19 +293,13 @@ def _from_dispatcher_ops(
         return []
     default = next(iter(groups), "0")
     ranks = groups.get(default) or tuple(range(world or 0))
-    notes.append(
-        "no record_param_comms in this trace (a backend that writes none, such as Gloo): collectives read "
-        "from the dispatcher ops c10d::*, their sizes from Input Dims"
-    )
+    notes.append(dispatcher_note("their sizes from Input Dims"))
     ordered = sorted(annotations)
     out: list[tuple[float, Collective]] = []
     for op in ops:
         spec = DISPATCHER_OPS[op.name]
         dims = op.args.get("Input Dims") or []
-        values = op.args.get("Concrete Inputs") or []
-        lossy = [NO_PROCESS_GROUP]
-        if not dims:
-            lossy.append("sizes not recorded (profile with record_shapes=True)")
+        lost = () if dims else ("sizes not recorded (profile with record_shapes=True)",)
         # the backend's own annotation (gloo:all_reduce) is the op's next record function: its dtype and time
         rf = as_int(op.args.get("Record function id"))
         child = None
@@ -382,36 +307,7 @@ def _from_dispatcher_ops(
             child = annotations[ordered[i]]
         types = (child.args.get("Input type") if child else None) or op.args.get("Input type") or []
         dtype = next((d for t in types if (d := dtype_name(str(t)))), None)
-        if dtype is None and spec.inp is not None:
-            lossy.append("dtype not recorded (float32 assumed)")
-        in_shape = arg(dims, spec.inp)
-        out_shape = arg(dims, spec.out) if spec.out is not None else in_shape
-        in_splits = out_splits = ()
-        if spec.splits:
-            out_splits, _ = int_list(arg(values, spec.splits[0]))
-            in_splits, _ = int_list(arg(values, spec.splits[1]))
-        root = as_int(arg(values, spec.root)) if spec.root is not None else None
-        if spec.root is not None and root is None:
-            lossy.append("root/peer not recorded")
-        peer = ranks[root] if root is not None and ranks and 0 <= root < len(ranks) else root
-        out.append(
-            (
-                op.ts,
-                Collective(
-                    name=spec.name,
-                    dtype=dtype or "float32",
-                    in_elems=numel(in_shape),
-                    out_elems=numel(out_shape),
-                    group=default,
-                    group_ranks=tuple(ranks),
-                    rank=rank,
-                    in_splits=in_splits,
-                    out_splits=out_splits,
-                    peer=peer,
-                    recorded_us=child.dur if child else None,
-                    coalesced=count_tensors(in_shape) if "coalesced" in spec.name else None,
-                    lossy=tuple(lossy),
-                ),
-            )
-        )
+        values = op.args.get("Concrete Inputs") or []
+        recorded = child.dur if child else None
+        out.append((op.ts, dispatcher_collective(spec, dims, values, dtype, default, ranks, rank, lost, recorded)))
     return out

@@ -41,10 +41,15 @@ def is_gzip(path: Path) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
+def opened(path: Path) -> IO[bytes]:
+    """The file's content, decompressed as it is read when it is gzip."""
+    return gzip.open(path, "rb") if is_gzip(path) else path.open("rb")
+
+
 def head(path: Path, size: int = 4096) -> bytes:
     """The first bytes of the file's content (decompressed when it is gzip)."""
     try:
-        with gzip.open(path, "rb") if is_gzip(path) else path.open("rb") as f:
+        with opened(path) as f:
             return f.read(size)
     except (OSError, EOFError, zlib.error) as exc:
         raise UserError(f"{path}: cannot be read ({exc}); give a trace file as PyTorch wrote it") from None
@@ -58,11 +63,13 @@ def cut_short(path: Path, exc: BaseException) -> UserError:
 
 class JsonStream:
     """One top-level JSON object read incrementally: `items(key)` yields the elements of the array
-    under key one at a time; `meta` holds every other top-level value, complete once items() ends."""
+    under key one at a time; `meta` holds every other top-level value, complete once items() ends;
+    `count` is how many elements it yielded. A context manager: the file is closed on leaving it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.meta: dict[str, Any] = {}
+        self.count = 0
         self._raw = HashingReader(path.open("rb"))
         binary: IO[bytes] = gzip.GzipFile(fileobj=self._raw, mode="rb") if is_gzip(path) else self._raw  # type: ignore[arg-type]
         self._file = binary
@@ -79,6 +86,12 @@ class JsonStream:
 
     def close(self) -> None:
         self._raw.close()
+
+    def __enter__(self) -> JsonStream:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def _fill(self) -> bool:
         try:
@@ -141,7 +154,9 @@ class JsonStream:
                     self._pos += 1
                 else:
                     while True:
-                        yield self._value()
+                        value = self._value()
+                        self.count += 1
+                        yield value
                         if self._expect(",]") == "]":
                             break
             else:
