@@ -12,8 +12,8 @@ without sweeping again (`--reuse DIR`):
   columns), as `sweep --repeat K` writes it, judged by `compare --history --last H`;
 - a planted slowdown scales every time of the candidate's rows (its own noise kept), as
   bench/compare_pairs.py plants one;
-- the gate's recommended K for 1.2x: `compare --plan 1.2x` on a history of the pool's first H
-  launches (each spread planned at its upper bound, as the plan does: analysis/resolution.py).
+- the gate's recommended K for 1.2x: `compare --plan 1.2x` on a history of H launches drawn as a
+  trial draws one (each spread planned at its upper bound, as the plan does: analysis/resolution.py).
 
 It prints: at the recommended K, how many of 20 identical groups are clean (no row or series called
 changed) and how many of 10 planted 1.2x are caught (compare fails); at K = 1 the share of identical
@@ -166,11 +166,13 @@ class Trials:
             candidate.unlink()
 
     def recommended(self, ratio: float) -> int | None:
-        """compare --plan RATIO on a history of the pool's first H launches."""
-        location = self.history(self.pool[: self.h])
+        """compare --plan RATIO on a history of H launches drawn as a trial draws its history (not the
+        pool's first H: a machine that warms while the pool is collected makes those the quietest)."""
+        drawn = random.Random(self.rng.random()).sample(self.pool, self.h + 1)
+        location = self.history(drawn[: self.h])
         store = open_history(str(location), create=False)
         try:
-            plans = plan_launches(self.pool[0], store, self.h, self.criteria)
+            plans = plan_launches(drawn[-1], store, self.h, self.criteria)
         finally:
             store.close()
         needs = [launches_for(ratio, p.noise, p.alpha, p.tests) for p in plans]
