@@ -267,6 +267,7 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
 
     from commbench.analysis.charts.axes import latency_axis, legend_outside, size_axis
     from commbench.analysis.charts.grouping import line_label, run_label_columns
+    from commbench.analysis.charts.layout import grid, suptitle, title_margin
     from commbench.analysis.charts.render import Chart
     from commbench.analysis.charts.style import op_palette
 
@@ -278,8 +279,8 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
     # Each panel's rows and each fit's points found by one grouping, not by a filter per fit.
     panels = dict(iter(rows[rows["size_bytes"] > 0].groupby(["op", "phase"], sort=False)))
     for (op, phase), panel in sorted(by_panel.items()):
-        fig = Figure(figsize=(8, 5), layout="constrained")
-        ax = fig.subplots()
+        fig = Figure(figsize=(8, 5))
+        ax = fig.subplots(gridspec_kw=grid(8, 5, top=title_margin(1, panel_titles=0.12), right=2.6))  # legend right
         shown = panels.get((op, phase), rows.iloc[:0])
         points = dict(iter(shown.groupby(list(FIT_KEY), sort=False)))
         palette = op_palette(shown)
@@ -311,7 +312,7 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
         latency_axis(ax)
         ax.set_ylabel("time per op (µs, p50)")
         legend_outside(ax)
-        fig.suptitle(f"{op} · {phase}: latency-bandwidth model T(S) = α + S / β", fontsize=11)
+        suptitle(fig, f"{op} · {phase}: latency-bandwidth model T(S) = α + S / β", 5)
         caption = (
             f"{op} ({phase}): measured p50 (points) and the fitted Hockney line per variant; "
             f"dotted lines are refused fits (R² < {MIN_R2}: the line does not describe the data)."
