@@ -260,6 +260,14 @@ def format_projections(projections: list[Projection], refused: list[str], algori
     return "\n".join(lines)
 
 
+def model_panels(fits: list[Fit]) -> list[list[Fit]]:
+    """The fits of each (op, phase), in the order model_charts draws their charts: one chart each."""
+    by_panel: dict[tuple[str, str], list[Fit]] = {}
+    for fit in fits:
+        by_panel.setdefault((fit.key[1], fit.key[3]), []).append(fit)
+    return [panel for _, panel in sorted(by_panel.items())]
+
+
 def model_charts(frame: pd.DataFrame, fits: list[Fit]):
     """Per (op, phase): the measured p50s (with their interval where known) and each fitted line,
     each variant in the colour it has on the op's other charts, each run in its own marker."""
@@ -273,12 +281,10 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
 
     rows = ok_rows(frame)
     charts = []
-    by_panel: dict[tuple[str, str], list[Fit]] = {}
-    for fit in fits:
-        by_panel.setdefault((fit.key[1], fit.key[3]), []).append(fit)
     # Each panel's rows and each fit's points found by one grouping, not by a filter per fit.
     panels = dict(iter(rows[rows["size_bytes"] > 0].groupby(["op", "phase"], sort=False)))
-    for (op, phase), panel in sorted(by_panel.items()):
+    for panel in model_panels(fits):
+        op, phase = panel[0].key[1], panel[0].key[3]
         fig = Figure(figsize=(8, 5))
         ax = fig.subplots(gridspec_kw=grid(8, 5, top=title_margin(1, panel_titles=0.12), right=2.6))  # legend right
         shown = panels.get((op, phase), rows.iloc[:0])
