@@ -286,7 +286,8 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
     for panel in model_panels(fits):
         op, phase = panel[0].key[1], panel[0].key[3]
         fig = Figure(figsize=(8, 5))
-        ax = fig.subplots(gridspec_kw=grid(8, 5, top=title_margin(1, panel_titles=0.12), right=2.6))  # legend right
+        place = grid(8, 5, top=title_margin(1, panel_titles=0.12), right=2.6)  # the legend to the right
+        ax = fig.subplots(gridspec_kw=place)
         shown = panels.get((op, phase), rows.iloc[:0])
         points = dict(iter(shown.groupby(list(FIT_KEY), sort=False)))
         palette = op_palette(shown)
@@ -318,7 +319,7 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
         latency_axis(ax)
         ax.set_ylabel("time per op (µs, p50)")
         legend_outside(ax)
-        suptitle(fig, f"{op} · {phase}: latency-bandwidth model T(S) = α + S / β", 5)
+        suptitle(fig, f"{op} · {phase}: latency-bandwidth model T(S) = α + S / β", 5, place)
         caption = (
             f"{op} ({phase}): measured p50 (points) and the fitted Hockney line per variant; "
             f"dotted lines are refused fits (R² < {MIN_R2}: the line does not describe the data)."

@@ -68,9 +68,12 @@ def title_margin(title_lines: int, fontsize: float = 11, panel_titles: float = P
     return TITLE_PAD + title_lines * line_height(fontsize) + panel_titles
 
 
-def suptitle(fig, text: str, height: float, fontsize: float = 11) -> None:
-    """The figure's title, its first line TITLE_PAD below the top edge of a figure `height` inches high."""
-    fig.suptitle(text, fontsize=fontsize, y=1 - TITLE_PAD / height, va="top")
+def suptitle(fig, text: str, height: float, place: dict[str, float], fontsize: float = 11) -> None:
+    """The figure's title, its first line TITLE_PAD below the top edge of a figure `height` inches
+    high, centred over the panels that `place` (grid's) puts in it: the image is cropped to what is
+    drawn, so the figure's own centre is not the image's where the legend takes less room than kept."""
+    x = (place["left"] + place["right"]) / 2
+    fig.suptitle(text, fontsize=fontsize, x=x, y=1 - TITLE_PAD / height, va="top")
 
 
 def shared_labels(panels: Sequence[Sequence[Axes]], ylabel: str, xlabel: str, fontsize: float = 9) -> None:

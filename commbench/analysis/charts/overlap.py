@@ -21,9 +21,8 @@ def overlap_chart(name: str, group: pd.DataFrame) -> Chart:
     op, phase = measured["op"].iloc[0], measured["phase"].iloc[0]
     palette = op_palette(measured)
     fig = Figure(figsize=(8, 4.8))
-    ax = fig.subplots(
-        gridspec_kw=grid(8, 4.8, top=title_margin(2, panel_titles=0.12), right=1.9)
-    )  # legend to the right
+    place = grid(8, 4.8, top=title_margin(2, panel_titles=0.12), right=1.9)  # the legend to the right
+    ax = fig.subplots(gridspec_kw=place)
     for label, rows in sorted(chart_series(measured), key=palette.order):
         ax.plot(rows["size_bytes"], rows["overlap"], markersize=4, label=label, **palette.style(rows))
     size_axis(ax, measured["size_bytes"])
@@ -32,7 +31,7 @@ def overlap_chart(name: str, group: pd.DataFrame) -> Chart:
     ax.axhline(1.0, color="gray", linestyle=":", linewidth=1)
     legend_outside(ax)
     facts = title_facts(measured)
-    suptitle(fig, f"{op} · {phase}: communication/computation overlap (1 = fully hidden)\n{facts}", 4.8)
+    suptitle(fig, f"{op} · {phase}: communication/computation overlap (1 = fully hidden)\n{facts}", 4.8, place)
     caption = (
         f"{op} ({phase}): overlap = (comm + compute - overlapped) / min(comm, compute), clipped to [0, 1], "
         f"per size and variant, the matmul sized by --compute; {facts}."

@@ -97,7 +97,7 @@ def runs_chart(name: str, group: pd.DataFrame, colours: dict[str, str], incomple
     )
     shared_labels(axes, "time per op (µs): p50 with its 95% interval", "size S in bytes (S per op: see commbench list)")
     facts = title_facts(measured)
-    suptitle(fig, f"{op} · {phase}: {len(runs)} runs, a panel per variant\n{facts}", height)
+    suptitle(fig, f"{op} · {phase}: {len(runs)} runs, a panel per variant\n{facts}", height, place)
     caption = (
         f"{op} ({phase}): p50 against size in {len(runs)} runs, one panel per variant ({', '.join(variants)}), "
         "each run one colour on every chart" + ("; dashed: an incomplete run" if incomplete & set(runs) else "") + "."

@@ -95,7 +95,7 @@ def size_chart(name: str, group: pd.DataFrame) -> Chart:
     if latency_only:
         what += " (latency only: S = 0, no bandwidth)"
     facts, left_out = title_facts(measured), left_out_note(group)
-    suptitle(fig, f"{op} · {phase}\n{facts}", TOP + below)
+    suptitle(fig, f"{op} · {phase}\n{facts}", TOP + below, place)
     if left_out:
         fig.text(0.5, -0.03, left_out, ha="center", fontsize=8, color="dimgray")
     shown = "latency" if latency_only else "latency and busbw"

@@ -41,15 +41,10 @@ def speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | Non
     bars = joined[workload].nunique() == 1
     fig = Figure(figsize=(WIDTH, HEIGHT))
     # The legend hangs right of the panel; variant names under bars are rotated.
-    ax = fig.subplots(
-        gridspec_kw=grid(
-            WIDTH,
-            HEIGHT,
-            top=title_margin(2, panel_titles=0.12),
-            bottom=ROTATED_LABELS if bars else X_LABELS,
-            right=1.9,
-        )
+    place = grid(
+        WIDTH, HEIGHT, top=title_margin(2, panel_titles=0.12), bottom=ROTATED_LABELS if bars else X_LABELS, right=1.9
     )
+    ax = fig.subplots(gridspec_kw=place)
     # Each variant keeps the colour it has on the size chart beside this one.
     palette = op_palette(ok_rows(group))
     series = sorted(chart_series(joined), key=palette.order)
@@ -88,6 +83,7 @@ def speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | Non
         fig,
         f"{op} · {phase}: speedup over {baseline} with 95% intervals (above 1 = faster)\n{title_facts(joined)}",
         HEIGHT,
+        place,
     )
     note = SPEEDUP_BARS_NOTE if bars else SPEEDUP_NOTE
     fig.text(0.5, -0.02, note, ha="center", fontsize=8, color="dimgray")
