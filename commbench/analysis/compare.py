@@ -75,7 +75,8 @@ def _nothing_in_common(
     """Say which key columns keep the runs apart, so the user sees what to align."""
     apart = []
     for column in ROW_KEY:
-        b, c = set(base.index.get_level_values(column)), set(cand.index.get_level_values(column))
+        # Each side's distinct values first: a set of every row's value cost seconds at 100,000 rows.
+        b, c = (set(side.index.get_level_values(column).unique()) for side in (base, cand))
         if not b & c:
             shown = lambda vs: ",".join(sorted(map(str, vs))[:4])  # noqa: E731
             apart.append(f"{column} {shown(b)} vs {shown(c)}")

@@ -260,6 +260,14 @@ def format_projections(projections: list[Projection], refused: list[str], algori
     return "\n".join(lines)
 
 
+def model_panels(fits: list[Fit]) -> list[list[Fit]]:
+    """The fits of each (op, phase), in the order model_charts draws their charts: one chart each."""
+    by_panel: dict[tuple[str, str], list[Fit]] = {}
+    for fit in fits:
+        by_panel.setdefault((fit.key[1], fit.key[3]), []).append(fit)
+    return [panel for _, panel in sorted(by_panel.items())]
+
+
 def model_charts(frame: pd.DataFrame, fits: list[Fit]):
     """Per (op, phase): the measured p50s (with their interval where known) and each fitted line,
     each variant in the colour it has on the op's other charts, each run in its own marker."""
@@ -267,19 +275,19 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
 
     from commbench.analysis.charts.axes import latency_axis, legend_outside, size_axis
     from commbench.analysis.charts.grouping import line_label, run_label_columns
+    from commbench.analysis.charts.layout import grid, suptitle, title_margin
     from commbench.analysis.charts.render import Chart
     from commbench.analysis.charts.style import op_palette
 
     rows = ok_rows(frame)
     charts = []
-    by_panel: dict[tuple[str, str], list[Fit]] = {}
-    for fit in fits:
-        by_panel.setdefault((fit.key[1], fit.key[3]), []).append(fit)
     # Each panel's rows and each fit's points found by one grouping, not by a filter per fit.
     panels = dict(iter(rows[rows["size_bytes"] > 0].groupby(["op", "phase"], sort=False)))
-    for (op, phase), panel in sorted(by_panel.items()):
-        fig = Figure(figsize=(8, 5), layout="constrained")
-        ax = fig.subplots()
+    for panel in model_panels(fits):
+        op, phase = panel[0].key[1], panel[0].key[3]
+        fig = Figure(figsize=(8, 5))
+        place = grid(8, 5, top=title_margin(1, panel_titles=0.12), right=2.6)  # the legend to the right
+        ax = fig.subplots(gridspec_kw=place)
         shown = panels.get((op, phase), rows.iloc[:0])
         points = dict(iter(shown.groupby(list(FIT_KEY), sort=False)))
         palette = op_palette(shown)
@@ -311,7 +319,7 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
         latency_axis(ax)
         ax.set_ylabel("time per op (µs, p50)")
         legend_outside(ax)
-        fig.suptitle(f"{op} · {phase}: latency-bandwidth model T(S) = α + S / β", fontsize=11)
+        suptitle(fig, f"{op} · {phase}: latency-bandwidth model T(S) = α + S / β", 5, place)
         caption = (
             f"{op} ({phase}): measured p50 (points) and the fitted Hockney line per variant; "
             f"dotted lines are refused fits (R² < {MIN_R2}: the line does not describe the data)."

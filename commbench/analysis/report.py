@@ -22,7 +22,7 @@ import pandas as pd
 
 import commbench
 from commbench.analysis.charts.grouping import chart_panels
-from commbench.analysis.charts.plot import in_pool, panel_charts
+from commbench.analysis.charts.plot import U, in_pool_while, panel_charts
 from commbench.analysis.charts.render import FORMATS, Chart, render
 from commbench.analysis.charts.runs import runs_chart
 from commbench.analysis.hosts_report import host_sections
@@ -92,41 +92,42 @@ RESULT_COLUMNS = (
 
 def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbench report") -> str:
     """The report as an HTML string."""
+    from commbench.analysis.model import fit_frame
+
     if fmt not in FORMATS:
         raise UserError(f"unknown chart format {fmt!r}; choose one of {', '.join(FORMATS)}")
     frame = read_results(csv_paths)
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    toc = _Contents()
     multi = is_multi_run(frame)
     colours = run_colours(frame)
     incomplete = {r for r in colours if frame[frame["run"] == r]["note"].str.contains(STOPPED, regex=False).any()}
-    charts = _drawn_charts(
-        frame, fmt, (lambda name, group: runs_chart(name, group, colours, incomplete)) if multi else None
+    fits, skipped = fit_frame(frame)  # before the pool: its workers draw the model's charts from them
+    # Every chart is drawn in plot's pool while this process writes the tables, which need no chart.
+    charts, model_charts, (runs, provenance, results) = _drawn_charts(
+        frame,
+        fmt,
+        (lambda name, group: runs_chart(name, group, colours, incomplete)) if multi else None,
+        fits,
+        lambda: (
+            _runs_section(frame, colours) if multi else [],
+            [_table(_provenance(frame)), *host_sections(frame)],
+            _results_section(frame),
+        ),
     )
-    body: list[str | Chart | _Drawn] = [
-        toc.heading(2, "Summary"),
+    body: list[str | _Heading | _Drawn] = [
+        _Heading(2, "Summary"),
         *_summary(frame, charts),
-        *(_runs_section(frame, colours, toc) if multi else []),
-        toc.heading(2, "Provenance"),
-        _table(_provenance(frame)),
-        *host_sections(frame),
-        toc.heading(2, "Charts"),
+        *runs,
+        _Heading(2, "Provenance"),
+        *provenance,
+        _Heading(2, "Charts"),
     ]
     for chart in charts:
         if chart.kind == "size":
-            body.append(toc.heading(3, chart.name.replace("-", " · "), anchor=f"chart-{chart.name}"))
+            body.append(_Heading(3, chart.name.replace("-", " · "), anchor=f"chart-{chart.name}"))
         body.append(chart)
-    body.extend(_model_section(frame, toc))
-    body.append(toc.heading(2, "Results"))
-    measured = frame[frame["status"] != "unavailable"]
-    for (op, phase), rows in measured.groupby(["op", "phase"], sort=True):
-        body.append(toc.heading(3, f"{op} · {phase}", anchor=f"results-{op}-{phase}"))
-        columns = list(RESULT_COLUMNS) + [c for c in OVERLAP_COLUMNS if rows[c].notna().any()]
-        body.append(_table(rows.sort_values(["size_bytes", "variant", "run"])[[*columns, "note"]], marks=True))
-    unavailable = frame[frame["status"] == "unavailable"]
-    if not unavailable.empty:
-        body.append(toc.heading(3, "Not measured"))
-        body.append(_table(unavailable[["op", "variant", "backend", "run", "note"]]))
+    body.extend(_model_section(fits, skipped, model_charts))
+    body.extend(results)
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body>",
@@ -134,35 +135,60 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
         f"<p>Made by commbench {commbench.__version__} at {stamp} from {len(csv_paths)} file(s). "
         "busbw follows nccl-tests' definition (algbw x bus factor; see <code>commbench list</code> for S per op); "
         "latency bands span min..p95 of the iterations; ± is half the p50's 95% interval.</p>",
-        toc.render(),
-        *_with_figures(body, fmt),
+        _contents(body),
+        *(
+            part.html() if isinstance(part, _Heading) else _figure(part, fmt) if isinstance(part, _Drawn) else part
+            for part in body
+        ),
         "</body></html>",
     ]
     return "\n".join(parts)
 
 
-class _Contents:
-    """The headings of the page, collected as they are written, and the contents list they make."""
+def _results_section(frame: pd.DataFrame) -> list[str | _Heading]:
+    """Per (op, phase) the table of its rows; then the rows not measured (unavailable)."""
+    parts: list[str | _Heading] = [_Heading(2, "Results")]
+    measured = frame[frame["status"] != "unavailable"]
+    for (op, phase), rows in measured.groupby(["op", "phase"], sort=True):
+        parts.append(_Heading(3, f"{op} · {phase}", anchor=f"results-{op}-{phase}"))
+        columns = list(RESULT_COLUMNS) + [c for c in OVERLAP_COLUMNS if rows[c].notna().any()]
+        parts.append(_table(rows.sort_values(["size_bytes", "variant", "run"])[[*columns, "note"]], marks=True))
+    unavailable = frame[frame["status"] == "unavailable"]
+    if not unavailable.empty:
+        parts.append(_Heading(3, "Not measured"))
+        parts.append(_table(unavailable[["op", "variant", "backend", "run", "note"]]))
+    return parts
 
-    def __init__(self) -> None:
-        self.entries: list[tuple[int, str, str]] = []
 
-    def heading(self, level: int, text: str, anchor: str | None = None) -> str:
-        anchor = re.sub(r"[^A-Za-z0-9_-]+", "-", anchor or text).strip("-").lower()
-        self.entries.append((level, text, anchor))
-        return f"<h{level} id='{anchor}'>{html.escape(text)}</h{level}>"
+@dataclass(frozen=True)
+class _Heading:
+    """A heading of the page; the contents list is made of the headings in the page's order, so a
+    section can be written before the ones above it (while the charts are drawn)."""
 
-    def render(self) -> str:
-        """A section per line, its subsections after it on the same line: short, even for many ops."""
-        sections: list[tuple[str, list[str]]] = []
-        for level, text, anchor in self.entries:
-            link = f"<a href='#{anchor}'>{html.escape(text)}</a>"
-            if level == 2 or not sections:
-                sections.append((link, []))
-            else:
-                sections[-1][1].append(link)
-        items = "".join(f"<li>{top}{': ' + ' · '.join(subs) if subs else ''}</li>" for top, subs in sections)
-        return f"<nav class='toc'><strong>Contents</strong><ul>{items}</ul></nav>"
+    level: int
+    text: str
+    anchor: str | None = None
+
+    @property
+    def id(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_-]+", "-", self.anchor or self.text).strip("-").lower()
+
+    def html(self) -> str:
+        return f"<h{self.level} id='{self.id}'>{html.escape(self.text)}</h{self.level}>"
+
+
+def _contents(body: list) -> str:
+    """The contents list of the page's headings: a section per line, its subsections after it on
+    the same line: short, even for many ops."""
+    sections: list[tuple[str, list[str]]] = []
+    for heading in (part for part in body if isinstance(part, _Heading)):
+        link = f"<a href='#{heading.id}'>{html.escape(heading.text)}</a>"
+        if heading.level == 2 or not sections:
+            sections.append((link, []))
+        else:
+            sections[-1][1].append(link)
+    items = "".join(f"<li>{top}{': ' + ' · '.join(subs) if subs else ''}</li>" for top, subs in sections)
+    return f"<nav class='toc'><strong>Contents</strong><ul>{items}</ul></nav>"
 
 
 def _summary(frame: pd.DataFrame, charts: list[_Drawn]) -> list[str]:
@@ -195,7 +221,7 @@ def _summary(frame: pd.DataFrame, charts: list[_Drawn]) -> list[str]:
     return parts
 
 
-def _runs_section(frame: pd.DataFrame, colours: dict[str, str], toc: _Contents) -> list[str]:
+def _runs_section(frame: pd.DataFrame, colours: dict[str, str]) -> list[str | _Heading]:
     """Several runs: each run (its colour on every chart), what differs between them, and their
     largest differences against the first run given."""
     from matplotlib.colors import to_hex
@@ -209,18 +235,18 @@ def _runs_section(frame: pd.DataFrame, colours: dict[str, str], toc: _Contents) 
             cell, f"<td class='text'><span style='color:{colour}'>&#9632;</span> {html.escape(run)}</td>", 1
         )
     differs = what_differs(frame)
-    parts = [
-        toc.heading(2, "Runs"),
+    parts: list[str | _Heading] = [
+        _Heading(2, "Runs"),
         f"<p>{len(table)} runs, in the order given; the first, <strong>{html.escape(table['run'].iloc[0])}</strong>, "
         "is the baseline of the differences below. Each run has one colour on every chart.</p>",
         html_table,
-        toc.heading(3, "What differs between the runs"),
+        _Heading(3, "What differs between the runs"),
         "<ul class='verdicts'>" + "".join(f"<li>{html.escape(s)}</li>" for s in differs) + "</ul>"
         if differs
         else "<p>The runs agree on fingerprint, hosts, versions and options: what differs is the measurement.</p>",
     ]
     largest, notes = largest_differences(frame)
-    parts.append(toc.heading(3, "Largest differences"))
+    parts.append(_Heading(3, "Largest differences"))
     if largest.empty:
         parts.append("<p>No row was measured by the first run and another.</p>")
     else:
@@ -248,33 +274,39 @@ class _Drawn:
         return cls(chart.name, chart.kind, chart.caption, chart.notes, render(chart, fmt))
 
 
-def _drawn_charts(frame: pd.DataFrame, fmt: str, sizes: Callable[[str, pd.DataFrame], Chart] | None) -> list[_Drawn]:
-    """Every chart `plot` draws for the frame (build_charts' charts, in its order), built and
-    rendered a panel at a time in plot's pool of forked processes, as `plot` draws them: building
-    and rendering are most of a report's time, and the same bytes come back as from a serial loop."""
+def _drawn_charts(
+    frame: pd.DataFrame,
+    fmt: str,
+    sizes: Callable[[str, pd.DataFrame], Chart] | None,
+    fits: list,
+    meanwhile: Callable[[], U],
+) -> tuple[list[_Drawn], list[_Drawn], U]:
+    """Every chart `plot` draws for the frame (build_charts' charts, in its order) and the model's
+    charts of the fits, each built and rendered a panel at a time in plot's pool of forked
+    processes, as `plot` draws them: building and rendering are most of a report's time, and the
+    same bytes come back as from a serial loop. meanwhile() runs here while the pool draws."""
+    from commbench.analysis.model import model_charts, model_panels
+
     panels = list(chart_panels(frame))
-    drawn = in_pool(
-        lambda i: [_Drawn.of(chart, fmt) for chart in panel_charts(*panels[i], sizes)],
-        len(panels),
-        lambda i: len(panels[i][1]),
-    )
-    return [chart for panel in drawn for chart in panel]
+    models = model_panels(fits)
+    rows = dict(iter(frame.groupby(["op", "phase"], sort=False)))
 
+    def draw(i: int) -> list[_Drawn]:
+        if i < len(panels):
+            return [_Drawn.of(chart, fmt) for chart in panel_charts(*panels[i], sizes)]
+        return [
+            _Drawn.of(chart, fmt) for chart in model_charts(_rows_of(models[i - len(panels)]), models[i - len(panels)])
+        ]
 
-def _with_figures(body: list[str | Chart | _Drawn], fmt: str) -> list[str]:
-    """The body with each chart in it embedded; the charts built here (the model's) are rendered
-    together in plot's pool, where the forked workers inherit their figures."""
-    charts = [part for part in body if isinstance(part, Chart)]
-    images = iter(in_pool(lambda i: _Drawn.of(charts[i], fmt), len(charts), lambda i: _cost(charts[i])))
-    return [
-        _figure(next(images) if isinstance(part, Chart) else part, fmt) if not isinstance(part, str) else part
-        for part in body
-    ]
+    def _rows_of(fits: list) -> pd.DataFrame:  # the model chart's panel: its op and phase
+        return rows.get((fits[0].key[1], fits[0].key[3]), frame.iloc[:0])
 
+    def cost(i: int) -> int:  # the rows a panel draws: the pool starts the costliest first
+        return len(panels[i][1]) if i < len(panels) else len(_rows_of(models[i - len(panels)]))
 
-def _cost(chart: Chart) -> int:
-    """How much a chart has to draw (its lines, bands and texts): the pool starts the costliest first."""
-    return sum(len(ax.lines) + len(ax.collections) + len(ax.texts) for ax in chart.figure.axes)
+    drawn, extra = in_pool_while(draw, len(panels) + len(models), cost, meanwhile)
+    charts = [chart for panel in drawn[: len(panels)] for chart in panel]
+    return charts, [chart for panel in drawn[len(panels) :] for chart in panel], extra
 
 
 def _figure(chart: _Drawn, fmt: str) -> str:
@@ -445,17 +477,16 @@ def format_bandwidth(gbps: float) -> str:
     return f"{significant(gbps * 1e9)} B/s"
 
 
-def _model_section(frame: pd.DataFrame, toc: _Contents) -> list[str | Chart]:
+def _model_section(fits: list, skipped: list[str], charts: list[_Drawn]) -> list[str | _Heading | _Drawn]:
     """The latency-bandwidth fits (docs/model.md) with their charts; nothing when no op has enough
     sizes. Fits that do not describe their data are listed apart, as refused, with the reason."""
-    from commbench.analysis.model import FIT_KEY, MIN_R2, fit_frame, model_charts
+    from commbench.analysis.model import FIT_KEY, MIN_R2
 
-    fits, skipped = fit_frame(frame)
     if not fits:
         return []
     key = [*FIT_KEY, "sizes"]
-    parts: list[str | Chart] = [
-        toc.heading(2, "Latency-bandwidth model"),
+    parts: list[str | _Heading | _Drawn] = [
+        _Heading(2, "Latency-bandwidth model"),
         "<p>T(S) = alpha + S / beta fitted to the p50 times (robust, relative residuals); R² of log time. "
         f"A fit with R² below {MIN_R2} does not describe the data: it is refused, listed apart and not projected "
         "(<code>commbench model</code>).</p>",
@@ -466,8 +497,8 @@ def _model_section(frame: pd.DataFrame, toc: _Contents) -> list[str | Chart]:
     refused = [f for f in fits if not f.fits]
     if refused:
         rows = pd.DataFrame([{**dict(zip(key, [f.as_dict()[k] for k in key])), "refused": f.refusal} for f in refused])
-        parts += [toc.heading(3, "Refused fits"), _table(rows)]
-    parts.extend(model_charts(frame, fits))
+        parts += [_Heading(3, "Refused fits"), _table(rows)]
+    parts.extend(charts)
     if skipped:
         parts.append("<p>Not fitted: " + html.escape("; ".join(skipped)) + "</p>")
     return parts

@@ -76,10 +76,13 @@ def what_differs(frame: pd.DataFrame) -> list[str]:
     """One sentence per fact in which the runs differ, naming the runs with each value; then the
     command-line options that differ from the first run's, and the cases only some runs measured."""
     order = run_order(frame)
-    first = frame.groupby("run", sort=False).first()
+    runs = frame.groupby("run", sort=False)
+    first = runs.first()
     sentences = []
     for column, name in FACTS.items():
-        values = {run: _fact(frame[frame["run"] == run][column]) for run in order}
+        # Each run's distinct values, found by one grouping: _fact of them is _fact of every row.
+        distinct = runs[column].unique()
+        values = {run: _fact(distinct[run]) for run in order}
         if len(set(values.values())) > 1:
             by_value: dict[str, list[str]] = {}
             for run, value in values.items():
@@ -105,7 +108,8 @@ def what_differs(frame: pd.DataFrame) -> list[str]:
     return sentences
 
 
-def _fact(column: pd.Series) -> str:
+def _fact(column) -> str:
+    """A run's values of a fact (its column's values, any repeated), each once, sorted, as text."""
     values = sorted({str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in column if str(v)})
     return ", ".join(values)
 

@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 
 from commbench.analysis.charts.axes import legend_outside, size_axis
 from commbench.analysis.charts.grouping import chart_series, title_facts
+from commbench.analysis.charts.layout import grid, suptitle, title_margin
 from commbench.analysis.charts.render import Chart
 from commbench.analysis.charts.style import op_palette
 from commbench.results.reader import ok_rows
@@ -19,8 +20,9 @@ def overlap_chart(name: str, group: pd.DataFrame) -> Chart:
     measured = measured[measured["overlap"].notna()]
     op, phase = measured["op"].iloc[0], measured["phase"].iloc[0]
     palette = op_palette(measured)
-    fig = Figure(figsize=(8, 4.8), layout="constrained")
-    ax = fig.subplots()
+    fig = Figure(figsize=(8, 4.8))
+    place = grid(8, 4.8, top=title_margin(2, panel_titles=0.12), right=1.9)  # the legend to the right
+    ax = fig.subplots(gridspec_kw=place)
     for label, rows in sorted(chart_series(measured), key=palette.order):
         ax.plot(rows["size_bytes"], rows["overlap"], markersize=4, label=label, **palette.style(rows))
     size_axis(ax, measured["size_bytes"])
@@ -29,7 +31,7 @@ def overlap_chart(name: str, group: pd.DataFrame) -> Chart:
     ax.axhline(1.0, color="gray", linestyle=":", linewidth=1)
     legend_outside(ax)
     facts = title_facts(measured)
-    fig.suptitle(f"{op} · {phase}: communication/computation overlap (1 = fully hidden)\n{facts}", fontsize=11)
+    suptitle(fig, f"{op} · {phase}: communication/computation overlap (1 = fully hidden)\n{facts}", 4.8, place)
     caption = (
         f"{op} ({phase}): overlap = (comm + compute - overlapped) / min(comm, compute), clipped to [0, 1], "
         f"per size and variant, the matmul sized by --compute; {facts}."

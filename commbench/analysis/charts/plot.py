@@ -29,6 +29,7 @@ from commbench.errors import UserError
 from commbench.results.reader import ok_rows, read_results
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 def plot_results(csv_paths: list[Path], out_dir: Path, fmt: str = "png", overwrite: bool = False) -> list[Path]:
@@ -52,10 +53,19 @@ def in_pool(work: Callable[[int], T], count: int, cost: Callable[[int], int]) ->
     """[work(i) for i in range(count)], drawn in a pool of forked processes when there are two cores
     and two items or more. work need not pickle: the workers are forked after it is set, so they
     inherit it (and every figure it reads) and only the indices and results cross processes."""
+    return in_pool_while(work, count, cost, lambda: None)[0]
+
+
+def in_pool_while(
+    work: Callable[[int], T], count: int, cost: Callable[[int], int], meanwhile: Callable[[], U]
+) -> tuple[list[T], U]:
+    """in_pool's results and meanwhile(), which this process runs while the workers draw (the
+    report's tables): its work is done beside theirs, not after it. meanwhile starts once the
+    workers are forked, so nothing it makes reaches them; without a pool it runs after the work."""
     global _WORK
     workers = min(count, os.cpu_count() or 1, MAX_CHART_WORKERS)
     if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return [work(i) for i in range(count)]
+        return [work(i) for i in range(count)], meanwhile()
     # Drawing is CPU-bound Python (about half a second a chart): one process per core, an item at a
     # time. Forked, so the workers start with matplotlib and pandas already imported. The costliest
     # items go first, so that no large one is left to one worker while the others idle; the results
@@ -64,10 +74,12 @@ def in_pool(work: Callable[[int], T], count: int, cost: Callable[[int], int]) ->
     _WORK = work
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            done = dict(zip(order, pool.map(_run_work, order)))
+            results = pool.map(_run_work, order)  # every item submitted: the workers are forked now
+            extra = meanwhile()
+            done = dict(zip(order, results))
     finally:
         _WORK = None
-    return [done[i] for i in range(count)]
+    return [done[i] for i in range(count)], extra
 
 
 _WORK: Callable[[int], object] | None = None  # in_pool's work, inherited by its forked workers

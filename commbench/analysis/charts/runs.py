@@ -12,11 +12,15 @@ from matplotlib.lines import Line2D
 
 from commbench.analysis.charts.axes import draw_interval, latency_axis, size_axis
 from commbench.analysis.charts.grouping import title_facts
+from commbench.analysis.charts.layout import X_LABELS, grid, shared_labels, suptitle, title_margin
 from commbench.analysis.charts.render import Chart
 from commbench.analysis.charts.style import markevery, op_palette
 from commbench.results.reader import ok_rows
 
 COLUMNS = 3  # panels per row
+# Inches (charts/layout.py): a panel's title at 10 points, and the legend's room right of the grid.
+PANEL_TITLE = 0.3
+LEGEND = 2.4
 
 
 def runs_chart(name: str, group: pd.DataFrame, colours: dict[str, str], incomplete: set[str]) -> Chart:
@@ -28,8 +32,20 @@ def runs_chart(name: str, group: pd.DataFrame, colours: dict[str, str], incomple
     variants = list(palette.variants)  # the baseline first, then by name and number
     columns = min(COLUMNS, len(variants))
     rows_of_panels = math.ceil(len(variants) / columns)
-    fig = Figure(figsize=(3.9 * columns + 2.4, 3.0 * rows_of_panels + 1.0), layout="constrained")
-    axes = fig.subplots(rows_of_panels, columns, sharex=True, sharey=True, squeeze=False)
+    width, height = 3.9 * columns + 2.4, 3.0 * rows_of_panels + 1.0
+    fig = Figure(figsize=(width, height))
+    place = grid(
+        width,
+        height,
+        top=title_margin(2, panel_titles=PANEL_TITLE),
+        bottom=X_LABELS,
+        right=LEGEND,
+        columns=columns,
+        rows=rows_of_panels,
+        wspace=0.15,  # shared y axes: only the first column has tick labels
+        hspace=PANEL_TITLE + 0.1,
+    )
+    axes = fig.subplots(rows_of_panels, columns, sharex=True, sharey=True, squeeze=False, gridspec_kw=place)
     runs = [r for r in colours if r in set(measured["run"])]
     lines = dict(iter(measured.groupby(["variant", "run"], sort=False)))  # once, not a filter per panel and run
     for ax, variant in zip(axes.flat, variants):
@@ -68,11 +84,20 @@ def runs_chart(name: str, group: pd.DataFrame, colours: dict[str, str], incomple
         )
         for r in runs
     ]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, title="run", title_fontsize=8)
-    fig.supylabel("time per op (µs): p50 with its 95% interval", fontsize=9)
-    fig.supxlabel("size S in bytes (S per op: see commbench list)", fontsize=9)
+    # The legend just right of the grid's top right corner (figure coordinates).
+    corner = axes[0][-1].get_position()
+    fig.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(corner.x1 + 0.15 / width, corner.y1),
+        borderaxespad=0.0,
+        fontsize=8,
+        title="run",
+        title_fontsize=8,
+    )
+    shared_labels(axes, "time per op (µs): p50 with its 95% interval", "size S in bytes (S per op: see commbench list)")
     facts = title_facts(measured)
-    fig.suptitle(f"{op} · {phase}: {len(runs)} runs, a panel per variant\n{facts}", fontsize=11)
+    suptitle(fig, f"{op} · {phase}: {len(runs)} runs, a panel per variant\n{facts}", height, place)
     caption = (
         f"{op} ({phase}): p50 against size in {len(runs)} runs, one panel per variant ({', '.join(variants)}), "
         "each run one colour on every chart" + ("; dashed: an incomplete run" if incomplete & set(runs) else "") + "."

@@ -19,10 +19,27 @@ from commbench.analysis.charts.axes import (
     size_axis,
 )
 from commbench.analysis.charts.grouping import chart_series, is_latency_only, left_out_note, title_facts
+from commbench.analysis.charts.layout import (
+    ROTATED_LABELS,
+    X_LABELS,
+    Y_LABELS,
+    grid,
+    shared_labels,
+    suptitle,
+    title_margin,
+)
 from commbench.analysis.charts.render import Chart
 from commbench.analysis.charts.style import Palette, op_palette
 from commbench.results.reader import ok_rows
 from commbench.units import format_size
+
+# The chart's geometry, in inches (charts/layout.py): the overview's height, the room its legend
+# takes to the right of the panels, and each small multiple's title and tick labels (7 points)
+# with the shared x label under them.
+TOP = 4.8
+LEGEND = 1.9
+MULTIPLE_TITLE = 0.28
+MULTIPLE_X_LABELS = 0.5
 
 # More lines than this on one latency panel and their min..p95 bands hide each other: the panel
 # keeps the lines, and a row of small multiples, one per variant, shows each variant's bands.
@@ -40,9 +57,21 @@ def size_chart(name: str, group: pd.DataFrame) -> Chart:
     latency_only = is_latency_only(measured)
     variants = len(palette.variants)
     width = 6.5 if latency_only else 12
-    fig = Figure(figsize=(width, 4.8 + (2.6 * math.ceil(variants / 4) if multiples else 0)), layout="constrained")
-    top, bottom = fig.subfigures(2, 1, height_ratios=(4.8, 2.6 * math.ceil(variants / 4))) if multiples else (fig, None)
-    latency, busbw = (top.subplots(), None) if latency_only else top.subplots(1, 2)
+    below = 2.6 * math.ceil(variants / 4) if multiples else 0.0
+    fig = Figure(figsize=(width, TOP + below))
+    top, bottom = fig.subfigures(2, 1, height_ratios=(TOP, below)) if multiples else (fig, None)
+    # The legend hangs to the right of the last panel (into the right margin, or past it);
+    # rotated variant names under bars need more room than size labels.
+    place = grid(
+        width,
+        TOP,
+        top=title_margin(2),
+        bottom=ROTATED_LABELS if one_size else X_LABELS,
+        right=LEGEND,
+        columns=1 if latency_only else 2,
+        wspace=Y_LABELS,
+    )
+    latency, busbw = (top.subplots(gridspec_kw=place), None) if latency_only else top.subplots(1, 2, gridspec_kw=place)
     if one_size:
         _draw_bars(latency, busbw, series, palette)
     else:
@@ -66,7 +95,7 @@ def size_chart(name: str, group: pd.DataFrame) -> Chart:
     if latency_only:
         what += " (latency only: S = 0, no bandwidth)"
     facts, left_out = title_facts(measured), left_out_note(group)
-    fig.suptitle(f"{op} · {phase}\n{facts}", fontsize=11)
+    suptitle(fig, f"{op} · {phase}\n{facts}", TOP + below, place)
     if left_out:
         fig.text(0.5, -0.03, left_out, ha="center", fontsize=8, color="dimgray")
     shown = "latency" if latency_only else "latency and busbw"
@@ -98,8 +127,19 @@ def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Pal
     """Small multiples: one latency panel per variant, its runs' p50 lines with their min..p95
     bands, on shared axes so panels compare at a glance."""
     variants = palette.variants
-    columns = min(4, len(variants))
-    axes = subfig.subplots(math.ceil(len(variants) / columns), columns, sharex=True, sharey=True, squeeze=False)
+    columns, rows = min(4, len(variants)), math.ceil(len(variants) / min(4, len(variants)))
+    width, height = subfig.get_figure(root=True).get_size_inches()
+    place = grid(
+        width,
+        height - TOP,
+        top=MULTIPLE_TITLE,
+        bottom=MULTIPLE_X_LABELS,
+        columns=columns,
+        rows=rows,
+        wspace=0.15,
+        hspace=MULTIPLE_TITLE + 0.2,
+    )
+    axes = subfig.subplots(rows, columns, sharex=True, sharey=True, squeeze=False, gridspec_kw=place)
     sizes = pd.concat([rows["size_bytes"] for _, rows in series])
     for ax, variant in zip(axes.flat, variants):
         for _, rows in series:
@@ -115,8 +155,7 @@ def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Pal
     latency_axis(axes.flat[0])
     for ax in list(axes.flat)[len(variants) :]:
         ax.set_visible(False)
-    subfig.supylabel("time per op (µs): p50, its 95% interval, min..p95", fontsize=8)
-    subfig.supxlabel("size S in bytes", fontsize=8)
+    shared_labels(axes, "time per op (µs): p50, its 95% interval, min..p95", "size S in bytes", fontsize=8)
 
 
 def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette: Palette) -> None:

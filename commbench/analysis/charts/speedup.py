@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 
 from commbench.analysis.charts.axes import bar_group, draw_errors, legend_outside, ratio_axis, size_axis
 from commbench.analysis.charts.grouping import RUN_COLUMNS, chart_series, title_facts
+from commbench.analysis.charts.layout import ROTATED_LABELS, X_LABELS, grid, suptitle, title_margin
 from commbench.analysis.charts.render import Chart
 from commbench.analysis.charts.style import Family, op_palette
 from commbench.analysis.speedup import WITHIN_NOISE, overall, paired_speedups, variant_verdicts
@@ -37,12 +38,17 @@ def speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | Non
     if joined.empty:
         return None
     op, phase, baseline, workload = joined["op"].iloc[0], joined["phase"].iloc[0], family.baseline, family.workload
-    fig = Figure(figsize=(9, 4.8), layout="constrained")
-    ax = fig.subplots()
+    bars = joined[workload].nunique() == 1
+    fig = Figure(figsize=(WIDTH, HEIGHT))
+    # The legend hangs right of the panel; variant names under bars are rotated.
+    place = grid(
+        WIDTH, HEIGHT, top=title_margin(2, panel_titles=0.12), bottom=ROTATED_LABELS if bars else X_LABELS, right=1.9
+    )
+    ax = fig.subplots(gridspec_kw=place)
     # Each variant keeps the colour it has on the size chart beside this one.
     palette = op_palette(ok_rows(group))
     series = sorted(chart_series(joined), key=palette.order)
-    if joined[workload].nunique() == 1:
+    if bars:
         # One workload: bars that start at the baseline (1x), up when faster, down when slower.
         speedup = [float(rows["speedup"].iloc[0]) for _, rows in series]
         firsts = pd.concat([rows.iloc[:1] for _, rows in series])
@@ -73,11 +79,13 @@ def speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | Non
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label=f"_{baseline}")
     ratio_axis(ax, [float(v) for v in joined["speedup"]], _interval_ends(joined))
     ax.set_ylabel(f"speedup over {baseline}\n(p50 of {baseline} / p50)")
-    fig.suptitle(
+    suptitle(
+        fig,
         f"{op} · {phase}: speedup over {baseline} with 95% intervals (above 1 = faster)\n{title_facts(joined)}",
-        fontsize=11,
+        HEIGHT,
+        place,
     )
-    note = SPEEDUP_BARS_NOTE if joined[workload].nunique() == 1 else SPEEDUP_NOTE
+    note = SPEEDUP_BARS_NOTE if bars else SPEEDUP_NOTE
     fig.text(0.5, -0.02, note, ha="center", fontsize=8, color="dimgray")
     caption = (
         f"{op} ({phase}): each variant's speedup over {baseline} for the same work "
@@ -104,6 +112,7 @@ def _verdicts(group: pd.DataFrame, joined: pd.DataFrame, family: Family) -> tupl
     return tuple(notes)
 
 
+WIDTH, HEIGHT = 9, 4.8  # inches
 SPEEDUP_NOTE = (
     "Error bars: 95% interval from the per-round paired ratios (docs/charts.md). "
     "Hollow marker: the interval holds 1x, within noise: no winner there."
