@@ -228,17 +228,23 @@ class TimedCase:
         wrong: int | None,
     ) -> None:
         """Reduce a block's samples (and --overlap's) to their per-iteration maxima over ranks in one
-        all_reduce(MAX), the check's wrong count in one all_reduce(SUM); gather the per-rank samples
-        to rank 0 only when this case keeps them. A max picks one rank's float64, exactly."""
+        all_reduce(MAX), with the check's wrong count as one more value; gather the per-rank samples
+        to rank 0 only when this case keeps them. A max picks one rank's float64, exactly.
+
+        Counts are never negative, so a largest count of 0 is also their sum: only a row in which
+        some rank found a wrong element sums the counts, in one all_reduce(SUM) that every rank
+        joins, since every rank holds the same maximum. One value more whatever the world size, and
+        no rank's position in it: the ops may run in groups while this reduction spans the world."""
         parts = [local_us, *(overlap or ())]
-        maxima = self.backend.reduce_floats([t for part in parts for t in part], "max")
+        counted = [] if wrong is None else [float(wrong)]
+        maxima = self.backend.reduce_floats([t for part in parts for t in part] + counted, "max")
         targets = [self.rounds_us, self.compute_rounds_us, self.overlapped_rounds_us][: len(parts)]
         start = 0
         for rounds, part in zip(targets, parts):
             extend_round(rounds, round_index, maxima[start : start + len(part)])
             start += len(part)
         if wrong is not None:
-            self.wrong = _count(self.backend.reduce_floats([wrong], "sum")[0])
+            self.wrong = 0 if maxima[-1] == 0 else _count(self.backend.reduce_floats([wrong], "sum")[0])
         if self.keep_per_rank:
             gathered = self.backend.gather_floats(local_us)
             if gathered is not None:  # rank 0
