@@ -144,7 +144,7 @@ class Rounds:
         # A count given here (the size probe's) runs in one block, after one warm-up sample.
         budget = cfg.budget if iters is None else Budget(iters=iters, warmup=1)
         for case in cases:
-            count = budget.samples(case.warm_up(budget))
+            count = budget.samples(case.warm_up(budget, cfg.check))
             case_blocks.append(blocks(count, cfg.rounds if iters is None else 1))
         # Visited in rounds as a sweep visits its cases (every warm-up first, as the exchanges go together).
         pending = [(case, per_round) for case, per_round in zip(cases, case_blocks) if per_round]

@@ -6,6 +6,7 @@ The harness never names an op: everything op-specific goes through the Op contra
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import Counter
@@ -79,6 +80,7 @@ class TimedCase:
         self._bound: Counter[str] = Counter()
         self._bound_per_sample = 0
         self.wrong = -1
+        self._warm_wrong: int | None = None  # this rank's count from the first warm-up sample (warm_up)
         self.timer = timer_for(self.backend) if timer is None else timer  # another timer: bench/timers.py
         # --overlap (commbench/run/overlap.py): compute_for makes the matmul for this case from the
         # op's agreed sample time (seconds) once the first block has measured it.
@@ -108,6 +110,7 @@ class TimedCase:
         counted: Counter[str] | None = None,
         with_op: bool = True,
         with_compute: bool = False,
+        unbound: bool = False,
     ) -> None:
         """`samples` timed samples, each: untimed preparation and barrier, then start, the window's
         bound op iterations and their completion, stop. The timer holds the samples until read.
@@ -117,10 +120,15 @@ class TimedCase:
         Inside a sample: the timer's marks, the bound calls, their waits. The bound calls' count is
         fixed once bound, so the issued-call counter the heartbeat publishes advances once, for all
         of the samples, before them. An op that issues unbound (Op.calls() is None) records as it
-        goes; what it records in a sample is added to `counted` after the stop.
+        goes; what it records in a sample is added to `counted` after the stop. unbound: the
+        window's iterations through op.issue() instead (the checked warm-up sample), which records
+        its calls as it goes.
         """
-        calls = self._prepare() if with_op else []
-        if with_op:
+        if unbound:
+            calls = [functools.partial(self.op.issue, self.args, self.phase)] * self.window
+        else:
+            calls = self._prepare() if with_op else []
+        if with_op and not unbound:
             self.backend.issued += self._bound_per_sample * samples
         op, args, phase, backend, timer = self.op, self.args, self.phase, self.backend, self.timer
         arm, waits, recorded = self.watchdog.arm, args.wait_objs, backend.calls
@@ -145,13 +153,15 @@ class TimedCase:
             if counted is not None and recorded:
                 counted.update(recorded)
 
-    def _sample(self, label: str) -> float:
+    def _sample(self, label: str, unbound: bool = False) -> float:
         """One sample in seconds, read at once: a warm-up sample's length decides the iteration count."""
-        self._timed(1, label)
+        self._timed(1, label, unbound=unbound)
         return self.timer.read_us()[-1] * 1e-6
 
-    def warm_up(self, budget: Budget) -> float:
+    def warm_up(self, budget: Budget, check: bool = False) -> float:
         """Fill the inputs and run the budget's warm-up; returns the seconds per sample it saw.
+        check: count this rank's wrong elements in the first warm-up sample's result, the row's
+        correctness check (_check_here then hands that count over instead of running its own).
 
         Fixed iterations (no time budget): exactly --warmup iterations; the estimate is this rank's
         own, good for a progress estimate only. Auto mode: warm-up runs at least once, since it times
@@ -164,15 +174,25 @@ class TimedCase:
         with self.phases.phase("fill"):
             self.op.fill(self.args)
         with self.phases.phase("warmup"):
-            return self._warm_up(budget)
+            return self._warm_up(budget, check)
 
-    def _warm_up(self, budget: Budget) -> float:
+    def _warm_up(self, budget: Budget, check: bool) -> float:
+        """The warm-up loop; with check, the first sample's result is checked before the second runs.
+
+        That sample is the iteration the check has always run: it follows the fill, its untimed
+        before() re-fills what an in-place op overwrote, and it issues through op.issue(), as the
+        check's own iteration did (the other samples run the bound calls). A window of more than one
+        would apply an in-place op several times before the check sees it: such a case keeps the
+        check of its own (_check_here)."""
         auto = budget.auto
         planned = budget.warmup_samples(0.0)  # the most it may take, before any sample is seen
         local: list[float] = []
         first = math.nan
+        checked = check and self.window == 1
         while len(local) < planned:
-            local.append(self._sample(f"{self.label} (warm-up)"))
+            local.append(self._sample(f"{self.label} (warm-up)", unbound=checked and not local))
+            if checked and len(local) == 1:
+                self._warm_wrong = self._count_wrong()
             if auto and len(local) == 1:
                 first = self.agree_max(local[0])
                 planned = budget.warmup_samples(first)
@@ -187,9 +207,9 @@ class TimedCase:
         return self._share(lambda: self.backend.reduce_floats([value], "max")[0])
 
     def block(self, iters: int, round_index: int, check: bool = False) -> None:
-        """Time `iters` samples as part of round `round_index`, check the result when asked (the row's
-        last block), then share the samples (and the check's wrong count), so that every rank holds
-        the same per-iteration maxima over ranks."""
+        """Time `iters` samples as part of round `round_index`, then share the samples (and, when
+        asked, on the row's last block, the check's wrong count: _check_here), so that every rank
+        holds the same per-iteration maxima over ranks."""
         with self.phases.phase("timed"):
             self._timed_block(iters)
             # Read once the block is done: on CUDA one synchronise on the block's last event.
@@ -208,17 +228,23 @@ class TimedCase:
         wrong: int | None,
     ) -> None:
         """Reduce a block's samples (and --overlap's) to their per-iteration maxima over ranks in one
-        all_reduce(MAX), the check's wrong count in one all_reduce(SUM); gather the per-rank samples
-        to rank 0 only when this case keeps them. A max picks one rank's float64, exactly."""
+        all_reduce(MAX), with the check's wrong count as one more value; gather the per-rank samples
+        to rank 0 only when this case keeps them. A max picks one rank's float64, exactly.
+
+        Counts are never negative, so a largest count of 0 is also their sum: only a row in which
+        some rank found a wrong element sums the counts, in one all_reduce(SUM) that every rank
+        joins, since every rank holds the same maximum. One value more whatever the world size, and
+        no rank's position in it: the ops may run in groups while this reduction spans the world."""
         parts = [local_us, *(overlap or ())]
-        maxima = self.backend.reduce_floats([t for part in parts for t in part], "max")
+        counted = [] if wrong is None else [float(wrong)]
+        maxima = self.backend.reduce_floats([t for part in parts for t in part] + counted, "max")
         targets = [self.rounds_us, self.compute_rounds_us, self.overlapped_rounds_us][: len(parts)]
         start = 0
         for rounds, part in zip(targets, parts):
             extend_round(rounds, round_index, maxima[start : start + len(part)])
             start += len(part)
         if wrong is not None:
-            self.wrong = _count(self.backend.reduce_floats([wrong], "sum")[0])
+            self.wrong = 0 if maxima[-1] == 0 else _count(self.backend.reduce_floats([wrong], "sum")[0])
         if self.keep_per_rank:
             gathered = self.backend.gather_floats(local_us)
             if gathered is not None:  # rank 0
@@ -243,18 +269,28 @@ class TimedCase:
         return found[0], found[1]
 
     def check(self) -> None:
-        """Check one fresh iteration on its own (the last block ran unchecked) and sum the count over ranks."""
+        """This rank's check (_check_here), its count summed over ranks (the last block ran unchecked)."""
         wrong = self._check_here()
         self.wrong = self._share(lambda: _count(self.backend.reduce_floats([wrong], "sum")[0]))
 
     def _check_here(self) -> int:
-        """Re-fill the inputs, run one iteration, and count this rank's wrong elements."""
+        """This rank's wrong elements: the first warm-up sample's, counted when the warm-up checked
+        it; else those of one fresh iteration run now (re-filled inputs, one iteration)."""
+        if self._warm_wrong is not None:
+            return self._warm_wrong
         with self.phases.phase("fill"):
             self.op.fill(self.args)
         with self.phases.phase("check"):
             self.op.before(self.args, self.phase)
             self.watchdog.arm(f"{self.label} (check)")
             _step(self.op, self.args, self.phase, 1)
+        return self._count_wrong()
+
+    def _count_wrong(self) -> int:
+        """This rank's wrong elements in the result of the iteration that just ran (its waits done)."""
+        with self.phases.phase("check"):
+            self.watchdog.arm(f"{self.label} (check)")
+            self.backend.synchronize()  # as complete() does: the device has drained
             return self.op.wrong(self.args, self.phase)
 
     def _share(self, exchange: Callable[[], T]) -> T:
@@ -326,7 +362,8 @@ def measure(
     timer: Timer | None = None,
 ) -> Measurement:
     """One case on its own: warm up, time `iters` samples of `window` back-to-back ops each in one
-    block, then check one fresh iteration.
+    block; check (when asked) the first warm-up sample, or with window > 1 or no warm-up one fresh
+    iteration after the block.
 
     Blocking mode is window=1: barrier (untimed), start, issue, wait, stop. Non-blocking mode issues
     `window` ops before completing them all and reports time / window. The timer (timer_for) reads
@@ -335,6 +372,6 @@ def measure(
     case = TimedCase(
         op, args, phase, window=window, watchdog=watchdog, label=label, keep_per_rank=keep_per_rank, timer=timer
     )
-    case.warm_up(Budget(iters=iters, warmup=warmup))
+    case.warm_up(Budget(iters=iters, warmup=warmup), check)
     case.block(iters, 0, check)
     return case.measurement()

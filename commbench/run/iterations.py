@@ -25,7 +25,7 @@ def visit(
     case = entry.case
     if round_index == 0:
         budget = cfg.budget
-        entry.sample_s = case.warm_up(budget)
+        entry.sample_s = case.warm_up(budget, cfg.check)
         iters = budget.samples(entry.sample_s)
         entry.blocks = blocks(iters, cfg.rounds)
         # --overlap times the op, the matmul and both together: three samples per iteration.

@@ -18,10 +18,10 @@ from contextlib import contextmanager
 PHASES: dict[str, str] = {
     "startup": "start-up and rendezvous: imports, spawning, joining the group, agreeing on the configuration",
     "setup": "per-op set-up: allocating the buffers, binding the calls",
-    "fill": "filling the input buffers (before warm-up and before each check)",
+    "fill": "filling the input buffers (before warm-up, and before the check of a window of several ops)",
     "warmup": "the untimed warm-up samples (barrier, op, wait; each one like a timed sample)",
     "timed": "the timed blocks: every sample's untimed synchronise and barrier, and its timed op",
-    "check": "the correctness check: one fresh iteration and the comparison of its result",
+    "check": "the correctness check: the comparison of the first warm-up sample's result (a window of several ops: of a fresh iteration)",
     "control": "the control traffic after each block: the samples' maxima over ranks, the wrong counts",
     "progress": "the ETA, the progress line and the heartbeat's step",
     "history": "the results history and every host's environment record",

@@ -101,11 +101,20 @@ class RefusingAllToAll(IssueOp, AllToAll):
         super().issue(args, phase)
 
 
-class LateRefusingAllGather(AllGather):
-    """An all_gather that the transport refuses on every rank at the check of its last round (after
-    its first, so not an `unavailable` row): the run fails, and the diagnosis calls it a refusal."""
+class LateRefusingAllGather(IssueOp, AllGather):
+    """An all_gather that the transport refuses on every rank from its third iteration on: with
+    `-n 2 -w 1`, in its last round's block (after its first round, so not an `unavailable` row):
+    the run fails, and the diagnosis calls it a refusal."""
 
     name = "late_refusing_all_gather"
+    PASSING = 2  # the warm-up's iteration and the first round's
 
-    def wrong(self, args: CollArgs, phase: str) -> int:
-        raise RuntimeError("Backend gloo does not support allgather")
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.issued = 0
+
+    def issue(self, args: CollArgs, phase: str) -> None:
+        self.issued += 1
+        if self.issued > self.PASSING:
+            raise RuntimeError("Backend gloo does not support allgather")
+        super().issue(args, phase)

@@ -4,7 +4,8 @@ per block) and by the harness's previous accounting (every call recorded as it i
 For every registered op, variant and phase a backend can run, and for blocking (window 1) and
 non-blocking (window 3) samples: the `calls` and `api` a row gets from measure(), and how far the
 issued-call counter (the heartbeat's, which names a rank that fell behind) moved over the case,
-against the same case run by reference(): warm-up, timed samples and the check through op.issue(),
+against the same case run by reference(): warm-up, timed samples and the check (of the first warm-up
+sample in blocking mode, of a fresh iteration of its own otherwise) through op.issue(),
 with Backend.record counting each call, the counters cleared before each sample's issue as the
 harness did before it bound its calls. Run on 2 Gloo ranks by tests/run/test_timed_calls.py and under
 horovodrun by tests/backends/test_horovod.py (`python -m tests.support.call_counts` prints the differences).
@@ -51,13 +52,16 @@ def reference(op: Op, args: CollArgs, phase: str, window: int) -> tuple[float, s
         for _ in range(window):
             op.issue(args, phase)
         wait_all(args)
+        if i == 0 and window == 1:
+            op.wrong(args, phase)  # the check, of the first warm-up sample (the barrier op's issues one more barrier)
         if i >= WARMUP:
             timed.update(backend.calls)
-    op.fill(args)
-    op.before(args, phase)
-    op.issue(args, phase)
-    complete(args)
-    op.wrong(args, phase)  # the check (the barrier op's issues one more barrier)
+    if window > 1:  # several applications per sample: the check runs a fresh iteration of its own
+        op.fill(args)
+        op.before(args, phase)
+        op.issue(args, phase)
+        complete(args)
+        op.wrong(args, phase)
     return sum(timed.values()) / (ITERS * window), "+".join(sorted(timed)), backend.issued - issued
 
 
