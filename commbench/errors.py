@@ -9,6 +9,7 @@ import difflib
 import json
 import os
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -90,6 +91,23 @@ def stop_on_signals() -> None:
         return
     for sig in (signal.SIGINT, *STOP_SIGNALS):
         signal.signal(sig, _on_signal)
+    if sys.unraisablehook is not _unraisable:
+        _HOLD["hook"] = sys.unraisablehook
+        sys.unraisablehook = _unraisable
+
+
+def _unraisable(unraisable: Any) -> None:
+    """A stop that landed in a finalizer or a weakref callback, where Python ignores exceptions (and
+    prints them as "Exception ignored in ..."): kept pending instead, delivered where the next
+    signals_held() block ends (the next row written), with the stop signals routed again."""
+    exc = unraisable.exc_value
+    if isinstance(exc, KeyboardInterrupt):
+        signum = getattr(exc, "signum", signal.SIGINT)
+        for sig in (signal.SIGINT, *STOP_SIGNALS):
+            signal.signal(sig, _on_signal)
+        _HOLD["pending"] = _HOLD["pending"] or signum
+        return
+    _HOLD.get("hook", sys.__unraisablehook__)(unraisable)
 
 
 def closest(given: str, choices: Iterable[str]) -> str | None:

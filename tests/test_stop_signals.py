@@ -35,3 +35,43 @@ def test_a_signal_waits_for_the_row_being_written(routed):
         written.append("csv")  # the handler ran here and held the signal back
         written.append("history")
     assert written == ["csv", "history"]
+
+
+def test_a_stop_that_lands_in_a_weakref_callback_is_kept_for_the_next_row(routed, capsys):
+    """Python ignores an exception raised in a weakref callback (it prints "Exception ignored in"):
+    a stop signal that arrives there is kept and delivered where the next row's write ends."""
+    import sys
+    import weakref
+
+    class Thing:
+        pass
+
+    def callback(_ref):
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside the callback
+
+    thing = Thing()
+    ref = weakref.ref(thing, callback)
+    try:
+        del thing  # the callback runs, Stopped is raised in it, and Python would ignore it
+        assert ref() is None
+        written = []
+        with pytest.raises(Stopped), signals_held():
+            written.append("row")
+        assert written == ["row"]
+        assert "Exception ignored" not in capsys.readouterr().err
+        # Other exceptions a callback raises still reach Python's own hook.
+        other = Thing()
+        keep = weakref.ref(other, lambda _ref: 1 / 0)
+        seen = []
+        from commbench import errors
+
+        assert sys.unraisablehook is errors._unraisable
+        errors._HOLD["hook"], hook = seen.append, errors._HOLD.get("hook")
+        try:
+            del other
+        finally:
+            errors._HOLD["hook"] = hook
+        assert keep() is None and isinstance(seen[0].exc_value, ZeroDivisionError)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
