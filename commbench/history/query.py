@@ -179,29 +179,7 @@ def baseline_runs(
     sql = f"SELECT {', '.join(RUN_FIELDS)} FROM {RUNS} WHERE {' AND '.join(where)} ORDER BY started_at DESC LIMIT :last"
     with history.read() as conn:
         found = [dict(row._mapping) for row in conn.execute(text(sql), params)]
-        groups = _launch_groups(conn, [r["run_id"] for r in found])
-    for r in found:
-        r["launch_group"], r["launch"] = groups.get(r["run_id"], (None, None))
     return found[::-1]
-
-
-def _launch_groups(conn: Any, run_ids: list[str]) -> dict[str, tuple[str, str | None]]:
-    """The `sweep --repeat` group id and launch number of each run that is a group's launch (every
-    row of a run carries the same two; its first row's data is read)."""
-    from sqlalchemy import bindparam, text
-
-    if not run_ids:
-        return {}
-    first = text(
-        f"SELECT w.run_id, w.data FROM {ROWS} w WHERE w.run_id IN :ids "
-        f"AND w.seq = (SELECT MIN(v.seq) FROM {ROWS} v WHERE v.run_id = w.run_id)"
-    ).bindparams(bindparam("ids", expanding=True))
-    groups = {}
-    for run_id, data in conn.execute(first, {"ids": run_ids}):
-        row = json.loads(data)
-        if row.get("launch_group"):
-            groups[run_id] = (str(row["launch_group"]), str(row["launch"]) if row.get("launch") else None)
-    return groups
 
 
 def started_at(history: History, run_id: str) -> str | None:
