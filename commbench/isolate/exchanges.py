@@ -144,7 +144,10 @@ class Rounds:
         # A count given here (the size probe's) runs in one block, after one warm-up sample.
         budget = cfg.budget if iters is None else Budget(iters=iters, warmup=1)
         for case in cases:
-            count = budget.samples(case.warm_up(budget, cfg.check))
+            # The check stays after the timed blocks here (a fresh iteration, _check_here), not on the
+            # first warm-up sample as a sweep's: on a host under a CPU quota the check's work would spend
+            # the quota just before the pair's samples and read as a slow link.
+            count = budget.samples(case.warm_up(budget))
             case_blocks.append(blocks(count, cfg.rounds if iters is None else 1))
         # Visited in rounds as a sweep visits its cases (every warm-up first, as the exchanges go together).
         pending = [(case, per_round) for case, per_round in zip(cases, case_blocks) if per_round]
