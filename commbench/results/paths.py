@@ -147,13 +147,19 @@ def check_target(path: Path, overwrite: bool, inputs: Iterable[Path] = (), flag:
                     raise UserError(f"{flag} {path} is one of this command's inputs; give another file name")
         if not overwrite:
             raise UserError(f"{path} already exists; choose another {flag.split()[0]} or pass --overwrite")
-        if not os.access(path, os.W_OK) or not os.access(Path(os.path.realpath(path)).parent, os.W_OK | os.X_OK):
+        if os.access(path, os.W_OK) and os.access(Path(os.path.realpath(path)).parent, os.W_OK | os.X_OK):
+            return path
+        if os.path.lexists(path):
             raise UserError(f"cannot write {path}: permission denied; choose another {flag.split()[0]}")
-        return path
+        # Gone since it was seen: another process's probe of the same name (the ranks of one job check
+        # the same targets at once); a new name after all.
     make_folder(path.parent)
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         os.unlink(path)
+    except FileExistsError:  # made meanwhile by another process checking or writing the same target
+        if not overwrite:
+            raise UserError(f"{path} already exists; choose another {flag.split()[0]} or pass --overwrite") from None
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror}; choose another {flag.split()[0]}") from None
     return path

@@ -116,3 +116,25 @@ def test_a_full_disk_keeps_the_rows_written_and_says_so(tmp_path: Path, monkeypa
     assert "the disk is full; it keeps the 1 row written before" in caught.value.format_message()
     writer.close()
     assert out.read_text() == "a,b\n1,2\n"  # whole lines only: the cut row is taken back
+
+
+def test_ranks_checking_one_target_at_once_do_not_refuse_each_other(tmp_path: Path, monkeypatch) -> None:
+    """The ranks of one job check the same targets at once, each creating and removing the name to be
+    sure it can: a name seen as a file that is gone by the next look, or made by a peer between the
+    look and the probe, is no reason to refuse (it was: "permission denied", and the job stopped)."""
+    target = tmp_path / "verdict.json"
+    real_kind = paths.target_kind
+    seen = lambda path, flag: "file" if Path(path) == target else real_kind(path, flag)  # noqa: E731
+    monkeypatch.setattr(paths, "target_kind", seen)  # a peer's probe of the name, seen, then gone
+    assert check_target(target, overwrite=True, flag="--json") == target and not target.exists()
+    monkeypatch.setattr(paths, "target_kind", real_kind)
+    real_open = os.open
+
+    def peer_made_it(path, flags, mode=0o777):
+        if Path(path) == target:
+            raise FileExistsError(errno.EEXIST, "File exists")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(paths.os, "open", peer_made_it)
+    assert check_target(target, overwrite=True, flag="--json") == target
+    assert "already exists" in _refused("already exists", target, overwrite=False, flag="--json")
