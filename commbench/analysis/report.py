@@ -33,6 +33,7 @@ from commbench.results.budget import Budget
 from commbench.results.noise import NOISE_COLUMNS, NOISY, summarise_noise
 from commbench.results.paths import write_atomically
 from commbench.results.reader import read_results
+from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO
 from commbench.units import format_size
 
 _MIME = {"png": "image/png", "svg": "image/svg+xml"}
@@ -78,9 +79,10 @@ RESULT_COLUMNS = (
     "dtype",
     "mode",
     "time_us_min",
+    HEADLINE,
+    HEADLINE_LO,
+    HEADLINE_HI,
     "time_us_p50",
-    "time_us_p50_lo",
-    "time_us_p50_hi",
     "time_us_p95",
     "time_us_max",
     "iters",
@@ -134,7 +136,7 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
         f"<h1>{html.escape(title)}</h1>",
         f"<p>Made by commbench {commbench.__version__} at {stamp} from {len(csv_paths)} file(s). "
         "busbw follows nccl-tests' definition (algbw x bus factor; see <code>commbench list</code> for S per op); "
-        "latency bands span min..p95 of the iterations; ± is half the p50's 95% interval.</p>",
+        "latency bands span min..p95 of the iterations; ± is half the 95% interval of the mean, the headline.</p>",
         _contents(body),
         *(
             part.html() if isinstance(part, _Heading) else _figure(part, fmt) if isinstance(part, _Drawn) else part
@@ -203,7 +205,7 @@ def _summary(frame: pd.DataFrame, charts: list[_Drawn]) -> list[str]:
     if noise is not None:
         parts.append(
             f"<p class='summary'><span class='mark'>{noise.noisy} of {noise.measured} rows are {NOISY}</span> "
-            f"(marked below: the p50's 95% interval is wider than 10% of it, or the rounds disagree by more "
+            f"(marked below: the mean's 95% interval is wider than 10% of it, or the rounds disagree by more "
             f"than 1.25x). Likely reason: {html.escape(noise.reason)}. What helps: "
             f"<code>{html.escape(noise.option)}</code> ({html.escape(noise.cost)}, estimated from the rows).</p>"
         )
@@ -251,8 +253,8 @@ def _runs_section(frame: pd.DataFrame, colours: dict[str, str]) -> list[str | _H
         parts.append("<p>No row was measured by the first run and another.</p>")
     else:
         parts.append(
-            "<p>The rows whose p50 differs most from the first run's (ratio = run / first; the interval from "
-            "the two p50 intervals; the verdict is <code>commbench compare</code>'s, noise tests and Holm included):</p>"
+            "<p>The rows whose mean differs most from the first run's (ratio = run / first; the interval from "
+            "the two intervals of the mean; the verdict is <code>commbench compare</code>'s, noise tests and Holm included):</p>"
         )
         parts.append(_table(largest.rename(columns={"baseline_us": "time_us_baseline"})))
     parts += [f"<p>{html.escape(note)}</p>" for note in notes]
@@ -336,8 +338,9 @@ TITLES = {
     "size_bytes": "size S",
     "world_size": "ranks",
     "time_us_min": "min",
+    HEADLINE: "mean",
+    HEADLINE_LO: "±",
     "time_us_p50": "p50",
-    "time_us_p50_lo": "±",
     "time_us_p95": "p95",
     "time_us_max": "max",
     "busbw_gbps": "busbw",
@@ -347,7 +350,7 @@ TITLES = {
     "r2": "R²",
     "worst_residual": "worst residual",
     "comm_us": "comm",
-    "time_us_baseline": "first run p50",
+    "time_us_baseline": "first run mean",
     "ratio": "ratio",
     "compute_us": "compute",
     "overlapped_us": "overlapped",
@@ -358,8 +361,8 @@ _COUNTS = ("world_size", "iters", "warmup", "wrong", "sizes")
 def _table(frame: pd.DataFrame, marks: bool = False) -> str:
     """An HTML table with numbers for people: sizes in the size format, times and bandwidths to three
     significant digits with their unit, missing values as empty cells. `marks`: rows whose note
-    says noisy get a mark and a tint. The p50's interval shows as ± (half its width, in percent)."""
-    columns = [c for c in frame.columns if c not in ("time_us_p50_hi", "note") or (c == "note" and marks)]
+    says noisy get a mark and a tint. The mean's interval shows as ± (half its width, in percent)."""
+    columns = [c for c in frame.columns if c not in (HEADLINE_HI, "note") or (c == "note" and marks)]
     head = "".join(f"<th>{html.escape(TITLES.get(c, c))}</th>" for c in columns)
     if marks:
         head += "<th></th>"
@@ -380,8 +383,8 @@ def _table(frame: pd.DataFrame, marks: bool = False) -> str:
 def _column_cells(column: str, frame: pd.DataFrame) -> list[str]:
     """The <td> of each row of one column (_cell's, formatted once per distinct value where the
     cell does not depend on the row's other columns)."""
-    if column == "time_us_p50_lo":  # its text depends on the row's p50 and hi
-        records = frame[[c for c in ("time_us_p50", "time_us_p50_hi") if c in frame.columns]].to_dict("records")
+    if column == HEADLINE_LO:  # its text depends on the row's mean and hi
+        records = frame[[c for c in (HEADLINE, HEADLINE_HI) if c in frame.columns]].to_dict("records")
         return [_cell(column, {**record, column: value}) for value, record in zip(frame[column].tolist(), records)]
     series = frame[column]
     number = column != "note" and pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
@@ -426,9 +429,9 @@ def _format(column: str, value: object, record: dict) -> str:
     """One cell as a person reads it (see _table)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return str(value)
-    if column == "time_us_p50_lo":  # shown as the half-width of the interval, in percent of the p50
-        p50, hi = record.get("time_us_p50"), record.get("time_us_p50_hi")
-        return "" if _missing(hi) or not p50 else f"{(hi - value) / 2 / p50:.1%}"
+    if column == HEADLINE_LO:  # shown as the half-width of the interval, in percent of the mean
+        mean, hi = record.get(HEADLINE), record.get(HEADLINE_HI)
+        return "" if _missing(hi) or not mean else f"{(hi - value) / 2 / mean:.1%}"
     return _number_format(column)(value)
 
 
@@ -487,7 +490,7 @@ def _model_section(fits: list, skipped: list[str], charts: list[_Drawn]) -> list
     key = [*FIT_KEY, "sizes"]
     parts: list[str | _Heading | _Drawn] = [
         _Heading(2, "Latency-bandwidth model"),
-        "<p>T(S) = alpha + S / beta fitted to the p50 times (robust, relative residuals); R² of log time. "
+        "<p>T(S) = alpha + S / beta fitted to the mean times (robust, relative residuals); R² of log time. "
         f"A fit with R² below {MIN_R2} does not describe the data: it is refused, listed apart and not projected "
         "(<code>commbench model</code>).</p>",
     ]

@@ -13,6 +13,7 @@ from commbench.analysis.compare import compare_frames
 from commbench.errors import UserError
 from commbench.results.reader import ok_rows
 from commbench.results.schema import ROW_KEY
+from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO
 from commbench.units import format_size
 
 # What can differ between runs, as the summary names it.
@@ -139,8 +140,8 @@ def _cases(rows: pd.DataFrame) -> list[str]:
 
 
 def largest_differences(frame: pd.DataFrame, top: int = LARGEST) -> tuple[pd.DataFrame, list[str]]:
-    """The rows whose p50 differs most (by ratio) between a run and the first run, with the
-    ratio's 95% interval (from the two p50 intervals: candidate lo / baseline hi .. candidate hi /
+    """The rows whose headline (mean) differs most (by ratio) between a run and the first run, with
+    the ratio's 95% interval (from the two rows' intervals: candidate lo / baseline hi .. candidate hi /
     baseline lo) and compare's verdict; and a note per run that shares no row with the first."""
     order = run_order(frame)
     base = ok_rows(frame[frame["run"] == order[0]])
@@ -154,18 +155,18 @@ def largest_differences(frame: pd.DataFrame, top: int = LARGEST) -> tuple[pd.Dat
             continue
         both = base.merge(cand, on=list(ROW_KEY), suffixes=("_base", ""))
         for row in both.to_dict("records"):
-            if not (row["time_us_p50_base"] > 0 and row["time_us_p50"] > 0):
+            if not (row[f"{HEADLINE}_base"] > 0 and row[HEADLINE] > 0):
                 continue
-            ratio = row["time_us_p50"] / row["time_us_p50_base"]
-            lo = _divide(row["time_us_p50_lo"], row["time_us_p50_hi_base"])
-            hi = _divide(row["time_us_p50_hi"], row["time_us_p50_lo_base"])
+            ratio = row[HEADLINE] / row[f"{HEADLINE}_base"]
+            lo = _divide(row[HEADLINE_LO], row[f"{HEADLINE_HI}_base"])
+            hi = _divide(row[HEADLINE_HI], row[f"{HEADLINE_LO}_base"])
             key = tuple(int(row[c]) if c in ("size_bytes", "world_size") else row[c] for c in ROW_KEY)
             found.append(
                 {
                     "run": run,
                     "case": f"{row['op']}/{row['variant']}/{row['phase']} {row['dtype']} at {format_size(int(row['size_bytes']))}",
-                    "baseline_us": row["time_us_p50_base"],
-                    "time_us_p50": row["time_us_p50"],
+                    "baseline_us": row[f"{HEADLINE}_base"],
+                    HEADLINE: row[HEADLINE],
                     "ratio": ratio,
                     "interval": f"{lo:.2f}x .. {hi:.2f}x" if math.isfinite(lo) and math.isfinite(hi) else "",
                     "verdict": verdicts.get(key, ""),

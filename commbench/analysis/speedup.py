@@ -1,6 +1,6 @@
 """Speedups with a 95% interval, and verdicts that refuse to call a winner inside the noise.
 
-A speedup is the baseline variant's p50 over another variant's p50, both measured in one run at the
+A speedup is the baseline variant's mean (the headline) over another variant's mean, both measured in one run at the
 same workload; above 1 the variant is faster. Its interval comes from the **rounds**: a run visits
 every case R times in rotation (docs/measurement.md), so round r of the baseline and round r of the
 variant were measured moments apart, under the same load. The per-round ratios are therefore paired
@@ -11,7 +11,7 @@ independent (a slow spell of the machine spans many consecutive ones), so resamp
 claim a precision that a second run does not reproduce, and they exist only with --raw.
 
 Three rounds are few, and three ratios can agree by chance: the interval is never narrower than the
-one the two rows' own p50 intervals give (half-widths on a log scale, added in quadrature). With one
+one the two rows' own intervals of the mean give (half-widths on a log scale, added in quadrature). With one
 round that is the only source. A file without either (schema version 1) gives no interval.
 
 The verdict: faster when the whole interval lies above 1x, slower when below, and "within noise"
@@ -27,30 +27,30 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from commbench.results.reader import ROUND_P50S, ok_rows
+from commbench.results.reader import ROUND_MEANS, ok_rows
 from commbench.results.schema import key_without
-from commbench.results.stats import CONFIDENCE
+from commbench.results.stats import CONFIDENCE, HEADLINE, HEADLINE_HI, HEADLINE_LO
 
 FASTER, SLOWER, WITHIN_NOISE, NO_INTERVAL = "faster", "slower", "within noise", "no interval"
 
 
 @dataclass(frozen=True)
 class RowTimes:
-    """What a speedup needs of one row: its pooled p50, the p50's interval and each round's p50 (µs)."""
+    """What a speedup needs of one row: its headline (the pooled mean), its interval and each round's mean (µs)."""
 
-    p50: float
+    time: float
     lo: float = math.nan
     hi: float = math.nan
     rounds: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, row: dict, suffix: str = "") -> RowTimes:
-        """From a results row; `suffix` picks the columns of a joined copy (time_us_p50_baseline...)."""
+        """From a results row; `suffix` picks the columns of a joined copy (time_us_mean_baseline...)."""
         return cls(
-            float(row[f"time_us_p50{suffix}"]),
-            _number(row.get(f"time_us_p50_lo{suffix}")),
-            _number(row.get(f"time_us_p50_hi{suffix}")),
-            _rounds(row.get(f"{ROUND_P50S}{suffix}")),
+            float(row[f"{HEADLINE}{suffix}"]),
+            _number(row.get(f"{HEADLINE_LO}{suffix}")),
+            _number(row.get(f"{HEADLINE_HI}{suffix}")),
+            _rounds(row.get(f"{ROUND_MEANS}{suffix}")),
         )
 
 
@@ -69,12 +69,12 @@ def _rounds(value: object) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class Speedup:
-    """baseline p50 / variant p50, with its 95% interval [lo, hi] and where the interval came from."""
+    """baseline mean / variant mean, with its 95% interval [lo, hi] and where the interval came from."""
 
     ratio: float
     lo: float
     hi: float
-    method: str  # "rounds", "p50 intervals" or "" (no interval)
+    method: str  # "rounds", "intervals" or "" (no interval)
 
     @classmethod
     def of_joined(cls, row: dict) -> Speedup:  # row: at least SPEEDUP_COLUMNS
@@ -100,7 +100,7 @@ def _t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
 
 
 def _log_half_width(times: RowTimes) -> float:
-    """Half the width of a row's p50 interval on a log scale (NaN when the row has none)."""
+    """Half the width of a row's interval on a log scale (NaN when the row has none)."""
     if not (times.lo > 0 and times.hi > 0):
         return math.nan
     return (math.log(times.hi) - math.log(times.lo)) / 2
@@ -115,14 +115,14 @@ def _stdev(values: list[float]) -> float:
 
 def speedup_of(baseline: RowTimes, variant: RowTimes) -> Speedup:
     """The variant's speedup over the baseline with its interval (see the module's docstring)."""
-    ratio = baseline.p50 / variant.p50
+    ratio = baseline.time / variant.time
     from_rows = math.hypot(_log_half_width(baseline), _log_half_width(variant))
     pairs = min(len(baseline.rounds), len(variant.rounds))
     from_rounds = math.nan
     if pairs >= 2:
         logs = [math.log(b / v) for b, v in zip(baseline.rounds[:pairs], variant.rounds[:pairs])]
         from_rounds = _t_quantile(pairs - 1) * _stdev(logs) / math.sqrt(pairs)
-    candidates = [(h, m) for h, m in ((from_rounds, "rounds"), (from_rows, "p50 intervals")) if math.isfinite(h)]
+    candidates = [(h, m) for h, m in ((from_rounds, "rounds"), (from_rows, "intervals")) if math.isfinite(h)]
     if not candidates:
         return Speedup(ratio, math.nan, math.nan, "")
     half, method = max(candidates)
@@ -135,7 +135,7 @@ SPEEDUP_COLUMNS = ("speedup", "speedup_lo", "speedup_hi", "interval_method")
 
 # The columns a speedup's two rows must share besides the workload: one run, one configuration.
 SAME_RUN = ("backend", "run", *key_without("variant", "size_bytes"))
-_TIME_COLUMNS = ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi", ROUND_P50S)
+_TIME_COLUMNS = (HEADLINE, HEADLINE_LO, HEADLINE_HI, ROUND_MEANS)
 
 
 def paired_speedups(rows: pd.DataFrame, baseline: str, workload: str = "size_bytes") -> pd.DataFrame:
@@ -218,7 +218,7 @@ def _segment(speedups: Sequence[Speedup]) -> str:
         return f"within noise ({span(lo, hi)})"
     ratios = [s.ratio for s in speedups]
     shown = factor(ratios[0], 3) if len(ratios) == 1 else f"{factor(min(ratios), 3)}-{factor(max(ratios), 3)}"
-    return f"{shown} (no interval: the file has neither rounds nor p50 intervals)"
+    return f"{shown} (no interval: the file has neither rounds nor intervals)"
 
 
 def summarise(
@@ -257,12 +257,12 @@ def overall(rows: pd.DataFrame, baseline: str, workload: str, name: str, fmt: Ca
     """One sentence for one run configuration and phase: which variant is fastest and by how much,
     over the workloads every variant measured.
 
-    The candidate is the variant with the lowest geometric-mean p50 there. It is called fastest only
+    The candidate is the variant with the lowest geometric-mean headline (mean time) there. It is called fastest only
     when it beats the runner-up beyond the noise at every workload; otherwise the sentence says it
-    has the lowest p50 and where the intervals leave the order open. Its speedup over the baseline
+    has the lowest time and where the intervals leave the order open. Its speedup over the baseline
     follows, with intervals."""
     measured = ok_rows(rows)
-    times = measured.pivot_table(index=workload, columns="variant", values="time_us_p50", aggfunc="median").dropna()
+    times = measured.pivot_table(index=workload, columns="variant", values=HEADLINE, aggfunc="median").dropna()
     if times.empty or baseline not in times.columns or len(times.columns) < 2:
         return ""
     common = measured[measured[workload].isin(times.index)]
@@ -280,7 +280,7 @@ def overall(rows: pd.DataFrame, baseline: str, workload: str, name: str, fmt: Ca
 
     versus, points = against(runner_up, winner)
     decided = all(p.verdict == FASTER for p in points)
-    lead = f"{called(winner)} is fastest" if decided else f"no clear winner; lowest p50: {called(winner)}"
+    lead = f"{called(winner)} is fastest" if decided else f"no clear winner; lowest mean: {called(winner)}"
     text = f"{lead}; against the runner-up {called(runner_up)}: {versus}"
     if baseline not in (winner, runner_up):
         text += f"; against {baseline}: {against(baseline, winner)[0]}"

@@ -1,4 +1,4 @@
-"""The SyncBatchNorm comparison from a results CSV: p50 time per (phase, C) for every strategy, each
+"""The SyncBatchNorm comparison from a results CSV: mean time per (phase, C) for every strategy, each
 one's speedup over the sync_bn op's baseline (Horovod's three allgathers) with its 95% interval, the
 verdicts those intervals allow, and one overall line. pandas only, no torch."""
 
@@ -10,6 +10,7 @@ from commbench.analysis.speedup import Speedup, interval_text, overall, paired_s
 from commbench.ops.sync_bn import SyncBN
 from commbench.results.reader import ok_rows
 from commbench.results.schema import key_without
+from commbench.results.stats import HEADLINE
 from commbench.syncbn import STRATEGY_NAMES
 
 BASELINE = SyncBN.spec.baseline
@@ -31,7 +32,7 @@ def _rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def strategy_times(frame: pd.DataFrame) -> pd.DataFrame:
-    """p50 time (µs), one row per (run, backend, world, dtype, mode, phase, C), one column per variant.
+    """Mean time (µs, the headline), one row per (run, backend, world, dtype, mode, phase, C), one column per variant.
 
     Strategies keep STRATEGY_NAMES' order; the native CUDA layers, when measured, come last.
     """
@@ -45,7 +46,7 @@ def strategy_times(frame: pd.DataFrame) -> pd.DataFrame:
     times = rows.pivot_table(
         index=[*GROUP_COLUMNS, "phase", "channels"],
         columns="variant",
-        values="time_us_p50",
+        values=HEADLINE,
         aggfunc="median",
         observed=True,
     )
@@ -83,7 +84,7 @@ def _block(facts: dict, block: pd.DataFrame, rows: pd.DataFrame, baseline: str) 
     head = f"# {'phase':<17}{'C':>6}  "
     lines = [
         f"# sync_bn on {int(facts['world_size'])} {facts['backend']} ranks, {facts['dtype']}, {facts['mode']}",
-        "# p50 time per phase (µs)",
+        "# mean time per phase (µs)",
         head + "".join(f"{v:>{time_width}}" for v in variants),
     ]
     for (*_, phase, channels), row in block.iterrows():
@@ -92,7 +93,7 @@ def _block(facts: dict, block: pd.DataFrame, rows: pd.DataFrame, baseline: str) 
     if not others:
         return "\n".join(lines)
     lines += [
-        f"# speedup over {baseline} ({baseline}'s p50 / the strategy's), with its 95% interval; above 1x = faster",
+        f"# speedup over {baseline} ({baseline}'s mean / the strategy's), with its 95% interval; above 1x = faster",
         head + " ".join(f"{v:>{ratio_width}}" for v in others),
     ]
     by_key = {(r["phase"], int(r["count"]), r["variant"]): r for r in joined.to_dict("records")}

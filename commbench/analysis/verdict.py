@@ -21,9 +21,19 @@ import pandas as pd
 
 from commbench.analysis.resolution import Noise, conclusive, critical, resolution
 from commbench.errors import ExitCode, UserError
-from commbench.results.reader import ROUND_P50S
+from commbench.results.reader import ROUND_MEANS, ROUND_P50S
 from commbench.results.schema import ROW_KEY, SERIES_KEY, STOPPED
-from commbench.results.stats import interval_p, mann_whitney_p, normal_p, robust_sd, rounds_p, spread_p
+from commbench.results.stats import (
+    HEADLINE,
+    HEADLINE_HI,
+    HEADLINE_LO,
+    interval_p,
+    mann_whitney_p,
+    normal_p,
+    robust_sd,
+    rounds_p,
+    spread_p,
+)
 
 # Metrics compare can gate on, and whether a larger value is better.
 METRICS: dict[str, bool] = {
@@ -37,10 +47,12 @@ METRICS: dict[str, bool] = {
 }
 
 TESTS = {
-    "rounds": "Welch's t on the logs of each run's per-round p50s (rounds are independent replicates)",
+    "rounds": "Welch's t on the logs of each run's per-round means (per-round p50s for the p50; rounds are "
+    "independent replicates)",
     "U": "Mann-Whitney U on per-iteration samples (both runs kept --raw; one round each)",
-    "interval": "each run's p50 95% interval (one round and no raw samples: sweep with --rounds 3 or more)",
-    "spread": "the runs' own spread (p50 and std over iters; schema version 1 files)",
+    "interval": "each run's 95% interval of the mean (of the p50 for the p50; one round and no raw samples: "
+    "sweep with --rounds 3 or more)",
+    "spread": "the runs' own spread (the mean or p50 and the std over iters; schema version 1 files)",
     "history": "the candidate's fastest round against the spread of the history runs' fastest rounds (a t "
     "prediction interval on logs, the spread floored by the pooled spread of the run's series)",
 }
@@ -88,7 +100,7 @@ class Criteria:
     A threshold left None takes its default when checked (the history gate defaults the series'
     to the row's, the pairwise test to DEFAULT_SERIES_THRESHOLD)."""
 
-    metric: str = "time_us_p50"
+    metric: str = HEADLINE
     threshold: Threshold | None = None
     alpha: float = 0.05
     series_threshold: Threshold | None = None
@@ -227,12 +239,41 @@ def unavailable(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """The columns that carry one statistic of a row with its noise: the value, its 95% interval and
+    its per-round values (parsed), and its standard error over that of a mean of as many roughly
+    normal samples (1 for a mean, sqrt(pi/2) for a median)."""
+
+    value: str
+    lo: str
+    hi: str
+    rounds: str
+    se_factor: float
+
+
+MEAN = Estimate(HEADLINE, HEADLINE_LO, HEADLINE_HI, ROUND_MEANS, 1.0)
+P50 = Estimate("time_us_p50", "time_us_p50_lo", "time_us_p50_hi", ROUND_P50S, math.sqrt(math.pi / 2))
+
+
+def estimate_of(metric: str) -> Estimate:
+    """Whose noise judges a change of `metric`: the p50's for the p50, else the headline's (the
+    bandwidths are computed from it; the min, p95 and max carry no interval of their own)."""
+    return P50 if metric == P50.value else MEAN
+
+
 # The columns of a row that noise_test reads, beside the metric.
-NOISE_TEST_COLUMNS = ("status", ROUND_P50S, "time_us_p50", "time_us_p50_lo", "time_us_p50_hi", "time_us_std", "iters")
+NOISE_TEST_COLUMNS = (
+    "status",
+    *(c for e in (MEAN, P50) for c in (e.rounds, e.value, e.lo, e.hi)),
+    "time_us_std",
+    "iters",
+)
 
 
 def noise_test(key: tuple, b: Mapping[str, Any], c: Mapping[str, Any], samples: tuple, metric: str) -> Delta:
     """The row's delta with the noise test's own p-value (adjusted over the rows afterwards)."""
+    e = estimate_of(metric)
     delta = Delta(key, float(b[metric]), float(c[metric]), math.nan, "", "unchanged")
     if b["status"] != "ok" or c["status"] != "ok":
         statuses = b["status"], c["status"]
@@ -247,19 +288,20 @@ def noise_test(key: tuple, b: Mapping[str, Any], c: Mapping[str, Any], samples: 
             else "wrong in baseline"
         )
         return delta
-    rounds = b[ROUND_P50S], c[ROUND_P50S]
+    rounds = b[e.rounds], c[e.rounds]
     if min(map(len, rounds)) >= 2:
         delta.p_value, delta.method = rounds_p(*rounds), "rounds"
         delta.noise = _rounds_noise(*rounds)
     elif all(s is not None and key in s for s in samples):
         delta.p_value, delta.method = mann_whitney_p(samples[0][key], samples[1][key]), "U"
-        delta.noise = Noise(math.hypot(*(_median_se(s[key]) for s in samples)), math.inf)
-    elif all(_has_interval(row) for row in (b, c)):
-        delta.p_value, delta.method = interval_p(_interval(b), _interval(c)), "interval"
-        delta.noise = Noise(math.hypot(*(_interval_se(row) for row in (b, c))), math.inf)
+        delta.noise = Noise(math.hypot(*(_samples_se(s[key], e) for s in samples)), math.inf)
+    elif all(_has_interval(row, e) for row in (b, c)):
+        delta.p_value, delta.method = interval_p(_interval(b, e), _interval(c, e)), "interval"
+        delta.noise = Noise(math.hypot(*(_interval_se(row, e) for row in (b, c))), math.inf)
     else:
-        delta.p_value, delta.method = spread_p(_spread(b), _spread(c)), "spread"
-        delta.noise = Noise(math.hypot(*(_spread_se(row) for row in (b, c))), math.inf)
+        spreads = _spread(b, e), _spread(c, e)
+        delta.p_value, delta.method = spread_p(*spreads, e.se_factor), "spread"
+        delta.noise = Noise(math.hypot(*(_spread_se(s, e) for s in spreads)), math.inf)
     return delta
 
 
@@ -279,19 +321,19 @@ def _variance(values: list[float]) -> float:
     return math.fsum((x - mean) ** 2 for x in values) / (len(values) - 1)
 
 
-def _median_se(samples: list[float]) -> float:
-    """The standard error of a log median from its samples (sqrt(pi/2) x that of a mean)."""
+def _samples_se(samples: list[float], e: Estimate) -> float:
+    """The standard error of the estimate's log from its samples (e.se_factor x that of a log mean)."""
     logs = [math.log(x) for x in samples if x > 0]
-    return math.sqrt(math.pi / 2) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
+    return e.se_factor * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
 
 
-def _interval_se(row: pd.Series) -> float:
-    return (math.log(row["time_us_p50_hi"]) - math.log(row["time_us_p50_lo"])) / (2 * 1.959963984540054)
+def _interval_se(row: Mapping[str, Any], e: Estimate) -> float:
+    return (math.log(row[e.hi]) - math.log(row[e.lo])) / (2 * 1.959963984540054)
 
 
-def _spread_se(row: pd.Series) -> float:
-    p50, std, iters = _spread(row)
-    return math.sqrt(math.pi / 2) * std / math.sqrt(max(iters, 1)) / p50 if p50 > 0 else math.inf
+def _spread_se(spread: tuple[float, float, float], e: Estimate) -> float:
+    value, std, iters = spread
+    return e.se_factor * std / math.sqrt(max(iters, 1)) / value if value > 0 else math.inf
 
 
 def verdict_of(
@@ -340,16 +382,16 @@ def settled(verdict: str, threshold: Threshold, baseline: float, resolved: float
     return verdict
 
 
-def _has_interval(row: Mapping[str, Any]) -> bool:
-    return all(pd.notna(row[c]) and row[c] > 0 for c in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
+def _has_interval(row: Mapping[str, Any], e: Estimate) -> bool:
+    return all(pd.notna(row[c]) and row[c] > 0 for c in (e.value, e.lo, e.hi))
 
 
-def _interval(row: Mapping[str, Any]) -> tuple[float, float, float]:
-    return row["time_us_p50"], row["time_us_p50_lo"], row["time_us_p50_hi"]
+def _interval(row: Mapping[str, Any], e: Estimate) -> tuple[float, float, float]:
+    return row[e.value], row[e.lo], row[e.hi]
 
 
-def _spread(row: Mapping[str, Any]) -> tuple[float, float, float]:
-    return row["time_us_p50"], row["time_us_std"], row["iters"]
+def _spread(row: Mapping[str, Any], e: Estimate) -> tuple[float, float, float]:
+    return row[e.value], row["time_us_std"], row["iters"]
 
 
 def series_key(key: tuple) -> tuple:

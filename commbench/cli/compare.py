@@ -29,9 +29,10 @@ T = TypeVar("T")
 )
 @click.option(
     "--metric",
-    default="time_us_p50",
+    default="time_us_mean",
     show_default=True,
-    help="Column to compare: time_us_min/p50/mean/p95/max (lower is better) or algbw_gbps/busbw_gbps (higher is better).",
+    help="Column to compare: time_us_mean (the headline), time_us_min/p50/p95/max (lower is better) or "
+    "algbw_gbps/busbw_gbps (higher is better).",
 )
 @click.option(
     "--alpha",

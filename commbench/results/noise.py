@@ -1,7 +1,7 @@
 """What a run's noisy rows amount to: how many, the likely reason, and the one option that helps,
 with what it would cost. Printed as the last line of a sweep and in the report's summary.
 
-A row is noisy when its p50's interval is wide or its rounds disagree (results/stats.py). Both
+A row is noisy when its headline's (its mean's) interval is wide or its rounds disagree (results/stats.py). Both
 shrink with more samples per row: the interval as 1/sqrt(n), and longer blocks average a busy
 machine's slow spells instead of landing in one. The option that adds samples is --time-per-size
 for the rows the budget sizes, --min-iters for the rows that already sit at that floor (large,
@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from commbench.results.budget import Budget
-from commbench.results.stats import NOISY_ROUNDS, NOISY_WIDTH
+from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO, NOISY_ROUNDS, NOISY_WIDTH
 from commbench.units import counted
 
 NOISY = "noisy"
@@ -65,9 +65,8 @@ NOISE_COLUMNS = (
     "iters",
     "time_us_min",
     "time_us_mean",
-    "time_us_p50",
-    "time_us_p50_lo",
-    "time_us_p50_hi",
+    HEADLINE_LO,
+    HEADLINE_HI,
 )
 
 
@@ -76,8 +75,8 @@ def _is_noisy(row: Mapping[str, Any]) -> bool:
 
 
 def _width(row: Mapping[str, Any]) -> float:
-    p50, lo, hi = (float(row.get(k) or math.nan) for k in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
-    return (hi - lo) / p50 if p50 > 0 else math.nan
+    value, lo, hi = (float(row.get(k) or math.nan) for k in (HEADLINE, HEADLINE_LO, HEADLINE_HI))
+    return (hi - lo) / value if value > 0 else math.nan
 
 
 def _seconds(row: Mapping[str, Any], column: str) -> float:
@@ -128,7 +127,7 @@ class NoiseSummary:
 
     def line(self) -> str:
         return (
-            f"# {self.noisy} of {self.measured} rows are {NOISY} (p50 interval wider than {NOISY_WIDTH:.0%} "
+            f"# {self.noisy} of {self.measured} rows are {NOISY} (mean interval wider than {NOISY_WIDTH:.0%} "
             f"or rounds {NOISY_ROUNDS}x apart); likely reason: {self.reason}; what helps: {self.option} ({self.cost})"
         )
 

@@ -33,6 +33,7 @@ from commbench.results.schema import (
     ROW_KEY,
     SCHEMA_VERSION,
 )
+from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO, HEADLINE_ROUNDS, quantile_t975
 from commbench.results.timing import PERF_COUNTER
 
 # What charts, reports and compare actually use. A CSV that has these reads even when the writer
@@ -72,6 +73,7 @@ TEXT_COLUMNS = (
     "command",
     "timestamp",
     "time_us_p50_rounds",
+    HEADLINE_ROUNDS,
     "fingerprint",
     "env_file",
     "launch_group",
@@ -243,7 +245,7 @@ CHECKED_CELLS = {
     "size_bytes": (True, 0, True, "a size (a whole number of bytes, 0 or more)"),
     "world_size": (True, 1, True, "a rank count (a whole number, 1 or more)"),
     **dict.fromkeys(("time_us_min", "time_us_p50", "time_us_p95", "time_us_max"), _TIME),
-    **dict.fromkeys(("time_us_p50_lo", "time_us_p50_hi"), _TIME),
+    **dict.fromkeys(("time_us_p50_lo", "time_us_p50_hi", HEADLINE, HEADLINE_LO, HEADLINE_HI), _TIME),
     **dict.fromkeys(("time_us_std", "busbw_gbps"), _SPREAD),
 }
 MAX_NAMED = 5  # rows named one by one per file; the rest are counted
@@ -355,6 +357,8 @@ def typed(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         elif column in COLUMNS:
             frame[column] = numbers(frame[column])
     frame[ROUND_P50S] = _each_distinct(frame["time_us_p50_rounds"], parse_rounds)  # parsed once, for every judge
+    frame[ROUND_MEANS] = _each_distinct(frame[HEADLINE_ROUNDS], parse_rounds)
+    _fill_mean_interval(frame)
     frame["group_size"] = frame["group_size"].fillna(frame["world_size"])
     # A file written before commands were redacted may hold a password: no report or chart shows it.
     frame["command"] = _each_distinct(frame["command"], redact)
@@ -423,11 +427,26 @@ def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tu
 
 def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows with a trustworthy measurement: neither unavailable nor with wrong results."""
-    return frame[(frame["status"] == "ok") & frame["time_us_p50"].notna()]
+    return frame[(frame["status"] == "ok") & frame[HEADLINE].notna()]
 
 
-# The column typed() adds: time_us_p50_rounds as a tuple of floats, () where a row has no rounds.
+# The columns typed() adds: time_us_p50_rounds and time_us_mean_rounds as tuples of floats, () where
+# a row has no rounds.
 ROUND_P50S = "round_p50s"
+ROUND_MEANS = "round_means"
+
+
+def _fill_mean_interval(frame: pd.DataFrame) -> None:
+    """The headline's interval where a file written before it had one has none: the same rule the
+    writer applies (stats.mean_ci), from the row's mean, std and iters, which every version keeps."""
+    missing = frame[HEADLINE_LO].isna() & frame[HEADLINE].notna() & (frame["iters"] >= 2) & frame["time_us_std"].notna()
+    if not missing.any():
+        return
+    rows = frame.loc[missing]
+    t = rows["iters"].map(lambda n: quantile_t975(int(n) - 1))
+    half = t * rows["time_us_std"] / np.sqrt(rows["iters"])
+    frame.loc[missing, HEADLINE_LO] = np.maximum(rows[HEADLINE] - half, rows["time_us_min"].fillna(0))
+    frame.loc[missing, HEADLINE_HI] = np.minimum(rows[HEADLINE] + half, rows["time_us_max"].fillna(np.inf))
 
 
 def parse_rounds(cell: object) -> tuple[float, ...]:

@@ -34,6 +34,7 @@ COLUMNS = (
     *"iters warmup window rounds timer".split(),
     *STAT_COLUMNS,
     "time_us_p50_rounds",
+    "time_us_mean_rounds",
     *"algbw_gbps busbw_gbps wrong status note".split(),
     *"comm_us compute_us overlapped_us overlap compute_flops".split(),  # --overlap only
     *"hosts node_ranks torch_version backend_version commbench_version command".split(),

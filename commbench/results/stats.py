@@ -20,8 +20,8 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
 
 
 CONFIDENCE = 0.95
-# A row is noisy when its p50's interval is wider than this fraction of the p50, or when its rounds'
-# medians disagree by more than this factor (max / min). Chosen on a shared 2-core machine, where a
+# A row is noisy when its headline's interval is wider than this fraction of it, or when its rounds'
+# headlines disagree by more than this factor (max / min). Chosen on a shared 2-core machine, where a
 # steady row's interval is a few percent wide and its rounds agree within ~10%: docs/measurement.md.
 NOISY_WIDTH = 0.10
 NOISY_ROUNDS = 1.25
@@ -57,16 +57,47 @@ def median_ci(sorted_values: Sequence[float], confidence: float = CONFIDENCE) ->
     return sorted_values[lo], sorted_values[hi]
 
 
-def relative_width(p50: float, lo: float, hi: float) -> float:
-    """Width of the p50's interval as a fraction of the p50 (0.04: the p50 is known to within 4%)."""
-    return (hi - lo) / p50 if p50 > 0 else math.inf
+def quantile_t975(df: int) -> float:
+    """Student's t quantile at 0.975 (a two-sided 95% interval): exact at 1 and 2 degrees of freedom,
+    else the Cornish-Fisher expansion to 1/df^4 (within 0.13% of scipy's at 3, 1e-5 from 8 on), so
+    that a rank writing rows never imports scipy."""
+    if df < 1:
+        raise ValueError("a t quantile of no degrees of freedom")
+    if df == 1:
+        return math.tan(math.pi * 0.475)
+    if df == 2:
+        return 0.95 / math.sqrt(2 * 0.975 * 0.025)
+    z = _Z95
+    terms = (
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    )
+    return z + sum(term / df**power for power, term in enumerate(terms, 1))
 
 
-def round_spread(round_p50s: Sequence[float]) -> float:
-    """max / min of the rounds' medians; 1.0 with fewer than two rounds (nothing to disagree)."""
-    if len(round_p50s) < 2 or min(round_p50s) <= 0:
+def mean_ci(sorted_values: Sequence[float], mean: float, std: float) -> tuple[float, float]:
+    """The 95% interval of the mean of sorted samples: Student's t, mean +/- t(0.975, n-1) std/sqrt(n),
+    clipped to the samples' range (no mean lies outside it; a time's interval stays above 0). With one
+    sample the interval is that sample."""
+    n = len(sorted_values)
+    if n < 2:
+        return sorted_values[0], sorted_values[-1]
+    half = quantile_t975(n - 1) * std / math.sqrt(n)
+    return max(mean - half, sorted_values[0]), min(mean + half, sorted_values[-1])
+
+
+def relative_width(value: float, lo: float, hi: float) -> float:
+    """Width of an interval as a fraction of its value (0.04: the value is known to within 4%)."""
+    return (hi - lo) / value if value > 0 else math.inf
+
+
+def round_spread(round_values: Sequence[float]) -> float:
+    """max / min of the rounds' values; 1.0 with fewer than two rounds (nothing to disagree)."""
+    if len(round_values) < 2 or min(round_values) <= 0:
         return 1.0
-    return max(round_p50s) / min(round_p50s)
+    return max(round_values) / min(round_values)
 
 
 # Two modes are told apart where consecutive sorted samples jump by this factor or more, with at
@@ -105,6 +136,18 @@ def modes_note(samples_us: Sequence[float]) -> str | None:
     return f"two modes: {len(slow)} of {len(fast) + len(slow)} iterations slow, from {slow[0]:.4g} us"
 
 
+# The row's headline: the mean of its per-iteration times (each the max over ranks), with the 95%
+# interval of that mean and the mean of each round. It is what nccl-tests and PARAM comms report, what
+# a job pays over many steps (n iterations cost n x the mean, slow ones included), and of the
+# candidates weighed it repeated best across runs, as well as PARAM's loop or better on every op
+# (docs/measurement.md). Every "the row's time" (the printed table, the bandwidths, charts, the
+# model, compare's default metric) reads these names; the p50, p95 and max stay beside it.
+HEADLINE = "time_us_mean"
+HEADLINE_LO = "time_us_mean_lo"
+HEADLINE_HI = "time_us_mean_hi"
+HEADLINE_ROUNDS = "time_us_mean_rounds"
+
+
 @dataclass(frozen=True)
 class Stats:
     """Summary of timing samples in microseconds; field names are the CSV column names."""
@@ -114,43 +157,55 @@ class Stats:
     time_us_p50_lo: float
     time_us_p50_hi: float
     time_us_mean: float
+    time_us_mean_lo: float
+    time_us_mean_hi: float
     time_us_p95: float
     time_us_max: float
     time_us_std: float
 
     @classmethod
     def from_samples(cls, samples_us: Sequence[float]) -> Stats:
-        """The row's statistics over every iteration: its p50 (the headline) is the median of all of
-        them. Where they form two modes the row's note says so (modes_note): the median is then in
-        whichever mode holds the majority, which is what the job would see."""
+        """The row's statistics over every iteration: its mean (the headline) and its p50 each with
+        a 95% interval. Where they form two modes the row's note says so (modes_note): the median is
+        then in whichever mode holds the majority, and the mean weighs both."""
         s = sorted(samples_us)
         lo, hi = median_ci(s)
+        mean = statistics.fmean(s)
+        std = statistics.stdev(s) if len(s) > 1 else 0.0
+        mean_lo, mean_hi = mean_ci(s, mean, std)
         return cls(
             time_us_min=s[0],
             time_us_p50=percentile(s, 50),
             time_us_p50_lo=lo,
             time_us_p50_hi=hi,
-            time_us_mean=statistics.fmean(s),
+            time_us_mean=mean,
+            time_us_mean_lo=mean_lo,
+            time_us_mean_hi=mean_hi,
             time_us_p95=percentile(s, 95),
             time_us_max=s[-1],
-            time_us_std=statistics.stdev(s) if len(s) > 1 else 0.0,
+            time_us_std=std,
         )
 
     @property
+    def headline(self) -> float:
+        return self.time_us_mean
+
+    @property
     def relative_width(self) -> float:
-        return relative_width(self.time_us_p50, self.time_us_p50_lo, self.time_us_p50_hi)
+        """The headline's interval as a fraction of it."""
+        return relative_width(self.time_us_mean, self.time_us_mean_lo, self.time_us_mean_hi)
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
-def noisy(stats: Stats, round_p50s: Sequence[float]) -> str | None:
-    """Why a row's p50 cannot be trusted to the precision it prints, or None when it can."""
+def noisy(stats: Stats, round_means: Sequence[float]) -> str | None:
+    """Why a row's headline (its mean) cannot be trusted to the precision it prints, or None when it can."""
     reasons = []
     if stats.relative_width > NOISY_WIDTH:
-        reasons.append(f"p50 interval {stats.relative_width:.0%} wide")
-    if (spread := round_spread(round_p50s)) > NOISY_ROUNDS:
-        reasons.append(f"rounds' p50s differ {spread:.2f}x")
+        reasons.append(f"mean interval {stats.relative_width:.0%} wide")
+    if (spread := round_spread(round_means)) > NOISY_ROUNDS:
+        reasons.append(f"rounds' means differ {spread:.2f}x")
     return f"noisy: {', '.join(reasons)}" if reasons else None
 
 
@@ -198,9 +253,12 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
     return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
-def spread_p(baseline: tuple[float, float, float], candidate: tuple[float, float, float]) -> float:
-    """Two-sided p-value that two p50 times differ, from each run's (p50, std, iterations)."""
-    se2 = sum((_MEDIAN_SE_FACTOR * std) ** 2 / max(iters, 1) for _p50, std, iters in (baseline, candidate))
+def spread_p(
+    baseline: tuple[float, float, float], candidate: tuple[float, float, float], se_factor: float = _MEDIAN_SE_FACTOR
+) -> float:
+    """Two-sided p-value that two times differ, from each run's (time, std, iterations): a mean's
+    standard error std/sqrt(n) times se_factor (a median's by default, sqrt(pi/2); 1 for a mean)."""
+    se2 = sum((se_factor * std) ** 2 / max(iters, 1) for _value, std, iters in (baseline, candidate))
     diff = abs(candidate[0] - baseline[0])
     if not se2 > 0:  # a single iteration, or an std of 0: no spread to judge by
         return 0.0 if diff > 0 else 1.0

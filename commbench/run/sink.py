@@ -4,6 +4,7 @@ table and the progress line. Rows are built here, next to the schema they fill."
 from __future__ import annotations
 
 import datetime
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -19,7 +20,15 @@ from commbench.results.measurement import Measurement
 from commbench.results.noise import NOISE_COLUMNS, HostLoad, summarise_noise
 from commbench.results.paths import raw_path
 from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, STOPPED, rank_hosts
-from commbench.results.stats import Stats, bandwidth_gbps, modes_note, noisy, overlap_fraction, percentile
+from commbench.results.stats import (
+    HEADLINE_ROUNDS,
+    Stats,
+    bandwidth_gbps,
+    modes_note,
+    noisy,
+    overlap_fraction,
+    percentile,
+)
 from commbench.results.writer import CsvAppender
 from commbench.run.phases import PhaseClock
 
@@ -105,9 +114,10 @@ class Sink:
     def row(self, m: Measurement) -> dict[str, Any]:
         stats = Stats.from_samples([t for block in m.rounds_us for t in block])
         round_p50s = [percentile(sorted(block), 50) for block in m.rounds_us]
-        algbw, busbw = bandwidth_gbps(m.size_bytes, stats.time_us_p50, m.bus_factor)
+        round_means = [statistics.fmean(block) for block in m.rounds_us]
+        algbw, busbw = bandwidth_gbps(m.size_bytes, stats.headline, m.bus_factor)
         notes = [m.note] if m.note else []
-        if (why := noisy(stats, round_p50s)) is not None:
+        if (why := noisy(stats, round_means)) is not None:
             notes.append(why)
         if (modes := modes_note([t for block in m.rounds_us for t in block])) is not None:
             notes.append(modes)
@@ -126,6 +136,7 @@ class Sink:
             "rounds": len(m.rounds_us),
             **stats.as_dict(),
             "time_us_p50_rounds": ";".join(f"{p:.6g}" for p in round_p50s),
+            HEADLINE_ROUNDS: ";".join(f"{p:.6g}" for p in round_means),
             "algbw_gbps": algbw,
             "busbw_gbps": busbw,
             "status": "wrong" if m.wrong > 0 else STOPPED if m.stopped else "ok",

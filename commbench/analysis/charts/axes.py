@@ -10,6 +10,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
 from commbench.analysis.charts.style import DENSE_POINTS, HATCHES, Family, Palette
+from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO
 from commbench.units import round_size
 
 _MAX_TICKS = 9
@@ -50,8 +51,8 @@ def draw_band(
 
 
 def draw_interval(ax, rows: pd.DataFrame, color: str = "C0") -> None:
-    """One series' p50 interval (time_us_p50_lo..hi) as an error bar at each size."""
-    draw_errors(ax, rows["size_bytes"], rows["time_us_p50"], interval_errors(rows), color)
+    """One series' headline interval (time_us_mean_lo..hi) as an error bar at each size."""
+    draw_errors(ax, rows["size_bytes"], rows[HEADLINE], interval_errors(rows), color)
 
 
 def draw_errors(ax, x, y, errors: list, color: str) -> None:
@@ -123,12 +124,12 @@ def bar_group(
 
 
 def interval_errors(rows: pd.DataFrame) -> list:
-    """Distances from the p50 down to its interval's low end and up to its high end (0 where a
-    version-1 file has no interval)."""
-    p50 = rows["time_us_p50"].to_numpy(dtype=float)
-    lo = rows["time_us_p50_lo"].fillna(rows["time_us_p50"]).to_numpy(dtype=float)
-    hi = rows["time_us_p50_hi"].fillna(rows["time_us_p50"]).to_numpy(dtype=float)
-    return [p50 - lo, hi - p50]
+    """Distances from the headline down to its interval's low end and up to its high end (0 where a
+    file has no interval)."""
+    value = rows[HEADLINE].to_numpy(dtype=float)
+    lo = rows[HEADLINE_LO].fillna(rows[HEADLINE]).to_numpy(dtype=float)
+    hi = rows[HEADLINE_HI].fillna(rows[HEADLINE]).to_numpy(dtype=float)
+    return [value - lo, hi - value]
 
 
 def ratio_axis(ax, values: list[float], extra: list[float] = ()) -> None:

@@ -16,6 +16,7 @@ from commbench.analysis.charts.layout import X_LABELS, grid, shared_labels, supt
 from commbench.analysis.charts.render import Chart
 from commbench.analysis.charts.style import markevery, op_palette
 from commbench.results.reader import ok_rows
+from commbench.results.stats import HEADLINE
 
 COLUMNS = 3  # panels per row
 # Inches (charts/layout.py): a panel's title at 10 points, and the legend's room right of the grid.
@@ -24,7 +25,7 @@ LEGEND = 2.4
 
 
 def runs_chart(name: str, group: pd.DataFrame, colours: dict[str, str], incomplete: set[str]) -> Chart:
-    """p50 against size (with its 95% interval), a panel per variant, a line per run; an
+    """The mean (the headline) against size (with its 95% interval), a panel per variant, a line per run; an
     incomplete run's line is dashed. colours: run -> colour (analysis/runs.py run_colours)."""
     measured = ok_rows(group)
     op, phase = measured["op"].iloc[0], measured["phase"].iloc[0]
@@ -57,7 +58,7 @@ def runs_chart(name: str, group: pd.DataFrame, colours: dict[str, str], incomple
                 style = "--" if run in incomplete else "-"
                 ax.plot(
                     line["size_bytes"],
-                    line["time_us_p50"],
+                    line[HEADLINE],
                     style,
                     marker="o",
                     markersize=3,
@@ -95,11 +96,13 @@ def runs_chart(name: str, group: pd.DataFrame, colours: dict[str, str], incomple
         title="run",
         title_fontsize=8,
     )
-    shared_labels(axes, "time per op (µs): p50 with its 95% interval", "size S in bytes (S per op: see commbench list)")
+    shared_labels(
+        axes, "time per op (µs): mean with its 95% interval", "size S in bytes (S per op: see commbench list)"
+    )
     facts = title_facts(measured)
     suptitle(fig, f"{op} · {phase}: {len(runs)} runs, a panel per variant\n{facts}", height, place)
     caption = (
-        f"{op} ({phase}): p50 against size in {len(runs)} runs, one panel per variant ({', '.join(variants)}), "
+        f"{op} ({phase}): mean against size in {len(runs)} runs, one panel per variant ({', '.join(variants)}), "
         "each run one colour on every chart" + ("; dashed: an incomplete run" if incomplete & set(runs) else "") + "."
     )
     return Chart(name=name, kind="size", figure=fig, caption=caption)

@@ -31,6 +31,7 @@ from commbench.analysis.charts.layout import (
 from commbench.analysis.charts.render import Chart
 from commbench.analysis.charts.style import Palette, op_palette
 from commbench.results.reader import ok_rows
+from commbench.results.stats import HEADLINE
 from commbench.units import format_size
 
 # The chart's geometry, in inches (charts/layout.py): the overview's height, the room its legend
@@ -79,12 +80,12 @@ def size_chart(name: str, group: pd.DataFrame) -> Chart:
     if bottom is not None:
         _draw_multiples(bottom, series, palette)
     latency.set_title(
-        "latency: p50 bars, 95% interval (black), min..p95 (gray)"
+        "latency: mean bars, 95% interval (black), min..p95 (gray)"
         if one_size
         else "latency" + (" (min..p95 bands below, per variant)" if multiples else "")
     )
     if busbw is not None:
-        busbw.set_ylabel("busbw (GB/s, from p50 time)")
+        busbw.set_ylabel("busbw (GB/s, from the mean time)")
         busbw.set_ylim(bottom=0)
         busbw.set_title("bus bandwidth")
     what = (
@@ -104,11 +105,11 @@ def size_chart(name: str, group: pd.DataFrame) -> Chart:
 
 
 def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette: Palette, bands: bool = True) -> None:
-    """A line per series against size: p50 (with its min..p95 band when few lines share the
+    """A line per series against size: the mean, the headline (with its min..p95 band when few lines share the
     panel) for latency, busbw beside it; one legend, outside the data."""
     for label, rows in series:
         style = palette.style(rows)
-        latency.plot(rows["size_bytes"], rows["time_us_p50"], markersize=4, label=label, **style)
+        latency.plot(rows["size_bytes"], rows[HEADLINE], markersize=4, label=label, **style)
         if bands:
             draw_band(latency, rows, color=style["color"])
             draw_interval(latency, rows, color=style["color"])
@@ -119,12 +120,12 @@ def _draw_lines(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette:
         if ax is not None:
             size_axis(ax, sizes)
     latency_axis(latency)
-    latency.set_ylabel("time per op (µs): p50 line" + (" with its 95% interval, min..p95 band" if bands else ""))
+    latency.set_ylabel("time per op (µs): mean line" + (" with its 95% interval, min..p95 band" if bands else ""))
     legend_outside(busbw or latency)
 
 
 def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Palette) -> None:
-    """Small multiples: one latency panel per variant, its runs' p50 lines with their min..p95
+    """Small multiples: one latency panel per variant, its runs' mean lines with their min..p95
     bands, on shared axes so panels compare at a glance."""
     variants = palette.variants
     columns, rows = min(4, len(variants)), math.ceil(len(variants) / min(4, len(variants)))
@@ -145,7 +146,7 @@ def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Pal
         for _, rows in series:
             if rows["variant"].iloc[0] == variant:
                 style = palette.style(rows)
-                ax.plot(rows["size_bytes"], rows["time_us_p50"], markersize=3, label=f"_{variant}", **style)
+                ax.plot(rows["size_bytes"], rows[HEADLINE], markersize=3, label=f"_{variant}", **style)
                 draw_band(ax, rows, color=style["color"])
                 draw_interval(ax, rows, color=style["color"])
         ax.set_title(variant, fontsize=9, color=palette.color(variant))
@@ -155,23 +156,24 @@ def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Pal
     latency_axis(axes.flat[0])
     for ax in list(axes.flat)[len(variants) :]:
         ax.set_visible(False)
-    shared_labels(axes, "time per op (µs): p50, its 95% interval, min..p95", "size S in bytes", fontsize=8)
+    shared_labels(axes, "time per op (µs): mean, its 95% interval, min..p95", "size S in bytes", fontsize=8)
 
 
 def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette: Palette) -> None:
     """A bar per series when every row has one size (a fixed workload): a line would be a dot.
     Variants sort by their numeric meaning (bucketed_1MB before bucketed_25MB); each bar shows its value."""
-    p50 = [float(rows["time_us_p50"].iloc[0]) for _, rows in series]
+    means = [float(rows[HEADLINE].iloc[0]) for _, rows in series]
+    # min..p95 around the mean; a mean above the p95 (one huge iteration) gets no upper whisker.
     spread = [
-        [p - float(rows["time_us_min"].iloc[0]) for p, (_, rows) in zip(p50, series)],
-        [float(rows["time_us_p95"].iloc[0]) - p for p, (_, rows) in zip(p50, series)],
+        [max(0.0, m - float(rows["time_us_min"].iloc[0])) for m, (_, rows) in zip(means, series)],
+        [max(0.0, float(rows["time_us_p95"].iloc[0]) - m) for m, (_, rows) in zip(means, series)],
     ]
     bars = bar_group(
-        latency, series, palette, p50, [f"{p:,.0f}" for p in p50], yerr=spread, capsize=3, ecolor="dimgray"
+        latency, series, palette, means, [f"{m:,.0f}" for m in means], yerr=spread, capsize=3, ecolor="dimgray"
     )
     centres = [bar.get_x() + bar.get_width() / 2 for bar in bars]
     firsts = pd.concat([rows.iloc[:1] for _, rows in series])
-    latency.errorbar(centres, p50, yerr=interval_errors(firsts), fmt="none", ecolor="black", capsize=5, elinewidth=2)
+    latency.errorbar(centres, means, yerr=interval_errors(firsts), fmt="none", ecolor="black", capsize=5, elinewidth=2)
     latency.set_ylabel("time per op (µs)")
     latency.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:,.0f}"))
     if busbw is None:  # latency only (a barrier): its panel keeps the legend
