@@ -47,14 +47,15 @@ def slowed(path: Path, out: Path, factor: float) -> Path:
     """A copy of a run (and its raw samples) with every time multiplied by factor."""
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     for column in frame.columns:
-        if column.startswith("time_us_") and column != "time_us_p50_rounds":
+        if column.endswith("_rounds"):  # time_us_p50_rounds, time_us_mean_rounds: one time per round
+            frame[column] = [
+                ";".join(f"{float(x) * factor:.6g}" for x in cell.split(";")) if cell else cell
+                for cell in frame[column]
+            ]
+        elif column.startswith("time_us_"):
             frame[column] = [f"{float(v) * factor:.6g}" if v else v for v in frame[column]]
         elif column.endswith("_gbps"):
             frame[column] = [f"{float(v) / factor:.6g}" if v else v for v in frame[column]]
-    frame["time_us_p50_rounds"] = [
-        ";".join(f"{float(x) * factor:.6g}" for x in cell.split(";")) if cell else cell
-        for cell in frame["time_us_p50_rounds"]
-    ]
     frame.to_csv(out, index=False)
     if raw_path(path).exists():
         raw = pd.read_csv(raw_path(path))

@@ -82,9 +82,9 @@ def compare(
 
     Rows match on (op, variant, phase, dtype, mode, size_bytes, world_size, group). A row is a regression or
     an improvement only when its change exceeds --threshold AND the noise test finds the runs differ
-    (p < alpha, Holm-adjusted over the rows): Welch's t-test on the runs' per-round p50s (sweeps with
-    --rounds 2 or more, the default), else a Mann-Whitney U test on per-iteration samples (--raw),
-    else each run's p50 interval (or, for version-1 files, its spread); in a series of 4 sizes or
+    (p < alpha, Holm-adjusted over the rows): Welch's t-test on the runs' per-round means (per-round p50s with
+    --metric time_us_p50; sweeps with --rounds 2 or more, the default), else a Mann-Whitney U test on
+    per-iteration samples (--raw), else each run's interval of the mean (or, for files without one, its spread); in a series of 4 sizes or
     more the change must also stand out of the scatter of the series' changes across its sizes (the
     drift between the two runs). Rows found in one run only are listed, not compared. Wrong results in the candidate also fail the comparison.
     Either file may be nccl-tests' -J results.json (docs/history.md).

@@ -174,7 +174,7 @@ timing_options = _compose(
     budget_options(
         "Timed iterations per (variant, phase, size): a number (1 to 1,000,000), or auto to fill --time-per-size."
     ),
-    precision_option("Stop a row early once its p50's 95% interval is this narrow, e.g. 2% (within the budget)."),
+    precision_option("Stop a row early once its mean's 95% interval is this narrow, e.g. 2% (within the budget)."),
     sample_options,
     config_option("overlap"),
     config_option("compute"),

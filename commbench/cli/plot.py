@@ -20,7 +20,8 @@ def plot(csvs: tuple[Path, ...], output: str | None, fmt: str, overwrite: bool) 
     """Chart result CSVs: latency and busbw against size per op and phase, speedups per variant family.
 
     One line per (backend, variant, run): give several CSVs to see runs side by side. Latency shows
-    the p50 time with a band from the fastest iteration to p95; busbw is computed from the p50 time.
+    the mean time (the headline) with its 95% interval and a band from the fastest iteration to p95;
+    busbw is computed from the mean time.
     Existing charts are replaced only with --overwrite.
     """
     from commbench.results.paths import output_path

@@ -57,7 +57,7 @@ from commbench.errors import UserError, warn
     "Timed iterations per call and for the step: a number, or auto to fill --time-per-size.",
     "With --iters auto: seconds of timed work per call and for the step.",
 )
-@precision_option("Stop a call early once its p50 is this precise.")
+@precision_option("Stop a call early once its mean is this precise.")
 @sample_options
 @launch_options
 @history_options

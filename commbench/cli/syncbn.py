@@ -61,7 +61,7 @@ def syncbn(
     On CUDA also native_torch (torch.nn.SyncBatchNorm) and, with --backend horovod, native_horovod.
 
     Runs the sync_bn op over C for the forward, backward and forward_backward phases, writes the CSV,
-    prints p50 times with each strategy's speedup over horovod, and charts the run beside the CSV in
+    prints mean times with each strategy's speedup over horovod, and charts the run beside the CSV in
     <output stem>-charts/: sync_bn-<phase>-speedup.png (speedup over horovod against C) and
     sync_bn-<phase>.png (latency and busbw against S).
     """

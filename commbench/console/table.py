@@ -87,7 +87,7 @@ class Table:
         units = " ".join(c.render(c.unit) for c in self.columns)
         return (
             f"# {title}\n# {titles.rstrip()}\n# {units.rstrip()}\n"
-            f"# ±: half-width of the p50's 95% interval; {NOISY_MARK}: the interval is wide or the rounds disagree"
+            f"# ±: half-width of the mean's 95% interval; {NOISY_MARK}: the interval is wide or the rounds disagree"
         )
 
     def line(self, row: dict[str, Any]) -> str:

@@ -33,7 +33,7 @@ from commbench.results.schema import (
     ROW_KEY,
     SCHEMA_VERSION,
 )
-from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO, HEADLINE_ROUNDS, quantile_t975
+from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO, HEADLINE_ROUNDS
 from commbench.results.timing import PERF_COUNTER
 
 # What charts, reports and compare actually use. A CSV that has these reads even when the writer
@@ -358,7 +358,6 @@ def typed(frame: pd.DataFrame, source: str) -> pd.DataFrame:
             frame[column] = numbers(frame[column])
     frame[ROUND_P50S] = _each_distinct(frame["time_us_p50_rounds"], parse_rounds)  # parsed once, for every judge
     frame[ROUND_MEANS] = _each_distinct(frame[HEADLINE_ROUNDS], parse_rounds)
-    _fill_mean_interval(frame)
     frame["group_size"] = frame["group_size"].fillna(frame["world_size"])
     # A file written before commands were redacted may hold a password: no report or chart shows it.
     frame["command"] = _each_distinct(frame["command"], redact)
@@ -427,26 +426,13 @@ def read_samples(csv_path: Path, summary: pd.DataFrame | None = None) -> dict[tu
 
 def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows with a trustworthy measurement: neither unavailable nor with wrong results."""
-    return frame[(frame["status"] == "ok") & frame[HEADLINE].notna()]
+    return frame[(frame["status"] == "ok") & frame["time_us_p50"].notna()]
 
 
 # The columns typed() adds: time_us_p50_rounds and time_us_mean_rounds as tuples of floats, () where
 # a row has no rounds.
 ROUND_P50S = "round_p50s"
 ROUND_MEANS = "round_means"
-
-
-def _fill_mean_interval(frame: pd.DataFrame) -> None:
-    """The headline's interval where a file written before it had one has none: the same rule the
-    writer applies (stats.mean_ci), from the row's mean, std and iters, which every version keeps."""
-    missing = frame[HEADLINE_LO].isna() & frame[HEADLINE].notna() & (frame["iters"] >= 2) & frame["time_us_std"].notna()
-    if not missing.any():
-        return
-    rows = frame.loc[missing]
-    t = rows["iters"].map(lambda n: quantile_t975(int(n) - 1))
-    half = t * rows["time_us_std"] / np.sqrt(rows["iters"])
-    frame.loc[missing, HEADLINE_LO] = np.maximum(rows[HEADLINE] - half, rows["time_us_min"].fillna(0))
-    frame.loc[missing, HEADLINE_HI] = np.minimum(rows[HEADLINE] + half, rows["time_us_max"].fillna(np.inf))
 
 
 def parse_rounds(cell: object) -> tuple[float, ...]:

@@ -91,7 +91,7 @@ class SweepConfig:
         DEFAULT_ROUNDS,
         "Visit every (variant, phase, size) this many times in rotation, each visit a block of its iterations.",
     )
-    precision: float | None = None  # stop a row once its p50's interval is this narrow (relative width)
+    precision: float | None = None  # stop a row once its mean's interval is this narrow (relative width)
     mode: str = option(
         "blocking",
         "blocking: barrier, then time issue+wait of one op; nonblocking: issue --window ops, wait all, time / window.",
@@ -196,7 +196,7 @@ class SweepConfig:
         rounds = f" in {self.rounds} interleaved rounds" if self.rounds > 1 else ""
         if self.iters is not None:
             return f"{self.iters} iters{rounds}"
-        precision = f", or until the p50 is known to {self.precision:.3g}" if self.precision else ""
+        precision = f", or until the mean is known to {self.precision:.3g}" if self.precision else ""
         return f"auto iters ({self.time_per_size:g} s per case{precision}, {self.min_iters}..{self.max_iters}){rounds}"
 
     def built_ops(self) -> list[Op]:

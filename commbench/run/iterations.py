@@ -64,7 +64,7 @@ def compute_kernel(cfg: SweepConfig, case: TimedCase, target_s: float) -> Comput
 
 
 def precise(case: TimedCase, cfg: SweepConfig) -> bool:
-    """--precision: the pooled p50's interval is narrow enough. Every rank holds the same samples, so
+    """--precision: the pooled mean's (the headline's) interval is narrow enough. Every rank holds the same samples, so
     every rank decides the same. At least two rounds first (where more are planned), so that the
     rounds can still disagree, and at least --min-iters samples."""
     if len(case.rounds_us) < min(2, cfg.rounds) or case.iters < cfg.min_iters:

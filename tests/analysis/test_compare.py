@@ -32,7 +32,7 @@ def _compare(*args: str):
 METHODS = {
     "rounds": ({"rounds": 5, "round_sigma": 0.01, "raw": False}, "Welch's t"),
     "u-test": ({"raw": True}, "Mann-Whitney U"),
-    "interval": ({"raw": False}, "p50 95% interval"),
+    "interval": ({"raw": False}, "95% interval of the mean"),
     "spread": ({"raw": False, "version": 1}, "own spread"),
 }
 METHOD_NAMES = {"rounds": "rounds", "u-test": "U", "interval": "interval", "spread": "spread"}

@@ -50,15 +50,15 @@ def test_size_chart_has_a_line_per_variant_on_log2_axes_with_human_labels(run_cs
     assert latency.get_yscale() == "log"
     bands = [c for c in latency.collections if isinstance(c, PolyCollection)]
     intervals = [c for c in latency.collections if isinstance(c, LineCollection)]
-    assert len(bands) == 2 and len(intervals) == 2  # per line: a min..p95 band, a bar per p50's interval
+    assert len(bands) == 2 and len(intervals) == 2  # per line: a min..p95 band, a bar per mean's interval
     flat = read_results([run_csv]).query("variant == 'flat'").sort_values("size_bytes")
     band = bands[0].get_paths()[0].vertices[:, 1]
     assert band.min() == pytest.approx(flat["time_us_min"].min()) and band.max() == pytest.approx(
         flat["time_us_p95"].max()
     )
-    # Each interval bar spans the row's time_us_p50_lo..time_us_p50_hi at its size.
+    # Each interval bar spans the row's time_us_mean_lo..time_us_mean_hi at its size.
     spans = [y for segment in intervals[0].get_segments() for y in segment[:, 1]]
-    assert spans == pytest.approx([y for pair in zip(flat["time_us_p50_lo"], flat["time_us_p50_hi"]) for y in pair])
+    assert spans == pytest.approx([y for pair in zip(flat["time_us_mean_lo"], flat["time_us_mean_hi"]) for y in pair])
     title = chart.figure.get_suptitle()
     for fact in ("all_gather", "n=2", "gloo", "float32", "testhost"):
         assert fact in title
@@ -93,7 +93,7 @@ def test_each_run_is_its_own_line_and_no_two_lines_look_alike(tmp_path: Path) ->
     # Four lines: the bands leave the overview for small multiples, one panel per variant with its runs.
     assert len(latency.collections) == 0 and [ax.get_title() for ax in multiples] == ["flat", "list"]
     assert [sum(line.get_linestyle() != "None" for line in ax.get_lines()) for ax in multiples] == [2, 2]
-    # each panel: per run, a min..p95 band and an error bar per p50's interval
+    # each panel: per run, a min..p95 band and an error bar per mean's interval
     assert [sum(isinstance(c, PolyCollection) for c in ax.collections) for ax in multiples] == [2, 2]
     assert [sum(isinstance(c, LineCollection) for c in ax.collections) for ax in multiples] == [2, 2]
     # The legend sits beside the data, not over it.
@@ -304,7 +304,7 @@ def test_a_one_size_workload_is_drawn_as_bars_in_numeric_order_with_their_values
     latency, busbw = size_chart.figure.axes
     rows = read_results([tmp_path / "w.csv"]).set_index("variant")
     order = ["per_tensor", "bucketed_256K", "bucketed_1M", "bucketed_1e7"]  # the baseline, then by size
-    for ax, column, spec in ((latency, "time_us_p50", ",.0f"), (busbw, "busbw_gbps", ".3g")):
+    for ax, column, spec in ((latency, "time_us_mean", ",.0f"), (busbw, "busbw_gbps", ".3g")):
         assert [t.get_text() for t in ax.get_xticklabels()] == order
         assert len(ax.patches) == 4
         assert _bar_labels(ax) == [format(rows.loc[v, column], spec) for v in order]

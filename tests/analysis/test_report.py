@@ -119,7 +119,7 @@ def test_numbers_read_as_people_write_them_noisy_rows_are_marked_and_refused_fit
     ]
     run = synth_run(tmp_path / "a.csv", cases, seed=3, raw=False)
     frame = read_results([run])
-    frame.loc[frame["size_bytes"] == 1024, "note"] = "noisy: p50 interval 30% wide"
+    frame.loc[frame["size_bytes"] == 1024, "note"] = "noisy: mean interval 30% wide"
     noisy_csv = tmp_path / "noisy.csv"
     frame.drop(columns=["run", "source"]).to_csv(noisy_csv, index=False)
     page = build_report([noisy_csv])
@@ -190,7 +190,7 @@ def test_the_report_advises_as_the_run_did_from_its_recorded_wall_time(tmp_path:
 
     csv = synth_run(tmp_path / "noisy.csv", [Case("all_gather", "flat")], seed=4, raw=False, sigma=0.6, rounds=3)
     frame = pd.read_csv(csv, dtype=str, keep_default_na=False)
-    frame["note"] = "noisy: p50 interval 40% wide"  # what the sink writes of such rows
+    frame["note"] = "noisy: mean interval 40% wide"  # what the sink writes of such rows
     frame.to_csv(csv, index=False)
     env_path(csv).write_text(json.dumps({"format": 1, "hosts": []}))
     record_wall_time(csv, 37.5)
@@ -236,7 +236,7 @@ def test_a_table_formats_each_distinct_value_as_its_row_would_be_formatted() -> 
             "busbw_gbps": [2.31, 0.00084, nan, 2.31],
             "iters": pd.array([10, None, 10, 2000], dtype="Int64"),
             "backend": pd.array(["gloo", None, "", "gloo"], dtype="string"),
-            "note": ["noisy: p50 interval 30% wide", None, "", "x"],
+            "note": ["noisy: mean interval 30% wide", None, "", "x"],
             "ok": [True, False, True, True],
         }
     )

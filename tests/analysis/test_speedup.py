@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -24,7 +25,7 @@ from commbench.analysis.speedup import (
 )
 from commbench.analysis.syncbn_table import format_table
 from commbench.results.reader import read_results
-from commbench.results.stats import Stats, percentile
+from commbench.results.stats import Stats
 from tests.support.synth_results import Case, synth_run
 
 
@@ -38,10 +39,10 @@ def _row(centre_us: float, rounds: int, seed: int, drift: float = 0.0, sigma: fl
         blocks.append([centre_us * scale * math.exp(rng.gauss(0.0, sigma)) for _ in range(30)])
     stats = Stats.from_samples([t for block in blocks for t in block])
     return RowTimes(
-        stats.time_us_p50,
-        stats.time_us_p50_lo,
-        stats.time_us_p50_hi,
-        tuple(percentile(sorted(block), 50) for block in blocks),
+        stats.time_us_mean,
+        stats.time_us_mean_lo,
+        stats.time_us_mean_hi,
+        tuple(statistics.fmean(block) for block in blocks),
     )
 
 
@@ -51,7 +52,7 @@ def test_a_clear_1_5x_is_called_faster_with_an_interval_around_it() -> None:
     assert speedup.verdict == FASTER
     assert speedup.lo < 1.5 < speedup.hi and speedup.lo > 1.3 and speedup.hi < 1.7, speedup
     # The machine's drift moved both rows alike in each round: the paired ratios cancel it.
-    assert speedup.method in ("rounds", "p50 intervals")
+    assert speedup.method in ("rounds", "intervals")
 
 
 def test_1x_within_noise_is_not_called_a_winner() -> None:
@@ -73,7 +74,7 @@ def test_three_rounds_that_agree_by_chance_do_not_make_the_interval_narrower_tha
     baseline = RowTimes(150.0, 120.0, 180.0, (150.0, 150.0, 150.0))
     variant = RowTimes(100.0, 80.0, 120.0, (100.0, 100.0, 100.0))
     speedup = speedup_of(baseline, variant)
-    assert speedup.method == "p50 intervals" and speedup.hi / speedup.lo > 1.3
+    assert speedup.method == "intervals" and speedup.hi / speedup.lo > 1.3
 
 
 def test_verdicts_merge_neighbouring_workloads_and_name_where() -> None:
@@ -90,7 +91,7 @@ def test_verdicts_merge_neighbouring_workloads_and_name_where() -> None:
 
 
 def _frame(rows: list[tuple[str, int, float, tuple[float, ...]]]) -> pd.DataFrame:
-    """sync_bn rows of one run: (variant, C, p50, round p50s), with a 5% interval each."""
+    """sync_bn rows of one run: (variant, C, mean, round means), with a 5% interval each."""
     return pd.DataFrame(
         [
             {
@@ -99,18 +100,18 @@ def _frame(rows: list[tuple[str, int, float, tuple[float, ...]]]) -> pd.DataFram
                 "phase": "forward_backward",
                 "count": c,
                 "variant": v,
-                "time_us_p50": p50,
-                "time_us_p50_lo": p50 * 0.975,
-                "time_us_p50_hi": p50 * 1.025,
-                "time_us_p50_rounds": ";".join(map(str, rounds)),
-                "round_p50s": rounds,  # as the reader parses the column above
+                "time_us_mean": mean,
+                "time_us_mean_lo": mean * 0.975,
+                "time_us_mean_hi": mean * 1.025,
+                "time_us_mean_rounds": ";".join(map(str, rounds)),
+                "round_means": rounds,  # as the reader parses the column above
                 "run": "r",
                 "backend": "gloo",
                 "world_size": 2,
                 "dtype": "float32",
                 "mode": "blocking",
             }
-            for v, c, p50, rounds in rows
+            for v, c, mean, rounds in rows
         ]
     )
 
@@ -129,7 +130,7 @@ def test_the_overall_line_names_the_fastest_and_by_how_much_or_refuses() -> None
     frame = _frame(SYNCBN_ROWS)
     line = overall(frame, "horovod", "count", "C", lambda v: str(int(v)))
     # apex beats torch at C=256 but not at C=32: no clear winner; against horovod as the verdicts say.
-    assert line.startswith("no clear winner; lowest p50: apex; against the runner-up torch: within noise")
+    assert line.startswith("no clear winner; lowest mean: apex; against the runner-up torch: within noise")
     assert "against horovod: within noise" in line and "faster by 1.4x-1.6x at C=256" in line
     decided = _frame([r for r in SYNCBN_ROWS if r[1] == 256])
     assert overall(decided, "horovod", "count", "C", str).startswith(
@@ -139,7 +140,7 @@ def test_the_overall_line_names_the_fastest_and_by_how_much_or_refuses() -> None
 
 def test_syncbn_summary_prints_intervals_verdicts_and_the_overall_line() -> None:
     lines = format_table(_frame(SYNCBN_ROWS)).splitlines()
-    assert lines[1] == "# p50 time per phase (µs)"
+    assert lines[1] == "# mean time per phase (µs)"
     speedups = next(i for i, line in enumerate(lines) if line.startswith("# speedup over horovod"))
     assert lines[speedups + 1].split()[1:] == ["phase", "C", "torch", "apex"]
     assert lines[speedups + 3].split()[:3] == ["forward_backward", "256", "1.07x"]
@@ -147,7 +148,7 @@ def test_syncbn_summary_prints_intervals_verdicts_and_the_overall_line() -> None
     verdicts = [line.strip() for line in lines if line.startswith("  forward_backward ") and ":" in line]
     # C=32: log ratios -0.049, 0.368, -0.318 (sd 0.346) give exp(4.30 x 0.346 / sqrt 3) = 2.36x either side of 1.02x.
     assert verdicts[1] == "forward_backward apex: within noise (0.43x-2.4x) at C=32; faster by 1.4x-1.6x at C=256"
-    assert lines[-1].startswith("# overall (forward_backward): no clear winner; lowest p50: apex")
+    assert lines[-1].startswith("# overall (forward_backward): no clear winner; lowest mean: apex")
 
 
 def test_speedup_charts_draw_each_interval_and_say_the_verdicts(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The SyncBN table: p50 per phase and strategy, and each strategy's speedup over Horovod's."""
+"""The SyncBN table: the mean per phase and strategy, and each strategy's speedup over Horovod's."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_speedup_table_divides_horovod_time_by_each_strategy_time():
                 "phase": p,
                 "count": c,
                 "variant": v,
-                "time_us_p50": t,
+                "time_us_mean": t,
                 "run": "r",
                 "backend": "gloo",
                 "world_size": 2,
@@ -35,12 +35,12 @@ def test_speedup_table_divides_horovod_time_by_each_strategy_time():
         ]
     )
     lines = format_table(frame).splitlines()
-    assert lines[0].startswith("# sync_bn on 2 gloo ranks") and lines[1] == "# p50 time per phase (µs)"
+    assert lines[0].startswith("# sync_bn on 2 gloo ranks") and lines[1] == "# mean time per phase (µs)"
     assert lines[2].split()[1:] == ["phase", "C", "torch", "apex", "horovod"]  # strategy order, not alphabetical
     assert lines[3].split() == ["forward", "32", "100", "400", "200"]
     assert lines[4].split() == ["backward", "32", "30", "45", "90"]
     assert "speedup over horovod" in lines[5]
-    # No rounds and no p50 interval in these rows: the ratio alone, and no verdict can be called.
+    # No rounds and no interval in these rows: the ratio alone, and no verdict can be called.
     assert lines[7].split() == ["forward", "32", "2x", "0.5x"]
     assert lines[8].split() == ["backward", "32", "3x", "2x"]
     assert "no interval" in lines[10]

@@ -126,7 +126,7 @@ def test_a_row_cut_in_the_middle_is_named_and_the_rows_after_it_are_read(runs, t
     good, cand = runs
     lines = cand.read_text().splitlines(keepends=True)
     cells = next(csv.reader([lines[5]]))
-    cells[COLUMNS.index("note")] = "noisy: p50 interval 68% wide, rounds differ"
+    cells[COLUMNS.index("note")] = "noisy: mean interval 68% wide, rounds differ"
     whole = _row(cells)
     lines[5] = whole[: whole.index('"noisy') + 10] + "\n"  # line 6, cut inside the quoted note
     midcut = tmp_path / "midcut.csv"

@@ -13,16 +13,16 @@ from commbench.results.noise import NOISE_COLUMNS, HostLoad, summarise_noise
 from commbench.run.sink import Sink
 
 
-def _row(p50: float, width: float, iters: int, note: str = "") -> dict:
+def _row(mean: float, width: float, iters: int, note: str = "") -> dict:
+    """A row whose headline (its mean) has an interval `width` wide (a fraction of it)."""
     return {
         "status": "ok",
         "note": note,
         "iters": iters,
-        "time_us_min": p50 * 0.8,
-        "time_us_mean": p50,
-        "time_us_p50": p50,
-        "time_us_p50_lo": p50 * (1 - width / 2),
-        "time_us_p50_hi": p50 * (1 + width / 2),
+        "time_us_min": mean * 0.8,
+        "time_us_mean": mean,
+        "time_us_mean_lo": mean * (1 - width / 2),
+        "time_us_mean_hi": mean * (1 + width / 2),
     }
 
 
@@ -32,7 +32,7 @@ def test_quiet_rows_need_no_line() -> None:
 
 def test_rows_the_budget_sizes_are_helped_by_a_larger_budget_with_its_cost() -> None:
     # 300 µs samples: the 0.01 s budget gives ~33 each; intervals 30% wide want ~9x the samples.
-    rows = [_row(300.0, 0.30, 33, "noisy: p50 interval 30% wide")] * 8 + [_row(300.0, 0.05, 33)] * 2
+    rows = [_row(300.0, 0.30, 33, "noisy: mean interval 30% wide")] * 8 + [_row(300.0, 0.05, 33)] * 2
     summary = summarise_noise(rows, Budget(), wall_s=10.0)
     assert (summary.noisy, summary.measured) == (8, 10)
     assert summary.option == "--time-per-size 0.1"
@@ -45,7 +45,7 @@ def test_rows_the_budget_sizes_are_helped_by_a_larger_budget_with_its_cost() -> 
 
 
 def test_slow_rows_at_the_floor_are_helped_by_more_of_them() -> None:
-    rows = [_row(80_000.0, 0.5, 10, "noisy: p50 interval 50% wide")] * 4
+    rows = [_row(80_000.0, 0.5, 10, "noisy: mean interval 50% wide")] * 4
     summary = summarise_noise(rows, Budget(), wall_s=5.0)
     assert summary.option == "--min-iters 100"  # 25x wanted, at most 10x
     fixed = summarise_noise(rows, Budget(iters=10), wall_s=5.0)
@@ -53,7 +53,7 @@ def test_slow_rows_at_the_floor_are_helped_by_more_of_them() -> None:
 
 
 def test_the_reason_is_a_busy_host_or_rounds_that_disagree() -> None:
-    rows = [_row(300.0, 0.2, 33, "noisy: rounds' p50s differ 1.6x")] * 3
+    rows = [_row(300.0, 0.2, 33, "noisy: rounds' means differ 1.6x")] * 3
     assert summarise_noise(rows, Budget(), 3.0, HostLoad(5.0, 2, 2)).reason.startswith(
         "other processes keep this host busy (load average 5.0 on 2 cores, about 3.0 beyond this run's 2 ranks)"
     )
@@ -91,7 +91,7 @@ class _Watched(dict):
 
 def test_the_summary_reads_no_column_but_noise_columns() -> None:
     # The report passes records of NOISE_COLUMNS alone: a column read beyond them would read as missing.
-    noisy = [_row(300.0, 0.30, 33, "noisy: rounds disagree 1.4x")] * 3 + [_row(9000.0, 0.3, 2, "noisy: p50")] * 2
+    noisy = [_row(300.0, 0.30, 33, "noisy: rounds disagree 1.4x")] * 3 + [_row(9000.0, 0.3, 2, "noisy: mean")] * 2
     rows = [_Watched({**r, "op": "all_reduce", "size_bytes": 4}) for r in [*noisy, _row(300.0, 0.05, 33)]]
     _Watched.read.clear()
     full = summarise_noise(rows, Budget(), wall_s=10.0)

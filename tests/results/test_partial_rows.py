@@ -40,7 +40,7 @@ def runs(tmp_path: Path) -> tuple[Path, Path, str]:
     b = synth_run(tmp_path / "b.csv", CASES, seed=2, raw=False)
     lines = b.read_text().splitlines(keepends=True)
     cells = next(csv.reader([lines[-1]]))
-    cells[COLUMNS.index("note")] = "noisy: p50 interval 68% wide, rounds' p50s differ 2.31x"
+    cells[COLUMNS.index("note")] = "noisy: mean interval 68% wide, rounds' means differ 2.31x"
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow(cells)
     text = "".join(lines[:-1]) + buf.getvalue()

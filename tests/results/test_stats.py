@@ -15,6 +15,7 @@ from commbench.results.stats import (
     median_ci,
     noisy,
     percentile,
+    quantile_t975,
     rounds_p,
 )
 
@@ -45,13 +46,32 @@ def test_median_interval_equals_the_brute_force_reference(n: int) -> None:
 def test_median_interval_on_known_samples() -> None:
     # 1..20: B(20, 1/2) puts 2.07% below rank 6's threshold, so [x(6), x(15)] covers 95.9%.
     assert median_ci([float(i) for i in range(1, 21)]) == (6.0, 15.0)
-    assert Stats.from_samples([float(i) for i in range(1, 21)]).relative_width == pytest.approx(9 / 10.5)
+    # The headline's (the mean's) interval: 10.5 +/- t(0.975, 19) x sd/sqrt(20), sd = sqrt(35).
+    half = quantile_t975(19) * math.sqrt(35) / math.sqrt(20)
+    assert Stats.from_samples([float(i) for i in range(1, 21)]).relative_width == pytest.approx(2 * half / 10.5)
+
+
+def test_the_t_quantile_is_scipys() -> None:
+    from scipy.special import stdtrit
+
+    for df in (1, 2, 3, 4, 5, 8, 19, 30, 100, 10_000):
+        assert quantile_t975(df) == pytest.approx(float(stdtrit(df, 0.975)), rel=1.5e-3 if df == 3 else 4e-4)
+
+
+def test_the_mean_interval_is_students_t_clipped_to_the_samples() -> None:
+    s = Stats.from_samples([10.0] * 9 + [100.0])  # one slow iteration: the mean weighs it
+    assert s.time_us_mean == pytest.approx(19.0) and s.time_us_p50 == 10.0
+    half = quantile_t975(9) * s.time_us_std / math.sqrt(10)
+    assert s.time_us_mean_lo == 10.0  # 19 - 20.4 lies below every sample: clipped to the fastest
+    assert s.time_us_mean_hi == pytest.approx(19.0 + half)
+    one = Stats.from_samples([7.0])
+    assert (one.time_us_mean_lo, one.time_us_mean_hi) == (7.0, 7.0)
 
 
 def test_a_wide_interval_or_disagreeing_rounds_make_a_row_noisy() -> None:
     steady = Stats.from_samples([100.0 + (i % 5) * 0.5 for i in range(60)])
     assert noisy(steady, [101.0, 100.5, 101.2]) is None
-    assert "rounds' p50s differ" in noisy(steady, [100.0, 100.0 * NOISY_ROUNDS * 1.1, 101.0])
+    assert "rounds' means differ" in noisy(steady, [100.0, 100.0 * NOISY_ROUNDS * 1.1, 101.0])
     wide = Stats.from_samples([100.0 * (1 + NOISY_WIDTH * 10 * i / 60) for i in range(60)])
     assert "interval" in noisy(wide, [120.0])
 
@@ -68,7 +88,7 @@ def test_stats_from_fixed_samples():
     assert s.time_us_p95 == pytest.approx(4.8)  # linear interpolation, as numpy
     assert s.time_us_std == pytest.approx(math.sqrt(2.5))  # sample standard deviation
     assert list(s.as_dict()) == [
-        f"time_us_{k}" for k in ("min", "p50", "p50_lo", "p50_hi", "mean", "p95", "max", "std")
+        f"time_us_{k}" for k in ("min", "p50", "p50_lo", "p50_hi", "mean", "mean_lo", "mean_hi", "p95", "max", "std")
     ]
     assert (s.time_us_p50_lo, s.time_us_p50_hi) == (1.0, 5.0)  # 5 samples: no pair reaches 95%
 

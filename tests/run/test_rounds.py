@@ -133,7 +133,7 @@ def test_a_case_whose_rounds_disagree_is_flagged_noisy(tmp_path: Path) -> None:
         Recording.slow = {}
     noisy = rows[rows["note"].fillna("").str.contains("noisy")]
     assert list(zip(noisy["variant"], noisy["size_bytes"])) == [("b", 1024)]
-    assert "rounds' p50s differ 3.00x" in noisy["note"].iloc[0]
+    assert "rounds' means differ 3.00x" in noisy["note"].iloc[0]
 
 
 def test_fixed_iterations_mean_exactly_that_many(tmp_path: Path) -> None:

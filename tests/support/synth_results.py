@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from commbench.results.paths import raw_path
 from commbench.results.schema import COLUMNS, RAW_COLUMNS, RAW_COLUMNS_V1, SCHEMA_VERSION
-from commbench.results.stats import Stats, bandwidth_gbps, percentile
+from commbench.results.stats import HEADLINE_HI, HEADLINE_LO, HEADLINE_ROUNDS, Stats, bandwidth_gbps, percentile
 from commbench.results.writer import CsvAppender
 
-# What version 1 of the schema lacked.
-V2_ONLY = ("rounds", "time_us_p50_lo", "time_us_p50_hi", "time_us_p50_rounds")
+# What version 1 of the schema lacked (and files written before the mean became the headline).
+HEADLINE_COLUMNS = (HEADLINE_LO, HEADLINE_HI, HEADLINE_ROUNDS)
+V2_ONLY = ("rounds", "time_us_p50_lo", "time_us_p50_hi", "time_us_p50_rounds", *HEADLINE_COLUMNS)
 COLUMNS_V1 = tuple(c for c in COLUMNS if c not in V2_ONLY)
 
 SIZES = (8, 1024, 65536, 1 << 20)
@@ -123,7 +125,7 @@ def synth_run(
                 "size_bytes": int(size * case.bytes_scale),
             }
             factor = None if case.latency_only else (world_size - 1) / world_size
-            algbw, busbw = bandwidth_gbps(key["size_bytes"], stats.time_us_p50, factor)
+            algbw, busbw = bandwidth_gbps(key["size_bytes"], stats.headline, factor)
             wrong = 3 if case.status == "wrong" else 0
             writer.write(
                 {
@@ -135,6 +137,7 @@ def synth_run(
                     **stats.as_dict(),
                     "rounds": rounds,
                     "time_us_p50_rounds": ";".join(f"{percentile(sorted(b), 50):.6g}" for b in by_round),
+                    HEADLINE_ROUNDS: ";".join(f"{statistics.fmean(b):.6g}" for b in by_round),
                     "algbw_gbps": algbw,
                     "busbw_gbps": busbw,
                     "wrong": wrong,

@@ -85,7 +85,7 @@ def size_chart(name: str, group: pd.DataFrame) -> Chart:
         else "latency" + (" (min..p95 bands below, per variant)" if multiples else "")
     )
     if busbw is not None:
-        busbw.set_ylabel("busbw (GB/s, from the mean time)")
+        busbw.set_ylabel("busbw (GB/s, from mean time)")
         busbw.set_ylim(bottom=0)
         busbw.set_title("bus bandwidth")
     what = (
@@ -156,7 +156,7 @@ def _draw_multiples(subfig, series: list[tuple[str, pd.DataFrame]], palette: Pal
     latency_axis(axes.flat[0])
     for ax in list(axes.flat)[len(variants) :]:
         ax.set_visible(False)
-    shared_labels(axes, "time per op (µs): mean, its 95% interval, min..p95", "size S in bytes", fontsize=8)
+    shared_labels(axes, "time per op (µs): mean, 95% interval, min..p95", "size S in bytes", fontsize=8)
 
 
 def _draw_bars(latency, busbw, series: list[tuple[str, pd.DataFrame]], palette: Palette) -> None:
