@@ -9,7 +9,7 @@ over the ranks. Rounds alternate the order (commbench first, then the bare loop 
 neither always runs on the machine the other left.
 
 Spread = max/min of one size's figure over the rounds (1.00: identical). Per size it is printed
-for the bare loop, for the headline commbench writes (time_us_p50), and for each candidate
+for the bare loop, for the headline commbench writes (time_us_mean), its written p50, and for each candidate
 headline computed from the same rows' --raw samples (so every candidate sees the same
 iterations): the median of the per-iteration maxima (today's p50), their mean, their 10%-trimmed
 mean, the median of the per-round means, the median of the lower mode, and PARAM's per-rank mean
@@ -49,7 +49,8 @@ from commbench.benchkit import lower_mode, parse_size, raw_path, split_modes  # 
 OPS = ("all_gather", "reduce_scatter_base", "all_reduce")
 PARAM_ITERS, PARAM_WARMUP = 20, 5
 BARE = "PARAM loop"
-WRITTEN = "written p50"
+WRITTEN = "written headline"  # time_us_mean, the row's headline
+WRITTEN_P50 = "written p50"
 
 
 def _mean(values: list[float]) -> float:
@@ -84,7 +85,7 @@ def sweep(out: Path, op: str, sizes: str, extra: list[str]) -> None:
 
 
 def rows_of(csv: Path) -> dict[int, dict]:
-    """Per size: the written p50, the headline the row's statistics name, and the samples."""
+    """Per size: the written headline (the mean) and p50, and the samples."""
     summary = pd.read_csv(csv)
     summary = summary[summary["status"] == "ok"]
     raw = pd.read_csv(raw_path(csv))
@@ -95,7 +96,8 @@ def rows_of(csv: Path) -> dict[int, dict]:
         round_of = by_iteration["round"].first()
         row = summary[summary["size_bytes"] == size].iloc[0]
         found[int(size)] = {
-            "written": float(row["time_us_p50"]),
+            "written": float(row["time_us_mean"]),
+            "written p50": float(row["time_us_p50"]),
             "maxima": maxima.tolist(),
             "rounds": [maxima[round_of == r].tolist() for r in sorted(round_of.unique())],
             "ranks": [g.sort_values("iteration")["time_us"].tolist() for _, g in samples.groupby("rank")],
@@ -244,6 +246,7 @@ def report(folder: Path, ops: list[str], sizes: list[int], settings: dict, round
             runs = [rows_of(folder / f"{k}-{op}-{s}.csv") for k in range(rounds)]
             columns = {BARE: [[b[str(size)] for b in bare] for size in sizes]}
             columns[WRITTEN] = [[r[size]["written"] for r in runs] for size in sizes]
+            columns[WRITTEN_P50] = [[r[size]["written p50"] for r in runs] for size in sizes]
             for candidate, figure in CANDIDATES.items():
                 columns[candidate] = [[figure(r[size]) for r in runs] for size in sizes]
             print(f"\n## {op} ({name})")
@@ -261,6 +264,14 @@ def report(folder: Path, ops: list[str], sizes: list[int], settings: dict, round
     print("| op | figure | median | worst |\n|---|---|---:|---:|")
     for op, column, median, worst in summary:
         print(f"| {op} | {column} | {median:.2f} | {worst:.2f} |")
+    print()
+    figures = {(op, column): (median, worst) for op, column, median, worst in summary}
+    for op in dict.fromkeys(op for op, _, _, _ in summary):
+        (hm, hw), (pm, pw) = figures[(op, WRITTEN)], figures[(op, BARE)]
+        verdict = "at least as well as" if hm <= pm and hw <= pw else "worse than"
+        print(
+            f"# {op}: the headline's spread median {hm:.2f}, worst {hw:.2f}; {BARE} {pm:.2f}, {pw:.2f}: {verdict} PARAM"
+        )
 
 
 def _load() -> str:
