@@ -268,9 +268,11 @@ def report(folder: Path, ops: list[str], sizes: list[int], settings: dict, round
     figures = {(op, column): (median, worst) for op, column, median, worst in summary}
     for op in dict.fromkeys(op for op, _, _, _ in summary):
         (hm, hw), (pm, pw) = figures[(op, WRITTEN)], figures[(op, BARE)]
-        verdict = "at least as well as" if hm <= pm and hw <= pw else "worse than"
+        verdict = "at least as well as" if hm <= pm else "worse than"
+        worst = "no worse" if hw <= pw else "worse"
         print(
-            f"# {op}: the headline's spread median {hm:.2f}, worst {hw:.2f}; {BARE} {pm:.2f}, {pw:.2f}: {verdict} PARAM"
+            f"# {op}: the headline repeats {verdict} the {BARE} (median spread over the sizes {hm:.2f} against "
+            f"{pm:.2f}); its worst size is {worst} ({hw:.2f} against {pw:.2f})"
         )
 
 
