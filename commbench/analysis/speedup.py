@@ -20,7 +20,6 @@ when it holds 1x: then no winner is called.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import pandas as pd
 
 from commbench.results.reader import ROUND_MEANS, ok_rows
 from commbench.results.schema import key_without
-from commbench.results.stats import CONFIDENCE, HEADLINE, HEADLINE_HI, HEADLINE_LO
+from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO, quantile_t975
 
 FASTER, SLOWER, WITHIN_NOISE, NO_INTERVAL = "faster", "slower", "within noise", "no interval"
 
@@ -92,13 +91,6 @@ class Speedup:
         return WITHIN_NOISE
 
 
-@functools.cache  # one per number of rounds: scipy's ppf costs a fifth of a millisecond a call
-def _t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(0.5 + confidence / 2, df))
-
-
 def _log_half_width(times: RowTimes) -> float:
     """Half the width of a row's interval on a log scale (NaN when the row has none)."""
     if not (times.lo > 0 and times.hi > 0):
@@ -121,7 +113,8 @@ def speedup_of(baseline: RowTimes, variant: RowTimes) -> Speedup:
     from_rounds = math.nan
     if pairs >= 2:
         logs = [math.log(b / v) for b, v in zip(baseline.rounds[:pairs], variant.rounds[:pairs])]
-        from_rounds = _t_quantile(pairs - 1) * _stdev(logs) / math.sqrt(pairs)
+        # The 95% t quantile without scipy: a chart worker would import it (0.7 s) for this alone.
+        from_rounds = quantile_t975(pairs - 1) * _stdev(logs) / math.sqrt(pairs)
     candidates = [(h, m) for h, m in ((from_rounds, "rounds"), (from_rows, "intervals")) if math.isfinite(h)]
     if not candidates:
         return Speedup(ratio, math.nan, math.nan, "")
