@@ -30,7 +30,6 @@ from commbench.analysis.comparison_text import describe
 from commbench.analysis.resolution import Noise
 from commbench.analysis.verdict import (
     DEFAULT_CRITERIA,
-    NOISE_TEST_COLUMNS,
     SERIES_MIN_SIZES,
     Comparison,
     Criteria,
@@ -38,6 +37,7 @@ from commbench.analysis.verdict import (
     Shift,
     guard_by_series_scatter,
     noise_test,
+    noise_test_columns,
     resolve,
     series_key,
     unavailable,
@@ -142,7 +142,7 @@ def compare_frames(
 def _records(frame: pd.DataFrame, keys: list[tuple], metric: str) -> list[dict]:
     """The rows of `keys` (each in the frame's index once: keyed() refused duplicates) as records
     holding the columns noise_test reads."""
-    columns = list(dict.fromkeys([metric, *NOISE_TEST_COLUMNS]))
+    columns = noise_test_columns(metric)
     return frame.loc[pd.MultiIndex.from_tuples(keys, names=frame.index.names), columns].to_dict("records")
 
 
