@@ -27,6 +27,7 @@ from commbench.results.stats import (
     HEADLINE,
     HEADLINE_HI,
     HEADLINE_LO,
+    MEDIAN_SE_FACTOR,
     interval_p,
     mann_whitney_p,
     normal_p,
@@ -253,7 +254,7 @@ class Estimate:
 
 
 MEAN = Estimate(HEADLINE, HEADLINE_LO, HEADLINE_HI, ROUND_MEANS, 1.0)
-P50 = Estimate("time_us_p50", "time_us_p50_lo", "time_us_p50_hi", ROUND_P50S, math.sqrt(math.pi / 2))
+P50 = Estimate("time_us_p50", "time_us_p50_lo", "time_us_p50_hi", ROUND_P50S, MEDIAN_SE_FACTOR)
 
 
 def estimate_of(metric: str) -> Estimate:

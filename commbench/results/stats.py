@@ -237,7 +237,7 @@ def overlap_fraction(comm_us: float, compute_us: float, overlapped_us: float) ->
 
 
 # Standard error of a median relative to that of a mean, for roughly normal samples: sqrt(pi/2).
-_MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 
 
 def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
@@ -254,7 +254,7 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def spread_p(
-    baseline: tuple[float, float, float], candidate: tuple[float, float, float], se_factor: float = _MEDIAN_SE_FACTOR
+    baseline: tuple[float, float, float], candidate: tuple[float, float, float], se_factor: float = MEDIAN_SE_FACTOR
 ) -> float:
     """Two-sided p-value that two times differ, from each run's (time, std, iterations): a mean's
     standard error std/sqrt(n) times se_factor (a median's by default, sqrt(pi/2); 1 for a mean)."""
