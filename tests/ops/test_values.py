@@ -159,6 +159,30 @@ def test_a_large_buffer_is_checked_to_its_last_element(period):
     assert v.wrong(buffer, start=5) == 0
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_repeating_result_is_counted_as_every_block_counts(dtype):
+    """A host result that repeats block for block (Values._repeats) is counted from its first block:
+    what the chunk-by-chunk count gives, with the first block right or wrong, and a NaN, a -0.0 or
+    one changed element anywhere else making it not repeat."""
+    v = Values(lambda i: i % 7 + 1, 7)
+    block = values.CHUNK // 7 * 7
+    buffer = torch.empty(5 * block + 12, dtype=getattr(torch, dtype))
+    v.write(buffer)
+    assert v.wrong(buffer) == 0
+    buffer[3] = 0  # one wrong element in every block and in the tail, copied forward
+    copied = buffer[:block].repeat(6)[: buffer.numel()]
+    assert v.wrong(copied) == 6
+    copied[:block].copy_(v.at(0, block, "cpu"))  # the first block right again: the others still wrong
+    assert v.wrong(copied) == 5
+    v.write(buffer)
+    for position, value in ((2 * block + 5, 0), (buffer.numel() - 1, 0), (block + 1, -0.0), (3 * block, float("nan"))):
+        if value != value and not buffer.is_floating_point():
+            continue
+        buffer[position] = value
+        assert v.wrong(buffer) == 1, (position, value)
+        v.write(buffer)
+
+
 def test_summed_values_repeat_with_the_common_period():
     parts = [Values(lambda i: i % 2, 2), Values(lambda i: i % 3, 3)]
     assert summed(parts).period == 6
