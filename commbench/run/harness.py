@@ -10,7 +10,8 @@ import functools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from commbench.backends.base import Backend
@@ -46,8 +47,9 @@ class TimedCase:
 
     Every rank must issue the same collectives in the same order, so every decision taken here (how
     many warm-up iterations, how many timed ones) is taken from values exchanged between the ranks:
-    after each block the ranks reduce their samples to the per-iteration maximum over ranks, which
-    all of them then hold. The op never sees the clock. Each exchange costs a rank O(samples),
+    the ranks reduce their samples to the per-iteration maximum over ranks, which all of them then
+    hold: after each block, or, in a sweep's rotation, after each round for the blocks of every case
+    of the round at once (share_blocks). The op never sees the clock. Each exchange costs a rank O(samples),
     whatever the world size (docs/scale.md); keep_per_rank (--raw) also gathers every rank's
     samples to rank 0, which alone needs them.
     """
@@ -72,6 +74,7 @@ class TimedCase:
         self.watchdog, self.label = watchdog, label
         self.keep_per_rank = keep_per_rank
         self.rounds_us: list[list[float]] = []  # agreed: max over ranks
+        self.held: HeldBlock | None = None  # the block timed here and not yet shared (share_blocks)
         self.per_rank_us: list[list[float]] = []  # rank 0 with keep_per_rank: one list per rank
         self.timed_calls: Counter[str] = Counter()
         # The window's op iterations bound once (_prepare), and the API names their bound calls make
@@ -206,10 +209,11 @@ class TimedCase:
         """The largest of every rank's value, on every rank (one all_reduce of one float64)."""
         return self._share(lambda: self.backend.reduce_floats([value], "max")[0])
 
-    def block(self, iters: int, round_index: int, check: bool = False) -> None:
-        """Time `iters` samples as part of round `round_index`, then share the samples (and, when
-        asked, on the row's last block, the check's wrong count: _check_here), so that every rank
-        holds the same per-iteration maxima over ranks."""
+    def block(self, iters: int, round_index: int, check: bool = False, share: bool = True) -> None:
+        """Time `iters` samples as part of round `round_index` (and, when asked, on the row's last
+        block, count the check's wrong elements: _check_here), then share them, so that every rank
+        holds the same per-iteration maxima over ranks. share False: the block is held until
+        share_blocks shares it with other cases' (the rotation's one exchange per round)."""
         with self.phases.phase("timed"):
             self._timed_block(iters)
             # Read once the block is done: on CUDA one synchronise on the block's last event.
@@ -218,7 +222,7 @@ class TimedCase:
                 self.compute = self.compute_for(self, self.agree_max(statistics.median(local_us) * self.window * 1e-6))
             overlap = self._overlap_block(iters) if self.compute is not None else None
         wrong = self._check_here() if check else None
-        self._share(lambda: self._share_block(local_us, round_index, overlap, wrong))
+        self._share_block(local_us, round_index, overlap, wrong, share)
 
     def _share_block(
         self,
@@ -226,31 +230,17 @@ class TimedCase:
         round_index: int,
         overlap: tuple[list[float], list[float]] | None,
         wrong: int | None,
+        share: bool = True,
     ) -> None:
-        """Reduce a block's samples (and --overlap's) to their per-iteration maxima over ranks in one
-        all_reduce(MAX), with the check's wrong count as one more value; gather the per-rank samples
-        to rank 0 only when this case keeps them. A max picks one rank's float64, exactly.
-
-        Counts are never negative, so a largest count of 0 is also their sum: only a row in which
-        some rank found a wrong element sums the counts, in one all_reduce(SUM) that every rank
-        joins, since every rank holds the same maximum. One value more whatever the world size, and
-        no rank's position in it: the ops may run in groups while this reduction spans the world."""
-        parts = [local_us, *(overlap or ())]
-        counted = [] if wrong is None else [float(wrong)]
-        maxima = self.backend.reduce_floats([t for part in parts for t in part] + counted, "max")
-        targets = [self.rounds_us, self.compute_rounds_us, self.overlapped_rounds_us][: len(parts)]
-        start = 0
-        for rounds, part in zip(targets, parts):
-            extend_round(rounds, round_index, maxima[start : start + len(part)])
-            start += len(part)
-        if wrong is not None:
-            self.wrong = 0 if maxima[-1] == 0 else _count(self.backend.reduce_floats([wrong], "sum")[0])
-        if self.keep_per_rank:
-            gathered = self.backend.gather_floats(local_us)
-            if gathered is not None:  # rank 0
-                self.per_rank_us += [[] for _ in range(len(gathered) - len(self.per_rank_us))]
-                for mine, samples in zip(self.per_rank_us, gathered):
-                    mine.extend(samples)
+        """Hold a block's samples (and --overlap's, and the check's count) until they are shared;
+        share: at once, in an exchange of this case's alone (share_blocks)."""
+        if self.held is not None:
+            raise RuntimeError(f"{self.label}: a block was timed before the previous one was shared")
+        self.held = HeldBlock(local_us, round_index, overlap, wrong)
+        if share:
+            share_blocks([self])
+        else:
+            self.watchdog.disarm()  # the block's collectives are done: nothing is waited on until the next
 
     def _timed_block(self, iters: int) -> None:
         """The block's samples, and the calls they made counted for the row: the bound calls' per
@@ -293,13 +283,23 @@ class TimedCase:
             self.backend.synchronize()  # as complete() does: the device has drained
             return self.op.wrong(self.args, self.phase)
 
-    def _share(self, exchange: Callable[[], T]) -> T:
+    def _share(self, exchange: Callable[[], T], label: str | None = None) -> T:
         """An exchange between the ranks, under the watchdog (a peer that never joins it is a hang)."""
         with self.phases.phase("control"):
-            self.watchdog.arm(f"{self.label} (gathering results)")
+            self.watchdog.arm(f"{label or self.label} (gathering results)")
             result = exchange()
             self.watchdog.disarm()
             return result
+
+    def keep_held(self) -> bool:
+        """On a stop, where the ranks can no longer share it: the held block's samples become its
+        round's as this rank measured them (not the maxima over ranks). True when there was one."""
+        if self.held is None:
+            return False
+        for rounds, part in zip([self.rounds_us, self.compute_rounds_us, self.overlapped_rounds_us], self.held.parts()):
+            extend_round(rounds, self.held.round_index, part)
+        self.held = None
+        return True
 
     @property
     def samples_us(self) -> list[float]:
@@ -333,6 +333,78 @@ class TimedCase:
             overlapped_rounds_us=self.overlapped_rounds_us,
             compute_flops=self.compute.flops if self.compute is not None else None,
         )
+
+
+@dataclass
+class HeldBlock:
+    """A block timed on this rank whose values the ranks have not yet reduced (share_blocks)."""
+
+    local_us: list[float]
+    round_index: int
+    overlap: tuple[list[float], list[float]] | None  # --overlap's compute and overlapped samples
+    wrong: int | None  # this rank's wrong elements, on the row's last block
+
+    def parts(self) -> list[list[float]]:
+        """The sample lists, in the order of TimedCase's rounds_us, compute_ and overlapped_rounds_us."""
+        return [self.local_us, *(self.overlap or ())]
+
+    def values(self) -> list[float]:
+        """What this block puts into the reduction: its samples, then its wrong count."""
+        counted = [] if self.wrong is None else [float(self.wrong)]
+        return [t for part in self.parts() for t in part] + counted
+
+
+def share_blocks(cases: Sequence[TimedCase]) -> None:
+    """Reduce the blocks these cases hold (HeldBlock) to their per-iteration maxima over ranks, in
+    one all_reduce(MAX) for all of them; gather the per-rank samples to rank 0 only for cases that
+    keep them. Every rank passes the same cases in the same order, each holding a block of the same
+    length on every rank. A max picks one rank's float64, exactly, so the maxima are what an
+    exchange per block gives, bit for bit.
+
+    A check's wrong count rides along as one value more. Counts are never negative, so a largest
+    count of 0 is also their sum: only a row in which some rank found a wrong element sums the counts,
+    in one all_reduce(SUM) of those rows' counts that every rank joins, since every rank holds the
+    same maxima. No rank's position in it: the ops may run in groups while this reduction spans the
+    world."""
+    holding = [case for case in cases if case.held is not None]
+    if not holding:
+        return
+    more = f" and {len(holding) - 1} other cases" if len(holding) > 1 else ""
+    holding[0]._share(lambda: _reduce_held(holding), f"{holding[0].label}{more}")
+
+
+def _reduce_held(cases: list[TimedCase]) -> None:
+    backend = cases[0].backend
+    held = [case.held for case in cases if case.held is not None]
+    maxima = backend.reduce_floats([t for block in held for t in block.values()], "max")
+    start, wrong_somewhere = 0, []
+    for case, block in zip(cases, held):
+        targets = [case.rounds_us, case.compute_rounds_us, case.overlapped_rounds_us]
+        for rounds, part in zip(targets, block.parts()):
+            extend_round(rounds, block.round_index, maxima[start : start + len(part)])
+            start += len(part)
+        if block.wrong is not None:
+            if maxima[start] == 0:
+                case.wrong = 0
+            else:
+                wrong_somewhere.append((case, block.wrong))
+            start += 1
+    if wrong_somewhere:
+        sums = backend.reduce_floats([float(wrong) for _, wrong in wrong_somewhere], "sum")
+        for (case, _), total in zip(wrong_somewhere, sums):
+            case.wrong = _count(total)
+    keeping = [(case, block) for case, block in zip(cases, held) if case.keep_per_rank]
+    if keeping:
+        gathered = backend.gather_floats([t for _, block in keeping for t in block.local_us])
+        if gathered is not None:  # rank 0
+            start = 0
+            for case, block in keeping:
+                case.per_rank_us += [[] for _ in range(len(gathered) - len(case.per_rank_us))]
+                for mine, samples in zip(case.per_rank_us, gathered):
+                    mine.extend(samples[start : start + len(block.local_us)])
+                start += len(block.local_us)
+    for case in cases:
+        case.held = None
 
 
 def extend_round(rounds: list[list[float]], round_index: int, maxima: list[float]) -> None:

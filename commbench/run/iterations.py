@@ -37,7 +37,9 @@ def visit(
     )
     for i, chunk in enumerate(chunks):
         final = last and i == len(chunks) - 1
-        case.block(chunk, round_index, check=cfg.check and final)
+        # --precision decides on the shared samples after each chunk; otherwise the rotation shares
+        # the round's blocks of every case at once, after the round.
+        case.block(chunk, round_index, check=cfg.check and final, share=cfg.precision is not None)
         with phases.phase("progress"):
             progress.ran(id(entry), chunk)
         if not final and cfg.precision is not None and precise(case, cfg):

@@ -22,7 +22,7 @@ PHASES: dict[str, str] = {
     "warmup": "the untimed warm-up samples (barrier, op, wait; each one like a timed sample)",
     "timed": "the timed blocks: every sample's untimed synchronise and barrier, and its timed op",
     "check": "the correctness check: the comparison of the first warm-up sample's result (a window of several ops: of a fresh iteration)",
-    "control": "the control traffic after each block: the samples' maxima over ranks, the wrong counts",
+    "control": "the control traffic after each round: the samples' maxima over ranks, the wrong counts",
     "progress": "the ETA, the progress line and the heartbeat's step",
     "history": "the results history and every host's environment record",
     "write": "writing the CSV rows and the printed table",

@@ -1,12 +1,12 @@
 """The rotation: every case of an op in one dtype, set up a memory-bounded group at a time, visited
-in rounds, each row written as soon as its last block has run; on a stop, the rows of what was
-measured so far; a variant the transport refuses becomes one `unavailable` row."""
+in rounds, the ranks sharing each round's samples in one exchange, each row written as soon as its
+last block has been shared; on a stop, the rows of what was measured so far; a variant the transport refuses becomes one `unavailable` row."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import torch
@@ -17,7 +17,7 @@ from commbench.ops.spec import Point
 from commbench.results.measurement import Measurement
 from commbench.run.config import ONE_RANK_NOTE
 from commbench.run.failures import CollectiveFailure, first_sentence, refusal, refused_everywhere
-from commbench.run.harness import TimedCase
+from commbench.run.harness import TimedCase, share_blocks
 from commbench.run.iterations import compute_kernel, visit
 from commbench.run.overlap import cpu_note
 from commbench.run.plan import RotationEntry
@@ -25,6 +25,8 @@ from commbench.run.session import Session
 
 T = TypeVar("T")
 
+# A stopped row's round in progress: its blocks ran, but the ranks never reduced them to maxima.
+UNSHARED_NOTE = " (the last of them rank 0's own samples: the ranks had not shared it)"
 WAITS_INSIDE_NOTE = "completes its collectives inside each iteration: measured one op at a time (window 1)"
 
 
@@ -90,29 +92,43 @@ def rotate(session: Session, op: Op, dtype: str, entries: list[RotationEntry]) -
 
     A slow spell of the machine then lands on a block of every case rather than on all samples of
     one, and the rounds are independent replicates (compare tests against their spread). The first
-    visit warms the case up and cuts its samples into blocks; the last one checks the result. A row is
-    written as soon as its last block has run. Should the sweep stop before that (a failed or hung
-    collective, Ctrl-C), rank 0 still writes each unfinished case's row from the blocks it has, with
-    status `stopped` and a note saying how many rounds ran: nothing measured is lost, and nothing
-    unchecked passes for checked.
+    visit warms the case up and cuts its samples into blocks; the last one checks the result. The
+    ranks share the blocks of every case of a round in one exchange after the round (share_blocks),
+    and a row is written as soon as its last block has been shared. Should the sweep stop before that
+    (a failed or hung collective, Ctrl-C), rank 0 still writes each unfinished case's row from the
+    rounds the ranks have shared and, for the round in progress, its own samples, with status
+    `stopped` and a note saying how many rounds ran and that the last is rank 0's alone: nothing
+    measured is lost, and nothing unchecked passes for checked.
     """
     cfg, sink, board, progress, watchdog = session.cfg, session.sink, session.board, session.progress, session.watchdog
     wrong_total = 0
     pending = list(entries)
+    finishing: list[RotationEntry] = []  # done, their last block not yet shared
 
     def write(entry: RotationEntry, note: str = "", stopped: bool = False) -> None:
         if sink is not None:
             sink.measured(dataclasses.replace(_with_notes(session, entry, note), stopped=stopped))
 
     def write_unfinished() -> None:
-        unfinished, pending[:] = [e for e in pending if e.case.rounds_us], []
+        unfinished = [e for e in pending + finishing if e.case.rounds_us or e.case.held]
+        pending[:], finishing[:] = [], []
         for entry in unfinished:
-            rounds = f"stopped after {len(entry.case.rounds_us)} of {len(entry.blocks)} rounds"
+            own = UNSHARED_NOTE if entry.case.keep_held() else ""
+            rounds = f"stopped after {len(entry.case.rounds_us)} of {len(entry.blocks)} rounds{own}"
             write(entry, f"{rounds}, its check not run", stopped=True)
+
+    def share_round() -> None:
+        """One exchange for the blocks of every case of the round; then the rows of those it finished."""
+        nonlocal wrong_total
+        share_blocks([entry.case for entry in entries])
+        for entry in finishing:
+            wrong_total += max(entry.case.wrong, 0)
+            write(entry)
+        finishing.clear()
 
     watchdog.last_words = write_unfinished
     try:
-        for round_index, entry in in_rounds(pending, cfg.rounds):
+        for round_index, entry in in_rounds(pending, cfg.rounds, after_round=share_round):
             label = entry.case.label + (f", round {round_index + 1}/{cfg.rounds}" if cfg.rounds > 1 else "")
             with session.phases.phase("progress"):
                 if sink:
@@ -136,8 +152,7 @@ def rotate(session: Session, op: Op, dtype: str, entries: list[RotationEntry]) -
                 ) from exc
             if done:
                 pending.remove(entry)
-                wrong_total += max(entry.case.wrong, 0)
-                write(entry)
+                finishing.append(entry)
     except BaseException:
         write_unfinished()
         raise
@@ -146,15 +161,18 @@ def rotate(session: Session, op: Op, dtype: str, entries: list[RotationEntry]) -
     return wrong_total
 
 
-def in_rounds(pending: list[T], rounds: int) -> Iterator[tuple[int, T]]:
+def in_rounds(pending: list[T], rounds: int, after_round: Callable[[], None] | None = None) -> Iterator[tuple[int, T]]:
     """The rotation's order: (round index, case) for every case still in `pending`, once per round,
-    in order. The caller removes a case from `pending` once its last block has run (or the transport
-    refused it); a case removed during a round is not visited again. The sweep's rotation and
-    `commbench isolate`'s rounds of exchanges (isolate/exchanges.py) both visit their cases so."""
+    in order, and after_round() once each round's last case has been visited. The caller removes a
+    case from `pending` once its last block has run (or the transport refused it); a case removed
+    during a round is not visited again. The sweep's rotation and `commbench isolate`'s rounds of
+    exchanges (isolate/exchanges.py) both visit their cases so."""
     for round_index in range(rounds):
         for case in list(pending):
             if any(case is other for other in pending):  # by identity: cases hold tensors
                 yield round_index, case
+        if after_round is not None:
+            after_round()
 
 
 def _with_notes(session: Session, entry: RotationEntry, note: str) -> Measurement:

@@ -86,10 +86,10 @@ def _sweep_fake(tmp_path: Path, **config: Any) -> tuple[pd.DataFrame, list[list[
     visits: list[list[tuple[str, int]]] = []
     real_block = TimedCase.block
 
-    def block(case: TimedCase, iters: int, round_index: int, check: bool = False) -> None:
+    def block(case: TimedCase, iters: int, round_index: int, check: bool = False, share: bool = True) -> None:
         case.args.state["visit"] = round_index
         start = len(Recording.log)
-        real_block(case, iters, round_index, check)
+        real_block(case, iters, round_index, check, share)
         visits.append(Recording.log[start : start + iters])
 
     with pytest.MonkeyPatch.context() as mp:
@@ -182,10 +182,10 @@ def test_a_case_stopped_before_its_last_round_is_marked_stopped_never_ok(tmp_pat
     cfg = SweepConfig(backend="gloo", ops=("all_gather",), sizes=(8, 1024, 4096), iters=6, rounds=3, warmup=0)
     real_block = TimedCase.block
 
-    def block(case: TimedCase, iters: int, round_index: int, check: bool = False) -> None:
+    def block(case: TimedCase, iters: int, round_index: int, check: bool = False, share: bool = True) -> None:
         if round_index == 1 and case.args.variant == "b" and case.size_bytes == 1024:
             raise KeyboardInterrupt
-        real_block(case, iters, round_index, check)
+        real_block(case, iters, round_index, check, share)
 
     path = tmp_path / "stopped.csv"
     with pytest.MonkeyPatch.context() as mp, pytest.raises(KeyboardInterrupt):
@@ -193,6 +193,17 @@ def test_a_case_stopped_before_its_last_round_is_marked_stopped_never_ok(tmp_pat
         sweep_one_rank(path, cfg, FakeBackend(), [Recording()])
     rows = pd.read_csv(path)
     assert len(rows) == 6 and set(rows.status) == {"stopped"} and (rows.wrong == -1).all()
+    # The first round was shared by every rank; the second was in progress, its blocks (a at 8 and
+    # 1024 bytes, b at 8) held by each rank alone: those rows add rank 0's own samples, and say so.
     rounds = {key: note.split("; ")[-1] for key, note in zip(zip(rows.variant, rows.size_bytes), rows.note)}
-    assert rounds[("a", 1024)] == "stopped after 2 of 3 rounds, its check not run"
+    own = "stopped after 2 of 3 rounds (the last of them rank 0's own samples: the ranks had not shared it)"
+    assert rounds[("a", 8)] == rounds[("b", 8)] == rounds[("a", 1024)] == f"{own}, its check not run"
     assert rounds[("b", 1024)] == rounds[("b", 4096)] == "stopped after 1 of 3 rounds, its check not run"
+    assert dict(zip(zip(rows.variant, rows.size_bytes), rows.iters)) == {
+        ("a", 8): 4,
+        ("b", 8): 4,
+        ("a", 1024): 4,
+        ("b", 1024): 2,
+        ("a", 4096): 2,
+        ("b", 4096): 2,
+    }

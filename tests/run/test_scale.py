@@ -19,7 +19,7 @@ from commbench.ops.args import CollArgs
 from commbench.ops.spec import Point
 from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
-from commbench.run.harness import TimedCase
+from commbench.run.harness import TimedCase, share_blocks
 from commbench.run.heartbeat import STORE_WRITES_PER_S, Heartbeat, RankRecord
 from commbench.run.overlap import ComputeKernel
 from commbench.run.sink import Sink
@@ -83,7 +83,7 @@ def _row(case: Any) -> dict[str, Any]:
         window=1,
         compute_rounds_us=case.compute_rounds_us,
         overlapped_rounds_us=case.overlapped_rounds_us,
-        compute_flops=1024.0,
+        compute_flops=1024.0 if case.compute_rounds_us else None,
     )
     row = sink.row(m)
     row.pop("timestamp")
@@ -117,10 +117,10 @@ def _old_and_new(backend) -> dict[str, Any]:
     old = _OldCase()
     real_share = new._share_block
 
-    def share_both(local_us, round_index, overlap, wrong):  # the recorded samples, both ways
+    def share_both(local_us, round_index, overlap, wrong, share=True):  # the recorded samples, both ways
         gathered = backend.all_gather_object((local_us, -1 if wrong is None else wrong, overlap))
         old.block(gathered, round_index, wrong is not None)
-        real_share(local_us, round_index, overlap, wrong)
+        real_share(local_us, round_index, overlap, wrong, share)
 
     new._share_block = share_both
     new.warm_up(Budget(iters=6 + 5, warmup=1))
@@ -128,17 +128,31 @@ def _old_and_new(backend) -> dict[str, Any]:
         new.block(iters, round_index, check=round_index == 1)
     real = (new, old)
 
-    synthetic_new = TimedCase(op, args, "comm", window=1, watchdog=watchdog, label="synthetic", keep_per_rank=True)
-    synthetic_old = _OldCase()
+    def synthetic_case(label: str) -> TimedCase:
+        return TimedCase(op, args, "comm", window=1, watchdog=watchdog, label=label, keep_per_rank=True)
+
+    # One case sharing each block alone; then three sharing each round's blocks in one exchange
+    # (the rotation's share_blocks), of different lengths, one without overlap samples, one whose
+    # check finds nothing: each must hold what it would have alone.
+    synthetic_new, synthetic_old = synthetic_case("synthetic"), _OldCase()
+    together = {name: (synthetic_case(name), _OldCase()) for name in ("together", "plain", "right")}
     for block, (round_index, n) in enumerate([(0, 40), (1, 37), (1, 3), (2, 50)]):
-        local = _synthetic(backend.rank, block, n)
-        overlap = (_synthetic(backend.rank, block + 10, n), _synthetic(backend.rank, block + 20, n))
-        wrong = backend.rank * 3 if block == 3 else None
-        synthetic_new._share_block(local, round_index, overlap, wrong)
-        gathered = backend.all_gather_object((local, -1 if wrong is None else wrong, overlap))
-        synthetic_old.block(gathered, round_index, wrong is not None)
+        for k, (name, (new_case, old_case)) in enumerate(
+            [("synthetic", (synthetic_new, synthetic_old)), *together.items()]
+        ):
+            local = _synthetic(backend.rank, block + 100 * k, n + k)
+            overlap = (
+                None
+                if name == "plain"
+                else (_synthetic(backend.rank, block + 10, n + k), _synthetic(backend.rank, block + 20, n + k))
+            )
+            wrong = (0 if name == "right" else backend.rank * 3) if block == 3 else None
+            new_case._share_block(local, round_index, overlap, wrong, share=name == "synthetic")
+            gathered = backend.all_gather_object((local, -1 if wrong is None else wrong, overlap))
+            old_case.block(gathered, round_index, wrong is not None)
+        share_blocks([case for case, _ in together.values()])
     result: dict[str, Any] = {}
-    for name, (n, o) in {"real": real, "synthetic": (synthetic_new, synthetic_old)}.items():
+    for name, (n, o) in {"real": real, "synthetic": (synthetic_new, synthetic_old), **together}.items():
         result[name] = {
             field: (_bits(getattr(n, field)), _bits(getattr(o, field)))
             for field in ("rounds_us", "compute_rounds_us", "overlapped_rounds_us")
@@ -157,8 +171,8 @@ def test_statistics_are_bit_identical_to_the_old_all_gather_on_recorded_samples(
         for name, fields in result.items():
             for field, (new, old) in fields.items():
                 assert new == old, f"rank {rank}, {name} samples: {field} differs from the old reduction"
-            if name == "real":
-                assert fields["wrong"][0] == 0 and len(fields["rounds_us"][0]) == 2
+            if name in ("real", "right"):
+                assert fields["wrong"][0] == 0 and len(fields["rounds_us"][0]) == (2 if name == "real" else 3)
             else:
                 assert fields["wrong"][0] == 3 * (0 + 1 + 2 + 3)
             # Rank 0 alone holds every rank's samples; the others hold none.
