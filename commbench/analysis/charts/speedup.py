@@ -16,7 +16,7 @@ from commbench.results.reader import ok_rows
 
 
 def speedups(group: pd.DataFrame, family: Family) -> pd.DataFrame:
-    """p50 time of the baseline variant / p50 time of each other variant, at equal everything else,
+    """Mean time (the headline) of the baseline variant / that of each other variant, at equal everything else,
     with its 95% interval (speedup_lo, speedup_hi) and verdict (commbench/analysis/speedup.py).
 
     Above 1 means the variant is faster than the baseline. Only workloads measured by both count.
@@ -78,7 +78,7 @@ def speedup_chart(name: str, group: pd.DataFrame, family: Family) -> Chart | Non
         legend_outside(ax)
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label=f"_{baseline}")
     ratio_axis(ax, [float(v) for v in joined["speedup"]], _interval_ends(joined))
-    ax.set_ylabel(f"speedup over {baseline}\n(p50 of {baseline} / p50)")
+    ax.set_ylabel(f"speedup over {baseline}\n(mean of {baseline} / mean)")
     suptitle(
         fig,
         f"{op} · {phase}: speedup over {baseline} with 95% intervals (above 1 = faster)\n{title_facts(joined)}",
