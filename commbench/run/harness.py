@@ -296,10 +296,15 @@ class TimedCase:
         round's as this rank measured them (not the maxima over ranks). True when there was one."""
         if self.held is None:
             return False
-        for rounds, part in zip([self.rounds_us, self.compute_rounds_us, self.overlapped_rounds_us], self.held.parts()):
+        for rounds, part in zip(self.sample_rounds, self.held.parts()):
             extend_round(rounds, self.held.round_index, part)
         self.held = None
         return True
+
+    @property
+    def sample_rounds(self) -> list[list[list[float]]]:
+        """The per-round sample lists a block extends, in HeldBlock.parts()' order."""
+        return [self.rounds_us, self.compute_rounds_us, self.overlapped_rounds_us]
 
     @property
     def samples_us(self) -> list[float]:
@@ -366,21 +371,20 @@ def share_blocks(cases: Sequence[TimedCase]) -> None:
     in one all_reduce(SUM) of those rows' counts that every rank joins, since every rank holds the
     same maxima. No rank's position in it: the ops may run in groups while this reduction spans the
     world."""
-    holding = [case for case in cases if case.held is not None]
-    if not holding:
+    held = [(case, case.held) for case in cases if case.held is not None]
+    if not held:
         return
-    more = f" and {len(holding) - 1} other cases" if len(holding) > 1 else ""
-    holding[0]._share(lambda: _reduce_held(holding), f"{holding[0].label}{more}")
+    lead = held[0][0]
+    more = f" and {len(held) - 1} other cases" if len(held) > 1 else ""
+    lead._share(lambda: _reduce_held(held), f"{lead.label}{more}")
 
 
-def _reduce_held(cases: list[TimedCase]) -> None:
-    backend = cases[0].backend
-    held = [case.held for case in cases if case.held is not None]
-    maxima = backend.reduce_floats([t for block in held for t in block.values()], "max")
+def _reduce_held(held: list[tuple[TimedCase, HeldBlock]]) -> None:
+    backend = held[0][0].backend
+    maxima = backend.reduce_floats([t for _, block in held for t in block.values()], "max")
     start, wrong_somewhere = 0, []
-    for case, block in zip(cases, held):
-        targets = [case.rounds_us, case.compute_rounds_us, case.overlapped_rounds_us]
-        for rounds, part in zip(targets, block.parts()):
+    for case, block in held:
+        for rounds, part in zip(case.sample_rounds, block.parts()):
             extend_round(rounds, block.round_index, maxima[start : start + len(part)])
             start += len(part)
         if block.wrong is not None:
@@ -393,7 +397,7 @@ def _reduce_held(cases: list[TimedCase]) -> None:
         sums = backend.reduce_floats([float(wrong) for _, wrong in wrong_somewhere], "sum")
         for (case, _), total in zip(wrong_somewhere, sums):
             case.wrong = _count(total)
-    keeping = [(case, block) for case, block in zip(cases, held) if case.keep_per_rank]
+    keeping = [(case, block) for case, block in held if case.keep_per_rank]
     if keeping:
         gathered = backend.gather_floats([t for _, block in keeping for t in block.local_us])
         if gathered is not None:  # rank 0
@@ -403,7 +407,7 @@ def _reduce_held(cases: list[TimedCase]) -> None:
                 for mine, samples in zip(case.per_rank_us, gathered):
                     mine.extend(samples[start : start + len(block.local_us)])
                 start += len(block.local_us)
-    for case in cases:
+    for case, _ in held:
         case.held = None
 
 

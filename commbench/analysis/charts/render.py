@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # matplotlib is imported where a chart is drawn: naming a cha
     from matplotlib.figure import Figure
 
 FORMATS = ("png", "svg")
+DPI = 110
 
 
 @dataclass
@@ -84,6 +85,3 @@ def render(chart: Chart, fmt: str) -> bytes:
         tight = figure.get_tightbbox(canvas.get_renderer()).padded(rcParams["savefig.pad_inches"])
     figure.savefig(buf, format=fmt, dpi=DPI, bbox_inches=tight, **extra)
     return buf.getvalue()
-
-
-DPI = 110
