@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import commbench
 from commbench.errors import UserError
+from commbench.results.ownership import JSON_MARK, WRITTEN_BY
 from commbench.results.paths import env_path, write_atomically
 
 ENV_FORMAT = 1  # the layout of <stem>.env.json
@@ -325,6 +327,7 @@ def fingerprint(run_layout: Mapping[str, Any], records: Iterable[Mapping[str, An
 def env_document(run_id: str, run_layout: Mapping[str, Any], records: list[Mapping[str, Any]]) -> dict[str, Any]:
     """What <stem>.env.json holds: the fingerprint with what it hashed, every host, their differences."""
     return {
+        JSON_MARK: f"{WRITTEN_BY} {commbench.__version__}",
         "format": ENV_FORMAT,
         "run_id": run_id,
         "fingerprint": fingerprint(run_layout, records),

@@ -3,6 +3,7 @@ SweepConfig: run it, as one rank of a launcher's job or by spawning local ranks,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,14 +14,23 @@ from commbench.run.config import Outcome, SweepConfig
 
 if TYPE_CHECKING:
     from commbench.launch.env import LaunchOptions
+    from commbench.results.outputs import Target
 
 
-def execute(cfg: SweepConfig, how: LaunchOptions, repeat: int = 1) -> Outcome:
+def execute(cfg: SweepConfig, how: LaunchOptions, repeat: int = 1, extra: Sequence[Target] = ()) -> Outcome:
     """Run the sweep as one rank of a launcher's job, or by spawning local ranks (`repeat` times:
-    --repeat)."""
+    --repeat). extra: the files this command writes itself after the run (--json), planned with the
+    run's outputs before any rank starts and claimed; the outcome's plan holds them."""
     from commbench.launch.start import start_launches
 
-    return start_launches(cfg, how, repeat)
+    return start_launches(cfg, how, repeat, extra)
+
+
+def charts_beside(plot: bool) -> tuple[str, ...]:
+    """The side file a charted run plans beside its CSV: its charts folder (results/outputs.py)."""
+    from commbench.analysis.charts.render import CHARTS_BESIDE
+
+    return (CHARTS_BESIDE,) if plot else ()
 
 
 def written(outcome: Outcome) -> Path | None:

@@ -66,6 +66,15 @@ def history_location(requested: str | None) -> str | None:
     return target
 
 
+def history_file(requested: str | None) -> str | None:
+    """The SQLite file a run's history is (so that no output of the run lands on it), or None: no
+    history, or a database URL. Unchecked: history_location refuses what is unusable."""
+    if requested == NO_HISTORY or (requested is not None and not requested.strip()):
+        return None
+    target = requested or str(DEFAULT_LOCATION)
+    return None if is_url(target) else target
+
+
 def history_folder(location: str) -> Path:
     """Where files made from a history go by default (history trend's chart): beside a SQLite
     history, and in results/ of the current folder for a database URL."""

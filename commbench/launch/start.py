@@ -18,13 +18,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from commbench.console.display import PROGRESS_MARK, Display, Status
 from commbench.console.lines import say
-from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals, warn
+from commbench.errors import ExitCode, UserError, interrupted_code, signals_blocked, stop_on_signals, warn
 from commbench.history.store import check_run_history
 from commbench.launch.env import (
     LAUNCHER_PID_ENV,
@@ -35,7 +35,8 @@ from commbench.launch.env import (
     export_torch_env,
 )
 from commbench.ops import world_error
-from commbench.results.paths import resolve_output
+from commbench.results.outputs import OutputPlan, Target
+from commbench.results.paths import default_output
 from commbench.run.config import ONE_RANK_NOTE, Outcome, SweepConfig
 
 GRACE_S = 5.0
@@ -61,11 +62,13 @@ def default_nproc(backend: str) -> int:
     return max(1, visible_gpus()) if gpu_per_rank(backend) else 2
 
 
-def start(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
+def start(cfg: SweepConfig, how: LaunchOptions, extra: Sequence[Target] = ()) -> Outcome:
     """Run this process as one rank of a launcher's job, or spawn local ranks; returns how it ended.
 
-    Before a rank is spawned, everything this process can know is checked: the output file, the
-    history, the host's cores and memory against the ranks and the sweep, the GPUs against nccl ranks.
+    Before a rank is spawned, everything this process can know is checked: the outputs (the CSV,
+    the files beside it, and `extra`: files this process writes once the run ends, such as --json,
+    claimed for it; results/outputs.py), the history, the host's cores and memory against the ranks
+    and the sweep, the GPUs against nccl ranks. The outcome holds the plan; the caller releases it.
     """
     from commbench.backends import BACKENDS
     from commbench.launch.worker import run_worker
@@ -81,28 +84,52 @@ def start(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
         if launch.kind in TORCH_ENV_KINDS:
             # torch's env:// rendezvous reads torchrun's variables; srun and mpirun set their own.
             export_torch_env(launch)
-        return run_worker(cfg, launch)
-    if nproc is not None and nproc < 1:
-        raise UserError(f"--nproc must be at least 1 (got {nproc})")
+        if launch.rank != 0:  # rank 0 alone writes: it plans, the others measure
+            return run_worker(cfg, launch)
+        path, plan = plan_outputs(cfg, launch.world_size, extra)
+        with released_on_error(plan):
+            outcome = run_worker(dataclasses.replace(cfg, output=str(path.resolve())), launch)
+        return dataclasses.replace(outcome, outputs=plan)
     chosen = nproc is None
     nproc = default_nproc(cfg.backend) if nproc is None else nproc
     # Options that depend on the number of ranks (--root) are checked before any rank starts.
     if (error := world_error(cfg.built_ops(), nproc)) is not None:
         raise UserError(error)
-    path = resolve_output(cfg.output, cfg.backend, nproc, cfg.overwrite, cfg.raw)
-    history = check_run_history(cfg.history)  # refused here in well under a second, not by rank 0
-    _check_host(cfg, nproc, how.oversubscribe)
-    if nproc == 1:
-        why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
-        warn(f"{why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it")
-    # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
-    cfg = dataclasses.replace(cfg, output=str(path.resolve()), history=history)
-    say(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
-    code = info.spawn(cfg, nproc, spawn)  # the transport's own spawner, if it has one, wraps ours
-    return Outcome(code, Path(cfg.output))
+    path, plan = plan_outputs(cfg, nproc, extra)
+    with released_on_error(plan):
+        history = check_run_history(cfg.history)  # refused here in well under a second, not by rank 0
+        _check_host(cfg, nproc, how.oversubscribe)
+        if nproc == 1:
+            why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
+            warn(f"{why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it")
+        # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
+        cfg = dataclasses.replace(cfg, output=str(path.resolve()), history=history)
+        say(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
+        code = info.spawn(cfg, nproc, spawn)  # the transport's own spawner, if it has one, wraps ours
+    return Outcome(code, Path(cfg.output), plan)
 
 
-def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int) -> Outcome:
+def plan_outputs(cfg: SweepConfig, world_size: int, extra: Sequence[Target]) -> tuple[Path, OutputPlan]:
+    """The run's CSV and the plan of every file it writes (the CSV's default name is the world's),
+    with `extra` planned and claimed for this process."""
+    path, plan = cfg.outputs().plan(lambda folder: default_output(cfg.backend, world_size, folder or "results"))
+    with released_on_error(plan):
+        for target in extra:
+            plan.claim(plan.add(target.path, target.flag))
+    return path, plan
+
+
+@contextlib.contextmanager
+def released_on_error(plan: OutputPlan) -> Iterator[None]:
+    """The plan's claims ended when the block fails (a refusal, Ctrl-C): nothing left behind."""
+    try:
+        yield
+    except BaseException:
+        plan.release()
+        raise
+
+
+def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int, extra: Sequence[Target] = ()) -> Outcome:
     """`--repeat K`: K independent launches of the same measurement, as a CI job's reruns would be:
     new ranks and a new rendezvous (a new store, port and process group) each time, one after the
     other, into one CSV (the later launches append; the launch and launch_group columns tell them
@@ -113,7 +140,7 @@ def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int) -> Outcome
     Under an external launcher (torchrun, srun, mpirun, horovodrun) this process is one rank of a
     job it did not start, and cannot start the job again: refused in one line."""
     if repeat == 1:
-        return start(cfg, how)
+        return start(cfg, how, extra)
     launch = detect(master_addr=how.master_addr, master_port=how.master_port)
     if launch.is_rank:
         raise UserError(
@@ -123,18 +150,19 @@ def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int) -> Outcome
     import uuid
 
     group = uuid.uuid4().hex[:12]
-    outcome, worst = None, ExitCode.OK
+    outcome, worst, plan = None, ExitCode.OK, None
     for k in range(1, repeat + 1):
         say(f"# launch {k}/{repeat} (group {group})")
         this = dataclasses.replace(cfg, launch=k, launch_group=group)
         if outcome is not None:  # the later launches append to the CSV the first one created
             this = dataclasses.replace(this, output=str(outcome.output), overwrite=True, append=True)
-        outcome = start(this, how)
+        outcome = start(this, how, extra if plan is None else ())
+        plan = plan or outcome.outputs  # the first launch's: it holds the claims of `extra`
         if outcome.code not in (ExitCode.OK, ExitCode.FAILED):
-            return outcome
+            return dataclasses.replace(outcome, outputs=plan)
         worst = max(worst, outcome.code)
     say(f"# {repeat} launches (group {group}) in {outcome.output}: compare pools them as one candidate")
-    return Outcome(worst, outcome.output)
+    return Outcome(worst, outcome.output, plan)
 
 
 def _check_host(cfg: SweepConfig, nproc: int, oversubscribe: bool) -> None:
@@ -248,15 +276,16 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
         display = Display()
         config = cfg.to_json()
         for rank in range(nproc):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "commbench.launch.worker"],
-                env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
+            with signals_blocked():  # a stop while it starts reaches the rank once it routes signals
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "commbench.launch.worker"],
+                    env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
             procs.append(proc)
             # The configuration goes in on stdin: the environment and the command line have size
             # limits (a long --sizes list once overflowed them), a pipe has none.

@@ -60,7 +60,10 @@ def replay_chart(rows: Sequence[Mapping[str, str]], title: str) -> Chart:
 
 def write_replay_chart(csv_path: Path, rows: Sequence[Mapping[str, str]], title: str, overwrite: bool) -> Path:
     """<stem>-replay.png beside the results CSV."""
-    folder = Path(csv_path).parent
+    from commbench.replay.summary import REPLAY_CHART
+    from commbench.results.paths import beside
+
+    target = beside(csv_path, REPLAY_CHART)
     chart = replay_chart(rows, title)
-    chart.name = Path(csv_path).stem + "-replay"
-    return write_charts([chart], folder, "png", overwrite)[0]
+    chart.name = target.stem
+    return write_charts([chart], target.parent, "png", overwrite)[0]

@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from commbench.replay.record import Call, Collective, Plan, Trace, Unmapped
+from commbench.run.config import DTYPES
 
 # the recorded name (record_param_comms' "Collective name", a c10d op's, a Flight Recorder op's)
 # -> (commbench op, variant)
@@ -146,6 +147,9 @@ def _call(
         unmapped.append(Unmapped(c, f"{c.name!r} is no collective commbench issues"))
         return None
     op, variant = _OPS[c.name]
+    if op != "barrier" and c.dtype not in DTYPES:
+        unmapped.append(Unmapped(c, f"dtype {c.dtype}: commbench's ops carry {', '.join(DTYPES)}"))
+        return None
     if op != "barrier" and not (c.in_elems or c.out_elems):
         unmapped.append(Unmapped(c, "no sizes recorded"))
         return None

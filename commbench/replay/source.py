@@ -17,6 +17,7 @@ class Source:
 
     plan: Plan
     recorded_on: str  # the traced job's backend ("nccl 2.17.1"), "" where unrecorded
+    files: tuple[str, ...] = ()  # the trace files read: the run's inputs, never one of its outputs
 
 
 def read_plan(paths: Sequence[Path]) -> Source:
@@ -28,4 +29,4 @@ def read_plan(paths: Sequence[Path]) -> Source:
         raise UserError(f"this commbench cannot read traces ({exc}); reinstall commbench") from None
     traces = load([Path(p) for p in paths])
     backends = list(dict.fromkeys(t.backend for t in traces if t.backend))
-    return Source(plan(traces), ", ".join(backends))
+    return Source(plan(traces), ", ".join(backends), tuple(t.path for t in traces))

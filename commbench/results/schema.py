@@ -6,6 +6,7 @@ readers commbench/results/reader.py.
 
 from __future__ import annotations
 
+from commbench.results.ownership import register_header
 from commbench.results.stats import STAT_COLUMNS
 
 SCHEMA_VERSION = 2
@@ -56,8 +57,8 @@ LAYOUT_KEY = ("world_size", "group")
 ROW_KEY = (*CASE_KEY, *LAYOUT_KEY)
 # One line over sizes (compare's series, the history's trends).
 SERIES_KEY = tuple(c for c in ROW_KEY if c != "size_bytes")
-RAW_COLUMNS = ("run_id", *CASE_KEY, "round", "iteration", "rank", "time_us")
-RAW_COLUMNS_V1 = tuple(c for c in RAW_COLUMNS if c != "round")
+RAW_COLUMNS = register_header(("run_id", *CASE_KEY, "round", "iteration", "rank", "time_us"))
+RAW_COLUMNS_V1 = register_header(tuple(c for c in RAW_COLUMNS if c != "round"))
 
 
 def key_without(*columns: str) -> tuple[str, ...]:

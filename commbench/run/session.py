@@ -21,7 +21,7 @@ from commbench.history.store import History, open_run_history
 from commbench.ops import world_error
 from commbench.ops.base import Op
 from commbench.provenance import layout
-from commbench.results.paths import resolve_output
+from commbench.results.paths import default_output
 from commbench.run.agreement import RunFacts, agree, share_refusal
 from commbench.run.config import ONE_RANK_NOTE, SweepConfig
 from commbench.run.eta import SweepProgress
@@ -91,7 +91,7 @@ def open_session(
     error = memory_error(ops, cfg, backend, launch.local_world_size)
     if lead and error is None:
         try:
-            path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
+            path, _ = cfg.outputs().plan(lambda d: default_output(cfg.backend, backend.world_size, d or "results"))
         except UserError as exc:
             error = exc.format_message()
     facts = agree(backend, cfg, error, lambda n: world_error(ops, n))

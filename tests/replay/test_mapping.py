@@ -119,3 +119,17 @@ def test_the_sequence_most_steps_issue_is_replayed_and_the_others_named():
     p = plan([_trace(0, *cs, steps=(1, 2, 3))])
     assert [c.op for c in p.sequence] == ["all_reduce"] and p.steps == 2
     assert any("step(s) 1 issue another sequence" in n for n in p.notes)
+
+
+def test_a_dtype_the_ops_cannot_carry_is_listed_not_replayed_and_an_empty_plan_says_why():
+    from commbench.replay.summary import nothing_to_replay
+
+    p = plan([_trace(0, _c("allreduce", dtype="int16"), _c("allreduce", dtype="bool"), _c("allreduce"))])
+    assert [c.dtype for c in p.sequence] == ["float32"]
+    assert sorted(u.collective.dtype for u in p.unmapped) == ["bool", "int16"]
+    assert all("commbench's ops carry float32" in u.reason for u in p.unmapped)
+    assert nothing_to_replay(p) is None
+    empty = plan([_trace(0, _c("allreduce", dtype="int16"), _c("mystery"))])
+    why = nothing_to_replay(empty)
+    assert why is not None and why.startswith("nothing to replay: none of the trace's 2 collective(s)")
+    assert "dtype int16" in why and "'mystery' is no collective" in why

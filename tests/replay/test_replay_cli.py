@@ -64,7 +64,22 @@ def test_bad_input_is_one_line_and_exit_2(with_plan, tmp_path: Path) -> None:
         "the trace's groups need 4 ranks and this launch has 2",
         "--scale",
     )
-    one_line_error(invoke(main, ["replay", "t.json", "--json", str(tmp_path / "no" / "r.json")]), "existing folder")
+    run = str(tmp_path / "out" / "a.csv")
+    for same in ("a.csv", "a.env.json", "a.replay.csv", "a-replay.png"):  # the run's own outputs
+        one_line_error(
+            invoke(main, ["replay", "t.json", "--nproc", "4", "-o", run, "--json", str(tmp_path / "out" / same)]),
+            "is also where",
+            "one run writes each file once",
+        )
+    history = str(tmp_path / "h.sqlite")
+    one_line_error(
+        invoke(main, ["replay", "t.json", "--nproc", "4", "-o", run, "--history", history, "--json", history]),
+        "is the results history",
+    )
+    for bad in ("0", "-1"):
+        one_line_error(
+            invoke(main, ["replay", "t.json", "--nproc", bad, "--scale"]), f"--nproc must be at least 1 (got {bad})"
+        )
     with_plan("uneven_shards")
     one_line_error(
         invoke(main, ["replay", "t.json", "--nproc", "2", "-o", f"{tmp_path}/"]),
