@@ -3,7 +3,6 @@ SweepConfig: run it, as one rank of a launcher's job or by spawning local ranks,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,16 +13,16 @@ from commbench.run.config import Outcome, SweepConfig
 
 if TYPE_CHECKING:
     from commbench.launch.env import LaunchOptions
-    from commbench.results.outputs import Target
 
 
-def execute(cfg: SweepConfig, how: LaunchOptions, repeat: int = 1, extra: Sequence[Target] = ()) -> Outcome:
+def execute(cfg: SweepConfig, how: LaunchOptions, repeat: int = 1) -> Outcome:
     """Run the sweep as one rank of a launcher's job, or by spawning local ranks (`repeat` times:
-    --repeat). extra: the files this command writes itself after the run (--json), planned with the
-    run's outputs before any rank starts and claimed; the outcome's plan holds them."""
+    --repeat). The files the command writes itself after the run (cfg.extra_outputs: --json) are
+    planned with the run's outputs and claimed; the outcome's plan holds them, for its caller to
+    write and release."""
     from commbench.launch.start import start_launches
 
-    return start_launches(cfg, how, repeat, extra)
+    return start_launches(cfg, how, repeat)
 
 
 def charts_beside(plot: bool) -> tuple[str, ...]:

@@ -121,11 +121,10 @@ def replay(
         workload_digest=plan.digest,
         side_files=(REPLAY_CSV, *([REPLAY_CHART] if plot else [])),
         inputs=(*source.files, *map(str, model_csvs)),
+        extra_outputs=[(json_path, "--json")] if json_path is not None else [],
         **options,
     )
-    from commbench.results.outputs import Target
-
-    outcome = execute(cfg, how, extra=[Target(Path(json_path), "--json")] if json_path is not None else [])
+    outcome = execute(cfg, how)
     try:
         if (csv := written(outcome)) is not None:
             json_file = None if json_path is None else Path(json_path)

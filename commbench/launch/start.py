@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,7 +35,6 @@ from commbench.launch.env import (
     export_torch_env,
 )
 from commbench.ops import world_error
-from commbench.results.outputs import OutputPlan, Target
 from commbench.results.paths import default_output
 from commbench.run.config import ONE_RANK_NOTE, Outcome, SweepConfig
 
@@ -62,13 +61,15 @@ def default_nproc(backend: str) -> int:
     return max(1, visible_gpus()) if gpu_per_rank(backend) else 2
 
 
-def start(cfg: SweepConfig, how: LaunchOptions, extra: Sequence[Target] = ()) -> Outcome:
+def start(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
     """Run this process as one rank of a launcher's job, or spawn local ranks; returns how it ended.
 
     Before a rank is spawned, everything this process can know is checked: the outputs (the CSV,
-    the files beside it, and `extra`: files this process writes once the run ends, such as --json,
-    claimed for it; results/outputs.py), the history, the host's cores and memory against the ranks
-    and the sweep, the GPUs against nccl ranks. The outcome holds the plan; the caller releases it.
+    the files beside it, and the files the command writes itself after the run, claimed for it:
+    results/outputs.py), the history, the host's cores and memory against the ranks and the sweep,
+    the GPUs against nccl ranks. Under a launcher, rank 0 plans its outputs once the ranks meet, so
+    that a refusal stops every rank (run/session.py). The outcome holds the plan where this process
+    made it; the caller releases it.
     """
     from commbench.backends import BACKENDS
     from commbench.launch.worker import run_worker
@@ -84,52 +85,28 @@ def start(cfg: SweepConfig, how: LaunchOptions, extra: Sequence[Target] = ()) ->
         if launch.kind in TORCH_ENV_KINDS:
             # torch's env:// rendezvous reads torchrun's variables; srun and mpirun set their own.
             export_torch_env(launch)
-        if launch.rank != 0:  # rank 0 alone writes: it plans, the others measure
-            return run_worker(cfg, launch)
-        path, plan = plan_outputs(cfg, launch.world_size, extra)
-        with released_on_error(plan):
-            outcome = run_worker(dataclasses.replace(cfg, output=str(path.resolve())), launch)
-        return dataclasses.replace(outcome, outputs=plan)
+        return run_worker(cfg, launch)
     chosen = nproc is None
     nproc = default_nproc(cfg.backend) if nproc is None else nproc
     # Options that depend on the number of ranks (--root) are checked before any rank starts.
     if (error := world_error(cfg.built_ops(), nproc)) is not None:
         raise UserError(error)
-    path, plan = plan_outputs(cfg, nproc, extra)
-    with released_on_error(plan):
+    path, plan = cfg.outputs().plan(lambda folder: default_output(cfg.backend, nproc, folder or "results"))
+    with plan.released_on_error():
         history = check_run_history(cfg.history)  # refused here in well under a second, not by rank 0
         _check_host(cfg, nproc, how.oversubscribe)
         if nproc == 1:
             why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
             warn(f"{why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it")
         # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
-        cfg = dataclasses.replace(cfg, output=str(path.resolve()), history=history)
+        # The files this process writes itself are claimed here: rank 0 plans the rest again.
+        cfg = dataclasses.replace(cfg, output=str(path.resolve()), history=history, extra_outputs=())
         say(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
         code = info.spawn(cfg, nproc, spawn)  # the transport's own spawner, if it has one, wraps ours
     return Outcome(code, Path(cfg.output), plan)
 
 
-def plan_outputs(cfg: SweepConfig, world_size: int, extra: Sequence[Target]) -> tuple[Path, OutputPlan]:
-    """The run's CSV and the plan of every file it writes (the CSV's default name is the world's),
-    with `extra` planned and claimed for this process."""
-    path, plan = cfg.outputs().plan(lambda folder: default_output(cfg.backend, world_size, folder or "results"))
-    with released_on_error(plan):
-        for target in extra:
-            plan.claim(plan.add(target.path, target.flag))
-    return path, plan
-
-
-@contextlib.contextmanager
-def released_on_error(plan: OutputPlan) -> Iterator[None]:
-    """The plan's claims ended when the block fails (a refusal, Ctrl-C): nothing left behind."""
-    try:
-        yield
-    except BaseException:
-        plan.release()
-        raise
-
-
-def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int, extra: Sequence[Target] = ()) -> Outcome:
+def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int) -> Outcome:
     """`--repeat K`: K independent launches of the same measurement, as a CI job's reruns would be:
     new ranks and a new rendezvous (a new store, port and process group) each time, one after the
     other, into one CSV (the later launches append; the launch and launch_group columns tell them
@@ -140,7 +117,7 @@ def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int, extra: Seq
     Under an external launcher (torchrun, srun, mpirun, horovodrun) this process is one rank of a
     job it did not start, and cannot start the job again: refused in one line."""
     if repeat == 1:
-        return start(cfg, how, extra)
+        return start(cfg, how)
     launch = detect(master_addr=how.master_addr, master_port=how.master_port)
     if launch.is_rank:
         raise UserError(
@@ -155,9 +132,9 @@ def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int, extra: Seq
         say(f"# launch {k}/{repeat} (group {group})")
         this = dataclasses.replace(cfg, launch=k, launch_group=group)
         if outcome is not None:  # the later launches append to the CSV the first one created
-            this = dataclasses.replace(this, output=str(outcome.output), overwrite=True, append=True)
-        outcome = start(this, how, extra if plan is None else ())
-        plan = plan or outcome.outputs  # the first launch's: it holds the claims of `extra`
+            this = dataclasses.replace(this, output=str(outcome.output), overwrite=True, append=True, extra_outputs=())
+        outcome = start(this, how)
+        plan = plan or outcome.outputs  # the first launch's: it holds the claims of the extra outputs
         if outcome.code not in (ExitCode.OK, ExitCode.FAILED):
             return dataclasses.replace(outcome, outputs=plan)
         worst = max(worst, outcome.code)

@@ -37,14 +37,6 @@ from commbench.results.paths import (
 )
 
 
-@dataclass(frozen=True)
-class Target:
-    """A file a command writes itself once its run ends (--json): planned with the run's outputs."""
-
-    path: Path
-    flag: str
-
-
 def identity(path: Path) -> str:
     """What makes two names one file: the real folder and the name (a target is never a link)."""
     path = Path(path)
@@ -135,6 +127,15 @@ class OutputPlan:
         finally:
             self.release()
 
+    @contextlib.contextmanager
+    def released_on_error(self) -> Iterator[OutputPlan]:
+        """The plan, released if the block fails (a refusal, Ctrl-C): no claim left behind."""
+        try:
+            yield self
+        except BaseException:
+            self.release()
+            raise
+
 
 def _same_file(a: Path, b: Path) -> bool:
     try:
@@ -155,19 +156,21 @@ def _still(key: str, fd: int) -> bool:
 @dataclass(frozen=True)
 class RunOutputs:
     """What a measuring run writes and reads, as its configuration says: the CSV as the user named
-    it (None: the default name), the side files rank 0 writes beside it (paths.beside's suffixes),
-    the run's inputs, and the SQLite history it files itself in (None: none, or a database URL)."""
+    it (None: the default name), the side files rank 0 writes beside it (paths.beside's suffixes), the
+    files the command writes itself once the run ends ((path, flag): --json), the run's inputs, and
+    the SQLite history it files itself in (None: none, or a database URL)."""
 
     requested: str | None
     overwrite: bool
     raw: bool = False
     side_files: tuple[str, ...] = ()
+    extra: tuple[tuple[str, str], ...] = ()
     inputs: tuple[str, ...] = ()
     history: str | None = None
 
     def plan(self, default: Callable[[Path | None], Path]) -> tuple[Path, OutputPlan]:
         """The CSV (the user's --output; a folder gets default(folder) inside it; none, default(None))
-        and the plan holding it and every file beside it, checked."""
+        and the plan holding it and every file beside it, checked, and the extra files claimed."""
         plan = OutputPlan(
             self.overwrite,
             tuple(Path(p) for p in self.inputs),
@@ -180,4 +183,7 @@ class RunOutputs:
                 plan.add_folder(name, f"the run's {suffix} folder beside its CSV,")
             else:
                 plan.add(name, what=f"the run's {suffix} file beside its CSV")
+        with plan.released_on_error():
+            for target, flag in self.extra:
+                plan.claim(plan.add(target, flag))
         return path, plan

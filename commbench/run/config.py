@@ -145,10 +145,14 @@ class SweepConfig:
     # writes beside the CSV (paths.beside's suffixes; "-charts/" a folder), and the files the run reads.
     side_files: tuple[str, ...] = ()
     inputs: tuple[str, ...] = ()
+    # (path, flag) of the files the command writes itself once the run ends (--json): planned and
+    # claimed with the run's outputs by the process that plans them (the spawner, or rank 0).
+    extra_outputs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("ops", "dtypes", "variants", "side_files", "inputs"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "extra_outputs", tuple((str(p), str(f)) for p, f in self.extra_outputs))
         object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
         if not self.ops:
             raise UserError("no op selected: pass --op NAME (see `commbench list`)")
@@ -231,7 +235,13 @@ class SweepConfig:
         from commbench.history.store import history_file
 
         return RunOutputs(
-            self.output, self.overwrite, self.raw, self.side_files, self.inputs, history_file(self.history)
+            self.output,
+            self.overwrite,
+            self.raw,
+            self.side_files,
+            self.extra_outputs,
+            self.inputs,
+            history_file(self.history),
         )
 
     def to_json(self) -> str:
@@ -246,13 +256,13 @@ class SweepConfig:
     def option_digests(self) -> dict[str, str]:
         """Per-option digests, compared across ranks to catch inconsistent launches.
 
-        `output`, `command`, `history` and `inputs` legitimately differ per rank (only rank 0 writes;
-        each rank names its inputs from its own folder), so they are left out.
+        `output`, `command`, `history`, `inputs` and `extra_outputs` legitimately differ per rank (only
+        rank 0 writes; each rank names its files from its own folder), so they are left out.
         """
         return {
             key: hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
             for key, value in asdict(self).items()
-            if key not in ("output", "command", "history", "inputs")
+            if key not in ("output", "command", "history", "inputs", "extra_outputs")
         }
 
 

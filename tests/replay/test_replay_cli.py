@@ -80,6 +80,11 @@ def test_bad_input_is_one_line_and_exit_2(with_plan, tmp_path: Path) -> None:
         one_line_error(
             invoke(main, ["replay", "t.json", "--nproc", bad, "--scale"]), f"--nproc must be at least 1 (got {bad})"
         )
+    (tmp_path / "out" / "a.replay.csv").write_text("my notes\n")  # a leftover beside the CSV, not commbench's
+    one_line_error(
+        invoke(main, ["replay", "t.json", "--nproc", "4", "-o", run, "--overwrite"]), "was not written by commbench"
+    )
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.replay.csv"]  # before any rank started
     with_plan("uneven_shards")
     one_line_error(
         invoke(main, ["replay", "t.json", "--nproc", "2", "-o", f"{tmp_path}/"]),
