@@ -24,8 +24,22 @@ from commbench.cli.options import (
 from commbench.errors import UserError, warn
 
 
+def _trace_paths(_ctx: click.Context, _param: click.Parameter, given: tuple[str, ...]) -> tuple[Path, ...]:
+    from commbench.replay.source import trace_paths
+
+    return trace_paths(given)
+
+
 @click.command()
-@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, type=click.Path(), callback=_trace_paths)
+@click.option(
+    "--trace-limit",
+    "trace_limits",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Raise (or lower) a budget the readers hold each trace file to, e.g. bytes=64G or events=1e9 "
+    "(repeatable; names: bytes, pickle-bytes, events, elements, collectives, event-bytes; docs/replay.md).",
+)
 @click.option(
     "--scale",
     is_flag=True,
@@ -69,6 +83,7 @@ def replay(
     model_csvs: tuple[Path, ...],
     algorithm: str,
     json_path: str | None,
+    trace_limits: tuple[str, ...],
     plot: bool,
     **options: Any,
 ) -> None:
@@ -99,7 +114,7 @@ def replay(
         if not model_csv.is_file():
             raise UserError(f"--model {model_csv}: no such file; give a CSV that `commbench sweep` wrote")
     json_file = _json_target(json_path, bool(options.get("overwrite")))
-    source = read_plan(traces)
+    source = read_plan(traces, trace_limits)
     plan = source.plan
     how = pop_launch(options)
     backend = options.get("backend") or _default_backend()

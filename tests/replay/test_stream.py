@@ -1,0 +1,120 @@
+"""The JSON scanner's work is linear in the file's size whatever the file holds (a long string,
+whitespace, a damaged event), and no single call runs over more than one event's bytes: counted
+as characters scanned, never timed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from commbench.errors import UserError
+from commbench.replay.readers import stream
+from commbench.replay.readers.limits import Limits
+from tests.support import hostile_traces as ht
+
+CHUNK = 4096
+
+
+class Scans:
+    """What the scanner's decoder and whitespace skipping looked at: the characters each call scanned."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.decoded: list[int] = []
+        self.skipped: list[int] = []
+        decoder, space = stream.json.JSONDecoder(), stream._SPACE
+        scans = self
+
+        class Decoder:
+            def raw_decode(self, s: str, idx: int) -> tuple[Any, int]:
+                try:
+                    value, end = decoder.raw_decode(s, idx)
+                except json.JSONDecodeError:
+                    scans.decoded.append(len(s) - idx)  # a failed decode may have scanned the whole window
+                    raise
+                scans.decoded.append(end - idx)
+                return value, end
+
+        class Space:
+            def match(self, s: str, pos: int) -> Any:
+                m = space.match(s, pos)
+                scans.skipped.append(m.end() - pos + 1)
+                return m
+
+        monkeypatch.setattr(stream, "CHUNK", CHUNK)
+        monkeypatch.setattr(stream, "_SPACE", Space())
+        monkeypatch.setattr(stream.json, "JSONDecoder", Decoder)
+
+    @property
+    def total(self) -> int:
+        return sum(self.decoded) + sum(self.skipped)
+
+
+def _read(path: Path) -> stream.JsonStream:
+    with stream.JsonStream(path) as s:
+        for _ in s.items("traceEvents"):
+            pass
+    return s
+
+
+def _size(path: Path) -> int:
+    return len(ht.gzip.decompress(path.read_bytes()))
+
+
+def test_a_long_string_costs_about_twice_its_length_not_a_reparse_per_chunk(tmp_path, monkeypatch):
+    event = json.dumps({**ht.tf.compute(5), "name": "x" * (1 << 21)}) + ",\n"
+    path = ht.gz(tmp_path / "long.json.gz", ht.kineto_parts([event.encode()]))
+    scans = Scans(monkeypatch)
+    assert _read(path).count == 3
+    # windows of 4K, 8K, ... 4M fail, the last succeeds: under 4x the file (a re-parse per chunk: 500x)
+    assert scans.total < 4 * _size(path)
+    assert max(scans.decoded) < 2 * (1 << 21) + 2 * CHUNK  # no call over more than the value's window
+
+
+def test_whitespace_is_skipped_in_linear_work(tmp_path, monkeypatch):
+    body = [b" \n\t" * (1 << 20), *ht.compute_lines(100), b"\r\n " * (1 << 20)]
+    path = ht.gz(tmp_path / "ws.json.gz", ht.kineto_parts(body))
+    scans = Scans(monkeypatch)
+    assert _read(path).count == 102
+    assert scans.total < 2 * _size(path)
+    assert len(scans.skipped) < _size(path) / CHUNK + 4 * 102  # one regex call per chunk, a few per event
+
+
+def test_a_damaged_event_is_refused_where_it_is_without_reading_on(tmp_path, monkeypatch):
+    good = list(ht.compute_lines(20_000))  # 2 MB of events after the damage
+    parts = list(ht.kineto_parts([*good[:10], b'{"ph": "X" "name": 1},\n', *good]))
+    path = ht.gz(tmp_path / "damaged.json.gz", parts)
+    where = b"".join(parts).index(b'"name": 1}')
+    scans = Scans(monkeypatch)
+    s = stream.JsonStream(path)
+    with pytest.raises(UserError, match=rf"damaged at byte {where:,} \(Expecting ',' delimiter\)"):
+        for _ in s.items("traceEvents"):
+            pass
+    assert s.inflated <= 2 * CHUNK and scans.total <= 2 * CHUNK
+
+
+def test_a_value_over_the_event_cap_is_refused_after_reading_about_the_cap(tmp_path, monkeypatch):
+    event = json.dumps({**ht.tf.compute(5), "name": "x" * (1 << 20)}) + ",\n"
+    path = ht.gz(tmp_path / "long.json.gz", ht.kineto_parts([event.encode()]))
+    scans = Scans(monkeypatch)
+    s = stream.JsonStream(path, Limits(event_bytes=64 << 10))
+    with pytest.raises(UserError, match=r"an element at byte 226 is longer than 64K \(the event-bytes budget\)"):
+        for _ in s.items("traceEvents"):
+            pass
+    assert s.inflated < 3 * (64 << 10) and scans.total < 4 * (64 << 10)
+
+
+def test_values_cut_by_the_window_are_read_whole(tmp_path, monkeypatch):
+    """Numbers, literals and escapes that a window's end cuts (1e5 cut after "1e", "\\ud83d\\ude00" after "\\ud83d")."""
+    events = [
+        {"ph": "X", "name": "aten::mm", "ts": 1.5e5 + i, "dur": -0.0, "args": {"s": "\U0001f600" * i, "b": True}}
+        for i in range(400)
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events, "x": [None, False, 1e-7]}))
+    for chunk in (7, 11, 13, 64):
+        monkeypatch.setattr(stream, "CHUNK", chunk)
+        with stream.JsonStream(path) as s:
+            assert list(s.items("traceEvents")) == events and s.meta == {"x": [None, False, 1e-7]}
