@@ -151,12 +151,12 @@ def _same_job(traces: list[Trace]) -> None:
 def _all_ranks(traces: list[Trace], from_folder: bool) -> None:
     """Several ranks' traces must be all of them: the alignment compares every rank's sequence."""
     world = next((t.world_size for t in traces if t.world_size), None)
-    if world and (beyond := next((t for t in traces if t.rank >= world), None)) is not None:
+    if len(traces) < 2 or not world:
+        return
+    if (beyond := next((t for t in traces if t.rank >= world), None)) is not None:
         raise UserError(
             f"{beyond.path} is rank {beyond.rank}, outside its job's world of {world} ranks; give the traces of one job"
         )
-    if len(traces) < 2 or not world:
-        return
     missing = sorted(set(range(world)) - {t.rank for t in traces})
     if missing:
         where = f"the folder {Path(traces[0].path).parent}" if from_folder else "the traces given"

@@ -24,27 +24,37 @@ class Scans:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.decoded: list[int] = []
         self.skipped: list[int] = []
-        decoder, space = stream.json.JSONDecoder(), stream._SPACE
+        decoder = stream.json.JSONDecoder()
         scans = self
+
+        def scanned(call: Any, s: str, idx: int) -> tuple[Any, int]:
+            try:
+                value, end = call(s, idx)
+            except (StopIteration, ValueError):
+                scans.decoded.append(len(s) - idx)  # a failed decode may have scanned the whole window
+                raise
+            scans.decoded.append(end - idx)
+            return value, end
 
         class Decoder:
             def raw_decode(self, s: str, idx: int) -> tuple[Any, int]:
-                try:
-                    value, end = decoder.raw_decode(s, idx)
-                except json.JSONDecodeError:
-                    scans.decoded.append(len(s) - idx)  # a failed decode may have scanned the whole window
-                    raise
-                scans.decoded.append(end - idx)
-                return value, end
+                return scanned(decoder.raw_decode, s, idx)
 
-        class Space:
+            def scan_once(self, s: str, idx: int) -> tuple[Any, int]:
+                return scanned(decoder.scan_once, s, idx)
+
+        class Skipping:
+            def __init__(self, pattern: Any) -> None:
+                self.pattern = pattern
+
             def match(self, s: str, pos: int) -> Any:
-                m = space.match(s, pos)
-                scans.skipped.append(m.end() - pos + 1)
+                m = self.pattern.match(s, pos)
+                scans.skipped.append((m.end() if m else pos) - pos + 1)
                 return m
 
         monkeypatch.setattr(stream, "CHUNK", CHUNK)
-        monkeypatch.setattr(stream, "_SPACE", Space())
+        monkeypatch.setattr(stream, "_SPACE", Skipping(stream._SPACE))
+        monkeypatch.setattr(stream, "_DELIMITER", Skipping(stream._DELIMITER))
         monkeypatch.setattr(stream.json, "JSONDecoder", Decoder)
 
     @property
@@ -79,7 +89,7 @@ def test_whitespace_is_skipped_in_linear_work(tmp_path, monkeypatch):
     scans = Scans(monkeypatch)
     assert _read(path).count == 102
     assert scans.total < 2 * _size(path)
-    assert len(scans.skipped) < _size(path) / CHUNK + 4 * 102  # one regex call per chunk, a few per event
+    assert len(scans.skipped) < _size(path) / CHUNK + 4 * 102  # a regex call per chunk, a few per event
 
 
 def test_a_damaged_event_is_refused_where_it_is_without_reading_on(tmp_path, monkeypatch):

@@ -35,8 +35,9 @@ class Limits:
     # collectives (and their kernels, annotations and steps) one file may hold: the readers keep each
     # (about 1 KB), so this bounds their memory
     collectives: int = 1_000_000
-    # the JSON text of one event, node or entry (or of one top-level value): a larger one is damage
-    event_bytes: int = 16 << 20
+    # the JSON text of one event, node or entry (or of one top-level value): no real one is larger
+    # (distributedInfo of a 100,000-rank job is about 3 MB); reading one takes up to 5 times it
+    event_bytes: int = 8 << 20
 
     def over(self, path: object, name: str, what: str) -> UserError:
         """The refusal of a file over the budget `name` (a field); `what` says what it holds, "{}"

@@ -26,7 +26,9 @@ from commbench.errors import UserError
 from commbench.replay.readers.limits import LIMITS, Limits
 
 CHUNK = 1 << 20  # bytes inflated and decoded per read: the scanner's window is about this size
+_WHITESPACE = " \t\n\r"
 _SPACE = re.compile(r"[ \t\n\r]*")
+_DELIMITER = re.compile(r"[ \t\n\r]*([,:\]}])[ \t\n\r]*")
 # A value that ends, or a decode error that lies, this close to the window's end may be cut by it (a
 # number, a literal, a \uXXXX\uXXXX escape): it is retried on a larger window, and so is a string
 # left unterminated. Any other decode error is damage.
@@ -86,11 +88,6 @@ class _HashingReader:
         self.sha.update(data)
         return data
 
-    def readline(self, n: int = -1) -> bytes:
-        data = self.raw.readline(n)
-        self.sha.update(data)
-        return data
-
     def readable(self) -> bool:
         return True
 
@@ -113,7 +110,7 @@ class _Closing:
 
 class TraceBytes(_Closing):
     """A trace file's content as it is read: inflated when it is gzip, never past `budget` (a field
-    of Limits) plus one byte, the raw file's bytes hashed. read() and readline(), as pickle needs."""
+    of Limits) plus one byte, the raw file's bytes hashed."""
 
     def __init__(self, path: Path, limits: Limits = LIMITS, budget: str = "bytes") -> None:
         self.path, self.limits, self.budget = path, limits, budget
@@ -140,11 +137,12 @@ class TraceBytes(_Closing):
         except (OSError, EOFError, zlib.error) as exc:
             raise cut_short(self.path, exc) from None
 
-    def readline(self, n: int | None = -1) -> bytes:
-        try:
-            return self._counted(self._file.readline(self._room(n)))
-        except (OSError, EOFError, zlib.error) as exc:
-            raise cut_short(self.path, exc) from None
+    def read_all(self) -> bytes:
+        """The whole content, a chunk at a time: refused as soon as it passes the budget."""
+        parts = []
+        while part := self.read(CHUNK):
+            parts.append(part)
+        return b"".join(parts)
 
     def digest(self) -> str:
         """The sha256 of the file's bytes (those the reader did not need still count)."""
@@ -177,6 +175,7 @@ class JsonStream(_Closing):
         self._values = 0  # every value read at the top level or in the array: the events budget
         self._bytes = TraceBytes(path, limits)
         self._decoder = json.JSONDecoder()
+        self._scan = self._decoder.scan_once  # the C scanner raw_decode wraps
         self._text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")  # a BOM is dropped
         self._buf = ""
         self._pos = 0
@@ -203,7 +202,9 @@ class JsonStream(_Closing):
             got += len(data)
             self._eof = not data
             parts.append(self._text.decode(data, final=not data))
-        self._buf = self._buf[self._pos :] + "".join(parts)
+        held = self._buf[self._pos :] if self._pos else self._buf  # no copy of a window grown in place
+        self._buf = ""
+        self._buf = "".join([held, *parts])
         self._pos = 0
         return got > 0
 
@@ -221,6 +222,11 @@ class JsonStream(_Closing):
                 raise cut_short(self.path, EOFError("ends inside the JSON"))
 
     def _expect(self, chars: str) -> str:
+        # the common case: the delimiter, and the whitespace around it, in one regex call
+        m = _DELIMITER.match(self._buf, self._pos)
+        if m is not None and m.end() < len(self._buf) and (char := m.group(1)) in chars:
+            self._pos = m.end()
+            return char
         char = self._skip_ws()
         if char not in chars:
             raise damaged(
@@ -239,6 +245,29 @@ class JsonStream(_Closing):
         self._fill(max(CHUNK, held))
 
     def _value(self) -> Any:
+        # the common case: a value that starts here and ends well inside the window, decoded by the
+        # C scanner alone; anything else (whitespace first, a value the window cuts, damage) is
+        # decoded again by the careful path, which says what is wrong
+        buf, pos = self._buf, self._pos
+        if pos < len(buf) and buf[pos] not in _WHITESPACE:
+            try:
+                value, end = self._scan(buf, pos)
+            except (StopIteration, ValueError, RecursionError):
+                pass
+            else:
+                if end <= len(buf) - _MARGIN:
+                    self._pos = end
+                    return self._counted(value)
+        del buf  # the careful path may grow the window: hold no copy of the old one
+        return self._careful_value()
+
+    def _counted(self, value: Any) -> Any:
+        self._values += 1
+        if self._values > self.limits.events:
+            raise self.limits.over(self.path, "events", "holds more than {} events")
+        return value
+
+    def _careful_value(self) -> Any:
         self._skip_ws()
         while True:
             try:
@@ -258,10 +287,33 @@ class JsonStream(_Closing):
                 self._grow()
                 continue
             self._pos = end
-            self._values += 1
-            if self._values > self.limits.events:
-                raise self.limits.over(self.path, "events", "holds more than {} events")
-            return value
+            return self._counted(value)
+
+    def _elements(self) -> Iterator[Any]:
+        """The array's elements up to its "]", which it consumes. The common case is inline (the C
+        scanner, then one regex for the comma and the whitespace): an element costs two C calls,
+        which is what a trace of tiny events costs per event."""
+        scan, delimiter, budget = self._scan, _DELIMITER.match, self.limits.events
+        while True:
+            buf, pos = self._buf, self._pos
+            try:
+                value, end = scan(buf, pos)
+            except (StopIteration, ValueError, RecursionError):
+                end = len(buf)
+            m = delimiter(buf, end) if end <= len(buf) - _MARGIN else None
+            if m is not None and m.end() < len(buf) and (close := m.group(1)) in ",]":
+                self._pos = m.end()
+                self._values += 1
+                if self._values > budget:
+                    raise self.limits.over(self.path, "events", "holds more than {} events")
+            else:
+                buf = ""  # the careful path may grow the window: hold no copy of the old one
+                value = self._careful_value()
+                close = self._expect(",]")
+            self.count += 1
+            yield value
+            if close == "]":
+                return
 
     def items(self, key: str) -> Iterator[Any]:
         """The elements of the top-level array `key`, in file order; other keys go to meta."""
@@ -273,7 +325,7 @@ class JsonStream(_Closing):
         while True:
             name = self._value()
             if not isinstance(name, str):
-                raise damaged(self.path, self._offset(self._pos), f"an object key {name!r} that is not a string")
+                raise damaged(self.path, self._offset(self._pos), f"an object key that is a {type(name).__name__}")
             self._expect(":")
             if name == key and self._skip_ws() == "[":
                 self.found = True
@@ -281,12 +333,7 @@ class JsonStream(_Closing):
                 if self._skip_ws() == "]":
                     self._pos += 1
                 else:
-                    while True:
-                        value = self._value()
-                        self.count += 1
-                        yield value
-                        if self._expect(",]") == "]":
-                            break
+                    yield from self._elements()
             else:
                 value = self._value()
                 if self.keep is None or name in self.keep:
