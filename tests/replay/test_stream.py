@@ -102,7 +102,7 @@ def test_a_damaged_event_is_refused_where_it_is_without_reading_on(tmp_path, mon
     with pytest.raises(UserError, match=rf"damaged at byte {where:,} \(Expecting ',' delimiter\)"):
         for _ in s.items("traceEvents"):
             pass
-    assert s.inflated <= 2 * CHUNK and scans.total <= 2 * CHUNK
+    assert s.inflated <= 2 * CHUNK and scans.total <= 4 * CHUNK  # a failed decode counts its whole window
 
 
 def test_a_value_over_the_event_cap_is_refused_after_reading_about_the_cap(tmp_path, monkeypatch):
@@ -128,3 +128,27 @@ def test_values_cut_by_the_window_are_read_whole(tmp_path, monkeypatch):
         monkeypatch.setattr(stream, "CHUNK", chunk)
         with stream.JsonStream(path) as s:
             assert list(s.items("traceEvents")) == events and s.meta == {"x": [None, False, 1e-7]}
+
+
+def test_elements_decoded_a_window_at_a_time_are_those_json_reads(tmp_path, monkeypatch):
+    """Cuts a batch may try inside an element ("}," in a string, in a nested object, an array that
+    ends inside the window) decode as nothing and go one element at a time: the same elements."""
+    events: list[Any] = [
+        {"args": {"a": {"b": 1}, "c": [{"d": 2}, {"e": "}, {"}]}, "name": f"op{i}", "s": "x},y,"} for i in range(300)
+    ]
+    events += [0, "a,b", [1, {"f": None}], True, {}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events, "after": {"g": "}, ]"}}))
+    for chunk in (7, 61, 257, 4096):
+        monkeypatch.setattr(stream, "CHUNK", chunk)
+        with stream.JsonStream(path) as s:
+            assert list(s.items("traceEvents")) == events and s.meta == {"after": {"g": "}, ]"}}
+
+
+def test_cuts_that_never_decode_cost_linear_work(tmp_path, monkeypatch):
+    """Every window's last "}," inside an element: each batch fails, once per window."""
+    line = (json.dumps({"args": {"a": 1}, "x": "}," * 20, "y": 2}) + ",\n").encode()
+    path = ht.gz(tmp_path / "t.json.gz", ht.kineto_parts(line for _ in range(20_000)))
+    scans = Scans(monkeypatch)
+    assert _read(path).count == 20_002
+    assert scans.total < 4 * _size(path)
