@@ -36,7 +36,7 @@ class Limits:
     # (about 1 KB), so this bounds their memory
     collectives: int = 1_000_000
     # the JSON text of one event, node or entry (or of one top-level value): no real one is larger
-    # (distributedInfo of a 100,000-rank job is about 3 MB); reading one takes up to 5 times it
+    # (distributedInfo of a 100,000-rank job is about 3 MB); reading one takes up to 7 times it in memory
     event_bytes: int = 8 << 20
 
     def over(self, path: object, name: str, what: str) -> UserError:
