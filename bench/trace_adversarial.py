@@ -4,7 +4,7 @@ event, deep-ish nesting, a gzip bomb within the budget, tiny events), all gzippe
 replay's loader in a fresh process: its wall time and peak RSS, and their ratios to the valid
 trace's. The target (issue 44): at most 2x the valid trace's time, the same peak memory.
 
-    python bench/trace_adversarial.py [--size 100] [--folder /tmp/adversarial] [--keep]
+    python bench/trace_adversarial.py [--size 100]
 """
 
 from __future__ import annotations
@@ -13,16 +13,14 @@ import argparse
 import gzip
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from bench.trace_reader import generate
+from bench.trace_reader import REPO, generate
 
-REPO = Path(__file__).resolve().parents[1]
 # The child's peak is the kernel's high-water mark, reset once the loader is imported (a forked
 # child's ru_maxrss starts at its parent's, which generated the traces): what reading added to it.
 READ = (
@@ -153,13 +151,9 @@ def _files(folder: Path, size_mb: int) -> list[tuple[str, Path, int]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100, help="MB of each trace, inflated (default 100)")
-    parser.add_argument("--folder", type=Path, help="where to write the traces (default a temporary folder)")
-    parser.add_argument("--keep", action="store_true", help="keep the generated traces")
-    args = parser.parse_args()
-    folder = args.folder or Path(tempfile.mkdtemp(prefix="commbench-adversarial-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        files = _files(folder, args.size)
+    size_mb = parser.parse_args().size
+    with tempfile.TemporaryDirectory(prefix="commbench-adversarial-") as folder:
+        files = _files(Path(folder), size_mb)
         print(f"load average before: {_load()}")
         print(
             "| trace | inflated | on disk | read in | peak RSS (reading added) | time / valid | peak / valid | outcome |"
@@ -174,9 +168,6 @@ def main() -> None:
                 f"{peak / 2**20:.1f} MB ({added / 2**20:+.1f}) | {seconds / base[0]:.2f} | {peak / base[1]:.2f} | {said} |"
             )
         print(f"load average after: {_load()}")
-    finally:
-        if not args.keep:
-            shutil.rmtree(folder) if args.folder is None else [p.unlink() for p in folder.glob("*.json.gz")]
 
 
 if __name__ == "__main__":
