@@ -24,8 +24,22 @@ from commbench.cli.options import (
 from commbench.errors import UserError, warn
 
 
+def _trace_paths(_ctx: click.Context, _param: click.Parameter, given: tuple[str, ...]) -> tuple[Path, ...]:
+    from commbench.replay.source import trace_paths
+
+    return trace_paths(given)
+
+
 @click.command()
-@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, type=click.Path(), callback=_trace_paths)
+@click.option(
+    "--trace-limit",
+    "trace_limits",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Raise (or lower) a budget the readers hold each trace file to, e.g. bytes=64G or events=1e9 "
+    "(repeatable; names: bytes, pickle-bytes, events, elements, collectives, event-bytes; docs/replay.md).",
+)
 @click.option(
     "--scale",
     is_flag=True,
@@ -69,6 +83,7 @@ def replay(
     model_csvs: tuple[Path, ...],
     algorithm: str,
     json_path: str | None,
+    trace_limits: tuple[str, ...],
     plot: bool,
     **options: Any,
 ) -> None:
@@ -91,7 +106,7 @@ def replay(
     from commbench.replay.projection import parse_targets, project_step
     from commbench.replay.rank import REPLAY_PROGRAM, ReplayOptions, refuse_unreplayable
     from commbench.replay.source import read_plan
-    from commbench.replay.summary import REPLAY_CHART, REPLAY_CSV, nothing_to_replay
+    from commbench.replay.summary import REPLAY_CHART, REPLAY_CSV
 
     if not traces:
         raise UserError("no trace given: pass the trace files (or a folder of them) a PyTorch job wrote")
@@ -99,10 +114,8 @@ def replay(
     for model_csv in model_csvs:
         if not model_csv.is_file():
             raise UserError(f"--model {model_csv}: no such file; give a CSV that `commbench sweep` wrote")
-    source = read_plan(traces)
+    source = read_plan(traces, trace_limits)
     plan = source.plan
-    if (empty := nothing_to_replay(plan)) is not None:
-        raise UserError(empty)
     how = pop_launch(options)
     backend = options.get("backend") or _default_backend()
     # A launch too small, or a call the ops cannot issue exactly, is refused before any rank starts.

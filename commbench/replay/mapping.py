@@ -11,6 +11,7 @@ import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+from commbench.errors import UserError
 from commbench.replay.record import Call, Collective, Plan, Trace, Unmapped
 from commbench.run.config import DTYPES
 
@@ -46,6 +47,8 @@ _OPS: dict[str, tuple[str, str]] = {
     "barrier": ("barrier", "barrier"),
 }
 _REDUCING = {"all_reduce", "reduce", "reduce_scatter_base"}
+# ops whose every rank records the same element counts (an all_to_all's, a gather's, a send's differ)
+_SAME_COUNTS = {"all_reduce", "broadcast", "reduce", "all_gather", "grouped_all_gather", "reduce_scatter_base"}
 _ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 SUM_ASSUMED = "the reduce op is recorded by no trace format: sum assumed"
 OUTSIDE_STEPS = "issued outside the profiler steps (set-up, not part of a step)"
@@ -201,12 +204,43 @@ def _key(c: Collective, position: int, by: str) -> object:
     return {"seq": c.seq, "comms_id": c.comms_id}.get(by, position)
 
 
+def _disagreement(c: Collective, mate: Collective) -> str | None:
+    """How another rank's record of the collective c differs from c, None where it agrees."""
+    if (mate.name, mate.dtype) != (c.name, c.dtype):
+        return "issued another collective here"
+    if c.group_ranks and mate.group_ranks and mate.group_ranks != c.group_ranks:
+        return "issued it on another group"
+    if _OPS.get(c.name, ("", ""))[0] in _SAME_COUNTS and (mate.in_elems, mate.out_elems) != (c.in_elems, c.out_elems):
+        return f"issued it with {mate.in_elems:,} elements, not {c.in_elems:,}"
+    return None
+
+
+class _Agreement:
+    """How many of the reference's collectives each other rank agrees and disagrees on: traces that
+    disagree on most are two jobs' (or two runs'), refused whole; a few disagreements stay unmapped."""
+
+    def __init__(self) -> None:
+        self.agreed: Counter[int] = Counter()
+        self.differ: dict[int, list[str]] = defaultdict(list)
+
+    def check(self, traces: Sequence[Trace]) -> None:
+        by_rank = {t.rank: t for t in traces}
+        for r, whats in self.differ.items():
+            if len(whats) > self.agreed[r]:
+                raise UserError(
+                    f"{traces[0].path} and {by_rank[r].path} disagree on {len(whats)} of their "
+                    f"{len(whats) + self.agreed[r]} common collectives (rank {r} {whats[0]}): traces of two "
+                    "different jobs; give the traces of one job"
+                )
+
+
 def _align(
     traces: Sequence[Trace], unmapped: list[Unmapped], notes: list[str]
 ) -> dict[int, tuple[tuple[int, ...], ...]]:
     """Match each collective of the reference (lowest) rank with the same one on the other ranks of its
-    group; those that disagree or are missing go to unmapped. Returns, for the reference's uneven
-    all_to_alls (by index), the full splits matrix [src][dst] built from every rank's in_splits."""
+    group; those that disagree (op, dtype, group or counts) or are missing go to unmapped, unless
+    most disagree (two jobs, refused). Returns, for the reference's uneven all_to_alls (by index),
+    the full splits matrix [src][dst] built from every rank's in_splits."""
     reference = traces[0]
     by_rank = {t.rank: t for t in traces}
     matrices: dict[int, tuple[tuple[int, ...], ...]] = {}
@@ -214,6 +248,7 @@ def _align(
     for i, c in enumerate(reference.collectives):
         per_group[c.group].append(i)
     used = set()
+    agreement = _Agreement()
     for group, indexes in per_group.items():
         first = reference.collectives[indexes[0]]
         members = [r for r in (first.group_ranks or sorted(by_rank)) if r in by_rank]
@@ -238,15 +273,20 @@ def _align(
                     Unmapped(c, f"not recorded on rank {', '.join(map(str, missing))} (the ranks' traces disagree)")
                 )
                 continue
-            differ = [r for r, m in mates.items() if m is not None and (m.name, m.dtype) != (c.name, c.dtype)]
+            differ = {r: what for r, m in mates.items() if m is not None and (what := _disagreement(c, m))}
+            for r in mates:
+                if r in differ:
+                    agreement.differ[r].append(differ[r])
+                else:
+                    agreement.agreed[r] += 1
             if differ:
-                unmapped.append(
-                    Unmapped(c, f"rank {differ[0]} issued another collective here (the ranks' traces disagree)")
-                )
+                r, what = next(iter(differ.items()))
+                unmapped.append(Unmapped(c, f"rank {r} {what} (the ranks' traces disagree)"))
                 continue
             if c.in_splits and len(members) == len(c.group_ranks or members):
                 rows = {c.rank: c.in_splits, **{r: m.in_splits for r, m in mates.items() if m is not None}}
                 matrices[i] = tuple(rows[r] for r in (c.group_ranks or sorted(rows)))
+    agreement.check(traces)
     keys = {"seq": "Seq / collective_seq_id", "comms_id": "Comms Id", "order": "the order within each group"}
     notes.append(f"{len(traces)} ranks' traces aligned per process group by {', '.join(keys[b] for b in sorted(used))}")
     return matrices

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import statistics
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -229,20 +228,6 @@ def unmapped_lines(plan: Plan) -> list[str]:
         f"#   {r['op']} {r['dtype']} {r['in_elems']} elements on ranks {r['group_ranks']}: {r['note']}" for r in rows
     ]
     return lines
-
-
-def nothing_to_replay(plan: Plan) -> str | None:
-    """Why a plan with no call to issue cannot be replayed (its reasons, most frequent first), or None."""
-    if plan.sequence:
-        return None
-    reasons = Counter(u.reason for u in plan.unmapped).most_common()
-    why = "; ".join(f"{n} x {reason}" for reason, n in reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
-    return (
-        f"nothing to replay: none of the trace's {len(plan.unmapped)} collective(s) can be issued ({why}); "
-        "record the steps where the job communicates, with a PyTorch that writes their sizes"
-        if plan.unmapped
-        else "nothing to replay: the trace holds no collective inside its profiler steps"
-    )
 
 
 def read_replay(path: Path) -> list[dict[str, str]]:

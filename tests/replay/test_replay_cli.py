@@ -36,7 +36,7 @@ def replay_with(plan_name: str, *args: str) -> subprocess.CompletedProcess[str]:
 def with_plan(monkeypatch: pytest.MonkeyPatch):
     def use(name: str) -> None:
         plan = getattr(plans, name)()
-        monkeypatch.setattr(source, "read_plan", lambda paths: source.Source(plan, "nccl 2.17.1"))
+        monkeypatch.setattr(source, "read_plan", lambda paths, *_: source.Source(plan, "nccl 2.17.1"))
 
     return use
 

@@ -9,7 +9,7 @@ the `ProfilerStep#N` spans. Everything else in the trace is read and dropped."""
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,20 @@ from commbench.replay.readers.comms import (
     dispatcher_collective,
     dispatcher_note,
 )
-from commbench.replay.readers.fields import DISPATCHER_OPS, as_int, dtype_name
+from commbench.replay.readers.fields import (
+    DISPATCHER_OPS,
+    Damaged,
+    Durations,
+    as_int,
+    dtype_name,
+    key,
+    rank_count,
+    rank_list,
+    rank_number,
+    shown,
+    time_point,
+)
+from commbench.replay.readers.limits import LIMITS, Limits, Tally
 from commbench.replay.readers.stream import JsonStream
 from commbench.replay.record import Collective, Trace
 
@@ -32,20 +45,38 @@ FORMAT = "kineto"
 class _Op:
     name: str
     ts: float
-    dur: float
+    dur: float | None  # None where not recorded, or dropped as impossible (fields.Durations)
     tid: Any
     args: dict[str, Any]
     pid: Any = None
 
 
-def _slim(event: dict[str, Any]) -> _Op:
+def _args(event: dict[str, Any], name: str) -> dict[str, Any]:
+    args = event.get("args")
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise Damaged(f"a {name!r} event's args is {shown(args)}, not an object")
+    return args
+
+
+def _slim(event: dict[str, Any], name: str, durations: Durations) -> _Op:
     return _Op(
-        event.get("name", ""),
-        float(event.get("ts", 0)),
-        float(event.get("dur", 0)),
-        event.get("tid"),
-        event.get("args") or {},
-        event.get("pid"),
+        name,
+        time_point(event.get("ts"), f"a {name!r} event's ts"),
+        durations.us(event.get("dur"), f"a {name!r} event's dur"),
+        key(event.get("tid")),
+        _args(event, name),
+        key(event.get("pid")),
+    )
+
+
+def _where(event: dict[str, Any]) -> tuple[Any, Any, float]:
+    """(pid, tid, ts): where an ac2g flow's end binds to an event."""
+    return (
+        key(event.get("pid")),
+        key(event.get("tid")),
+        time_point(event.get("ts"), f"a {event.get('ph')!r} event's ts"),
     )
 
 
@@ -63,62 +94,94 @@ def _is_comm_kernel(name: str, args: dict[str, Any]) -> bool:
     return "Collective name" in args or name.lower().startswith(("nccl", "rccl"))
 
 
-def read(path: Path) -> Trace:
+@dataclass
+class _Kept:
+    """What the first pass keeps of a trace: a few records per collective, held to the budget."""
+
+    tally: Tally
+    durations: Durations
+    comms: list[_Op] = field(default_factory=list)
+    dispatched: list[_Op] = field(default_factory=list)
+    steps: list[tuple[float, float, int]] = field(default_factory=list)
+    kernel_us: dict[Any, float] = field(default_factory=dict)
+    annotations: dict[int, _Op] = field(default_factory=dict)  # gloo:* by "Record function id"
+    orphans: list[_Orphan] = field(default_factory=list)
+
+    def event(self, event: dict[str, Any]) -> None:
+        """Keep what one complete ("X") event holds for the replay, if anything."""
+        name = event.get("name")
+        name = name if isinstance(name, str) else ""
+        if name == "record_param_comms":
+            self.comms.append(_slim(event, name, self.durations))
+        elif name in DISPATCHER_OPS:
+            self.dispatched.append(_slim(event, name, self.durations))
+        elif name.startswith("ProfilerStep#") and (n := as_int(name.partition("#")[2] or 0)) is not None:
+            op = _slim(event, name, self.durations)
+            if op.dur is None:
+                return
+            self.steps.append((op.ts, op.ts + op.dur, n))
+        elif event.get("cat") == "kernel" and _is_comm_kernel(name, args := _args(event, name)):
+            dur = self.durations.us(event.get("dur"), f"kernel {name!r}'s dur")
+            if dur is None:
+                return
+            if (ext := key(args.get("External id"))) is not None:
+                self.kernel_us[ext] = self.kernel_us.get(ext, 0.0) + dur
+            else:
+                self.orphans.append(_Orphan(_where(event), key(args.get("correlation")), dur))
+        elif name.startswith("gloo:") and (rf := as_int(_args(event, name).get("Record function id"))) is not None:
+            self.annotations[rf] = _slim(event, name, self.durations)
+        else:
+            return
+        self.tally.add()
+
+
+def _groups(info: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """distributedInfo's process groups: their ranks by name."""
+    pg_config = info.get("pg_config")
+    if pg_config is None:
+        return {}
+    if not isinstance(pg_config, list):
+        raise Damaged(f"distributedInfo.pg_config is {shown(pg_config)}, not a list of groups")
+    return {
+        str(g.get("pg_name")): rank_list(
+            g.get("ranks"), f"distributedInfo.pg_config {shown(g.get('pg_name'))}'s ranks"
+        )[0]
+        for g in pg_config
+        if isinstance(g, dict)
+    }
+
+
+def read(path: Path, limits: Limits = LIMITS) -> Trace:
     """Every collective of one Kineto trace, in the order the job issued them."""
-    comms: list[_Op] = []
-    dispatched: list[_Op] = []
-    steps: list[tuple[float, float, int]] = []
-    kernel_us: dict[Any, float] = {}
-    annotations: dict[int, _Op] = {}  # gloo:* by "Record function id"
-    orphans: list[_Orphan] = []
-    with JsonStream(path) as stream:
+    kept = _Kept(Tally(limits, "collectives", path, "holds more than {} collectives, kernels and steps"), Durations())
+    with JsonStream(path, limits, keep=("distributedInfo", "traceEvents")) as stream:
         for event in stream.items("traceEvents"):
-            if not isinstance(event, dict) or event.get("ph") != "X":
-                continue
-            name = str(event.get("name", ""))
-            if name == "record_param_comms":
-                comms.append(_slim(event))
-            elif name in DISPATCHER_OPS:
-                dispatched.append(_slim(event))
-            elif name.startswith("ProfilerStep#"):
-                start = float(event.get("ts", 0))
-                steps.append((start, start + float(event.get("dur", 0)), int(name.partition("#")[2] or 0)))
-            elif event.get("cat") == "kernel":
-                args = event.get("args") or {}
-                if "External id" in args and _is_comm_kernel(name, args):
-                    kernel_us[args["External id"]] = kernel_us.get(args["External id"], 0.0) + float(
-                        event.get("dur", 0)
-                    )
-                elif _is_comm_kernel(name, args):
-                    where = (event.get("pid"), event.get("tid"), float(event.get("ts", 0)))
-                    orphans.append(_Orphan(where, args.get("correlation"), float(event.get("dur", 0))))
-            elif (
-                name.startswith("gloo:")
-                and (rf := as_int((event.get("args") or {}).get("Record function id"))) is not None
-            ):
-                annotations[rf] = _slim(event)
+            if isinstance(event, dict) and event.get("ph") == "X":
+                kept.event(event)
         digest = stream.digest()
+    if "traceEvents" in stream.meta:  # kept only where it is no array
+        raise Damaged(f"traceEvents is {shown(stream.meta['traceEvents'])}, not a list of events")
     if not stream.count:
         raise UserError(
             f"{path}: an empty trace (no events); profile at least one step of the job (torch.profiler's schedule with active=1 or more)"
         )
     info = stream.meta.get("distributedInfo") or {}
-    rank = as_int(info.get("rank")) or 0
-    world = as_int(info.get("world_size"))
-    groups = {
-        str(g.get("pg_name")): tuple(g.get("ranks") or ()) for g in info.get("pg_config") or () if isinstance(g, dict)
-    }
+    if not isinstance(info, dict):
+        raise Damaged(f"distributedInfo is {shown(info)}, not an object")
+    world = rank_count(info.get("world_size"), "distributedInfo.world_size")
+    rank = rank_number(info.get("rank"), "distributedInfo.rank", world) or 0
+    groups = _groups(info)
     backend = " ".join(str(v) for v in (info.get("backend"), info.get("nccl_version")) if v)
-    steps.sort()
+    kept.steps.sort()
     notes: list[str] = []
-    if comms and orphans:
-        _link_orphans(path, comms, orphans, kernel_us)
-    if comms:
-        collectives = _from_record_param_comms(path, comms, kernel_us, groups, rank, notes)
+    if kept.comms and kept.orphans:
+        _link_orphans(path, limits, kept)
+    if kept.comms:
+        collectives = _from_record_param_comms(path, kept.comms, kept.kernel_us, groups, rank, notes)
     else:
-        collectives = _from_dispatcher_ops(dispatched, annotations, groups, rank, world, notes)
+        collectives = _from_dispatcher_ops(kept.dispatched, kept.annotations, groups, rank, world, notes)
     collectives.sort(key=lambda pair: pair[0])
-    placed = tuple(_with_step(c, ts, steps) for ts, c in collectives)
+    placed = tuple(_with_step(c, ts, kept.steps) for ts, c in collectives)
     return Trace(
         path=str(path),
         format=FORMAT,
@@ -127,45 +190,50 @@ def read(path: Path) -> Trace:
         backend=backend,
         digest=digest,
         collectives=placed,
-        steps=tuple(n for _, _, n in steps),
-        notes=tuple(notes),
+        steps=tuple(n for _, _, n in kept.steps),
+        notes=(*notes, *kept.durations.note()),
     )
 
 
-def _link_orphans(path: Path, comms: list[_Op], orphans: list[_Orphan], kernel_us: dict[Any, float]) -> None:
+_RUNTIME = ("cuda_runtime", "cuda_driver", "runtime")
+
+
+def _link_orphans(path: Path, limits: Limits, kept: _Kept) -> None:
     """Add the orphan kernels' durations to kernel_us under the "External id" of the record_param_comms
     whose span holds their launch. A second pass over the trace, made only when such kernels exist:
     it keeps only the launches (runtime events, ac2g flow starts) inside a collective's span and the
     flow ends on the orphans, so memory stays bounded by the collectives, not by the trace."""
+    comms, orphans, kernel_us = kept.comms, kept.orphans, kept.kernel_us
     by_thread: dict[tuple[Any, Any], list[tuple[float, float, int]]] = {}
     for i, op in enumerate(comms):
-        by_thread.setdefault((op.pid, op.tid), []).append((op.ts, op.ts + op.dur, i))
+        by_thread.setdefault((op.pid, op.tid), []).append((op.ts, op.ts + (op.dur or 0.0), i))
     spans = {thread: _Spans(group) for thread, group in by_thread.items()}
     at = {o.where for o in orphans if o.correlation is None}
     launched: dict[Any, int] = {}  # correlation -> index in comms of the op that launched it
     flow_ends: dict[tuple[Any, Any, float], Any] = {}  # an orphan's (pid, tid, ts) -> its flow's id
-    with JsonStream(path) as stream:
+    with JsonStream(path, limits, keep=()) as stream:
         for event in stream.items("traceEvents"):
             if not isinstance(event, dict):
                 continue
-            where = (event.get("pid"), event.get("tid"), float(event.get("ts", 0)))
-            ph, args = event.get("ph"), event.get("args") or {}
-            if ph == "f" and event.get("cat") == "ac2g" and where in at:
-                flow_ends[where] = event.get("id")
+            ph, cat, args = event.get("ph"), event.get("cat"), event.get("args")
+            if ph == "f" and cat == "ac2g":
+                if (where := _where(event)) in at:
+                    flow_ends[where] = key(event.get("id"))
                 continue
-            if ph == "s" and event.get("cat") == "ac2g":
-                correlation = event.get("id")
-            elif ph == "X" and "correlation" in args and event.get("cat") in ("cuda_runtime", "cuda_driver", "runtime"):
-                correlation = args["correlation"]
+            if ph == "s" and cat == "ac2g":
+                correlation = key(event.get("id"))
+            elif ph == "X" and cat in _RUNTIME and isinstance(args, dict) and "correlation" in args:
+                correlation = key(args["correlation"])
             else:
                 continue
+            where = _where(event)
             if (thread := spans.get(where[:2])) is not None and (i := thread.holding(where[2])) is not None:
                 launched[correlation] = i
     for o in orphans:
         correlation = o.correlation if o.correlation is not None else flow_ends.get(o.where)
         if (i := launched.get(correlation)) is not None:
-            key = comms[i].args.setdefault("External id", ("launched", i))
-            kernel_us[key] = kernel_us.get(key, 0.0) + o.dur
+            ext = key(comms[i].args.setdefault("External id", ("launched", i)))
+            kernel_us[ext] = kernel_us.get(ext, 0.0) + o.dur
 
 
 class _Spans:
@@ -208,10 +276,10 @@ def _from_record_param_comms(
     markers: list[tuple[float, str, float | None]] = []  # each coalescing block's end: ts, group, its kernel's time
     for ts, a, name in comms_ops(path, ((op.ts, op.args) for op in ops), KINETO, notes, skip=("wait",)):
         if name == "coalesced":
-            markers.append((ts, str(a.get(KINETO.group, "")), kernel_us.get(a.get("External id"))))
+            markers.append((ts, str(a.get(KINETO.group, "")), kernel_us.get(key(a.get("External id")))))
             continue
         extra = {
-            "recorded_us": kernel_us.get(a.get("External id")),
+            "recorded_us": kernel_us.get(key(a.get("External id"))),
             "seq": as_int(a.get("Seq")),
             "comms_id": None if a.get("Comms Id") is None else str(a.get("Comms Id")),
         }
@@ -281,6 +349,10 @@ def _coalesce(
     return [merged.get(i, pair) for i, pair in enumerate(out) if i not in dropped]
 
 
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _from_dispatcher_ops(
     ops: list[_Op],
     annotations: dict[int, _Op],
@@ -298,16 +370,16 @@ def _from_dispatcher_ops(
     out: list[tuple[float, Collective]] = []
     for op in ops:
         spec = DISPATCHER_OPS[op.name]
-        dims = op.args.get("Input Dims") or []
+        dims = _listed(op.args.get("Input Dims"))
         lost = () if dims else ("sizes not recorded (profile with record_shapes=True)",)
         # the backend's own annotation (gloo:all_reduce) is the op's next record function: its dtype and time
         rf = as_int(op.args.get("Record function id"))
         child = None
         if rf is not None and (i := bisect.bisect_right(ordered, rf)) < len(ordered) and ordered[i] <= rf + 2:
             child = annotations[ordered[i]]
-        types = (child.args.get("Input type") if child else None) or op.args.get("Input type") or []
+        types = (_listed(child.args.get("Input type")) if child else []) or _listed(op.args.get("Input type"))
         dtype = next((d for t in types if (d := dtype_name(str(t)))), None)
-        values = op.args.get("Concrete Inputs") or []
+        values = _listed(op.args.get("Concrete Inputs"))
         recorded = child.dur if child else None
         out.append((op.ts, dispatcher_collective(spec, dims, values, dtype, default, ranks, rank, lost, recorded)))
     return out
