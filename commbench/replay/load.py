@@ -13,6 +13,7 @@ from pathlib import Path
 from commbench.errors import UserError
 from commbench.replay.readers import execution_trace, flight_recorder, kineto
 from commbench.replay.readers.fields import Damaged
+from commbench.replay.readers.format import Reader
 from commbench.replay.readers.limits import LIMITS, Limits
 from commbench.replay.readers.stream import head, not_a_file
 from commbench.replay.record import Trace
@@ -21,21 +22,15 @@ WHAT_TO_GIVE = "give a torch.profiler trace (.json/.json.gz), an Execution Trace
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)|(\d+)(?=(\.[a-z]+)*$)", re.IGNORECASE)
 
 
-def detect(path: Path) -> str | None:
-    """The trace format of the file's content: "kineto", "execution-trace", "flight-recorder", or None."""
+# Every trace format, in the order its first bytes are tried: a new format is its module and a line here.
+READERS: tuple[Reader, ...] = (kineto.READER, execution_trace.READER, flight_recorder.READER)
+
+
+def detect(path: Path) -> Reader | None:
+    """The reader of the file's trace format, told from its content, or None."""
     start = head(path)
-    if start[:1] == b"\x80":
-        return flight_recorder.FORMAT
-    text = start.removeprefix(b"\xef\xbb\xbf").lstrip()  # a UTF-8 BOM, as some editors write
-    if not text.startswith(b"{"):
-        return None
-    if b'"traceEvents"' in text or b'"schemaVersion"' in text or b'"deviceProperties"' in text:
-        return kineto.FORMAT
-    if b'"nodes"' in text or (b'"schema"' in text and b"chakra" in text):
-        return execution_trace.FORMAT
-    if b'"entries"' in text or b'"pg_config"' in text or b'"comm_lib_version"' in text:
-        return flight_recorder.FORMAT
-    return None
+    text = start if start[:1] == b"\x80" else start.removeprefix(b"\xef\xbb\xbf").lstrip()  # a BOM, as editors write
+    return next((r for r in READERS if r.recognises(text)), None)
 
 
 def rank_in_name(path: Path) -> int | None:
@@ -112,14 +107,10 @@ def read(path: Path, limits: Limits = LIMITS) -> Trace:
 def _read(path: Path, limits: Limits) -> Trace:
     if not path.stat().st_size:
         raise UserError(f"{path}: an empty file, not a trace; {WHAT_TO_GIVE}")
-    fmt = detect(path)
-    if fmt is None:
+    reader = detect(path)
+    if reader is None:
         raise UserError(f"{path}: not a trace; {WHAT_TO_GIVE}")
-    if fmt == kineto.FORMAT:
-        return kineto.read(path, limits)
-    if fmt == execution_trace.FORMAT:
-        return execution_trace.read(path, rank_in_name(path), limits)
-    return flight_recorder.read(path, rank_in_name(path), limits)
+    return reader.read(path, rank_in_name(path), limits)
 
 
 def _same_job(traces: list[Trace]) -> None:

@@ -1,6 +1,6 @@
 """A job's recorded collectives onto commbench's ops and variants: the Plan the replay issues.
 
-Each recorded name goes to one op and variant (`_OPS`); what cannot be issued goes to
+Each recorded name goes to the op and variant whose spec names it (its Recorded rule, ops/spec.py); what cannot be issued goes to
 Plan.unmapped with its reason, never dropped; what had to be assumed is said in Plan.notes. Several
 ranks' traces are aligned per process group (by Seq, else Comms Id, else the order within the
 group); one rank's trace stands for all when it is the only one."""
@@ -12,44 +12,11 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from commbench.errors import UserError
+from commbench.ops.spec import Recorded
+from commbench.replay.adapter import recorded_names, rooted, rule
 from commbench.replay.record import Call, Collective, Plan, Trace, Unmapped
 from commbench.run.config import DTYPES
 
-# the recorded name (record_param_comms' "Collective name", a c10d op's, a Flight Recorder op's)
-# -> (commbench op, variant)
-_OPS: dict[str, tuple[str, str]] = {
-    "allreduce": ("all_reduce", "flat"),
-    "all_reduce": ("all_reduce", "flat"),
-    "allreduce_coalesced": ("all_reduce", "flat"),
-    "broadcast": ("broadcast", "flat"),
-    "reduce": ("reduce", "flat"),
-    "gather": ("gather", "flat"),
-    "scatter": ("scatter", "flat"),
-    "allgather": ("all_gather", "list"),
-    "all_gather": ("all_gather", "list"),
-    "_allgather_base": ("all_gather", "flat"),
-    "all_gather_into_tensor": ("all_gather", "flat"),
-    "allgather_into_tensor": ("all_gather", "flat"),
-    "allgather_into_tensor_coalesced": ("grouped_all_gather", "coalesced"),
-    "all_gather_into_tensor_coalesced": ("grouped_all_gather", "coalesced"),
-    "allgather_coalesced": ("grouped_all_gather", "coalesced"),
-    "reduce_scatter": ("reduce_scatter_base", "list"),
-    "_reduce_scatter_base": ("reduce_scatter_base", "flat"),
-    "reduce_scatter_tensor": ("reduce_scatter_base", "flat"),
-    "reduce_scatter_tensor_coalesced": ("reduce_scatter_base", "flat"),
-    "alltoall": ("all_to_all", "list"),
-    "all_to_all": ("all_to_all", "single"),
-    "alltoall_base": ("all_to_all", "single"),
-    "all_to_allv": ("all_to_all", "single"),
-    "alltoallv": ("all_to_all", "single"),
-    "send": ("sendrecv", "pair"),
-    "recv": ("sendrecv", "pair"),
-    "barrier": ("barrier", "barrier"),
-}
-_REDUCING = {"all_reduce", "reduce", "reduce_scatter_base"}
-# ops whose every rank records the same element counts (an all_to_all's, a gather's, a send's differ)
-_SAME_COUNTS = {"all_reduce", "broadcast", "reduce", "all_gather", "grouped_all_gather", "reduce_scatter_base"}
-_ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 SUM_ASSUMED = "the reduce op is recorded by no trace format: sum assumed"
 OUTSIDE_STEPS = "issued outside the profiler steps (set-up, not part of a step)"
 
@@ -93,7 +60,7 @@ def plan(traces: Sequence[Trace]) -> Plan:
         for call, c in by_step[step]:
             if c.recorded_us is not None:
                 times[call].append(c.recorded_us)
-    if any(call.op in _REDUCING for call in distinct):
+    if any((r := rule(call.op)) is not None and r.reduces for call in distinct):
         notes.append(SUM_ASSUMED)
     notes += [f"{what} ({n} collectives)" for what, n in lossy.items()]
     return Plan(
@@ -146,10 +113,10 @@ def _call(
     """The call that issues c again, or None (c added to unmapped with its reason)."""
     for what in c.lossy:
         lossy[what] += 1
-    if c.name not in _OPS:
+    if c.name not in recorded_names():
         unmapped.append(Unmapped(c, f"{c.name!r} is no collective commbench issues"))
         return None
-    op, variant = _OPS[c.name]
+    op, variant = recorded_names()[c.name]
     if op != "barrier" and c.dtype not in DTYPES:
         unmapped.append(Unmapped(c, f"dtype {c.dtype}: commbench's ops carry {', '.join(DTYPES)}"))
         return None
@@ -158,16 +125,17 @@ def _call(
         return None
     ranks = c.group_ranks or tuple(range(world))
     peer = None
-    if op in _ROOTED or op == "sendrecv":
+    p2p = recorded_rule(op).peer
+    if rooted(op) or p2p:
         peer = _group_rank(c, world, c.peer)
         if peer is None:
-            what = "root" if op in _ROOTED else "peer"
-            if op == "sendrecv":
+            what = "root" if rooted(op) else "peer"
+            if p2p:
                 unmapped.append(Unmapped(c, f"{c.name} with no {what} recorded"))
                 return None
             lossy[f"{what} not recorded: rank 0 of the group assumed"] += 1
             peer = 0
-    if op == "sendrecv":
+    if p2p:
         lossy["send/recv replayed as a pair exchange (each side sends and receives)"] += 1
     splits: tuple[tuple[int, ...], ...] = ()
     if op == "all_to_all" and variant == "single" and (c.in_splits or c.out_splits):
@@ -200,6 +168,13 @@ def _call(
     )
 
 
+def recorded_rule(op: str) -> Recorded:
+    """The replay rule of an op a recorded name mapped to (it has one: recorded_names() holds only those)."""
+    found = rule(op)
+    assert found is not None, op
+    return found
+
+
 def _key(c: Collective, position: int, by: str) -> object:
     return {"seq": c.seq, "comms_id": c.comms_id}.get(by, position)
 
@@ -210,7 +185,8 @@ def _disagreement(c: Collective, mate: Collective) -> str | None:
         return "issued another collective here"
     if c.group_ranks and mate.group_ranks and mate.group_ranks != c.group_ranks:
         return "issued it on another group"
-    if _OPS.get(c.name, ("", ""))[0] in _SAME_COUNTS and (mate.in_elems, mate.out_elems) != (c.in_elems, c.out_elems):
+    op = recorded_names().get(c.name, ("", ""))[0]
+    if (r := rule(op)) is not None and r.same_counts and (mate.in_elems, mate.out_elems) != (c.in_elems, c.out_elems):
         return f"issued it with {mate.in_elems:,} elements, not {c.in_elems:,}"
     return None
 

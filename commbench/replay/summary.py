@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from commbench.replay.adapter import S_ELEMENTS
+from commbench.replay.adapter import s_elements as rule_s_elements
 from commbench.replay.record import Call, Plan
 from commbench.results.ownership import register_header
 from commbench.results.paths import beside
@@ -60,8 +60,7 @@ def phase_tags(plan: Plan) -> dict[Call, str]:
 
 def s_elements(call: Call) -> int:
     """The call's S in elements, as its results row's size_bytes counts it (the op's S rule)."""
-    rule = S_ELEMENTS.get(call.op)
-    return call.in_elems if rule is None else rule(call, len(call.group_ranks))
+    return rule_s_elements(call, len(call.group_ranks))
 
 
 def recorded(plan: Plan) -> dict[Call, tuple[float, ...]]:

@@ -7,7 +7,8 @@ import pytest
 
 from commbench.errors import UserError
 from commbench.ops import registry
-from commbench.replay.mapping import _OPS, OUTSIDE_STEPS, plan, unmapped_shares
+from commbench.replay.adapter import recorded_names
+from commbench.replay.mapping import OUTSIDE_STEPS, plan, unmapped_shares
 from commbench.replay.record import Collective, Trace
 
 
@@ -32,7 +33,7 @@ def _trace(rank: int, *cs: Collective, steps: tuple[int, ...] = (1,)) -> Trace:
 
 def test_every_mapped_op_and_variant_is_one_commbench_offers():
     ops = registry()
-    for name, (op, variant) in _OPS.items():
+    for name, (op, variant) in recorded_names().items():
         assert op in ops, name
         assert variant in ops[op].spec.variants, (name, op, variant)
 

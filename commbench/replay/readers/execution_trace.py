@@ -30,6 +30,7 @@ from commbench.replay.readers.fields import (
     rank_list,
     shown,
 )
+from commbench.replay.readers.format import Reader
 from commbench.replay.readers.limits import LIMITS, Limits, Tally
 from commbench.replay.readers.stream import JsonStream
 from commbench.replay.record import Collective, Trace
@@ -168,3 +169,10 @@ def _from_dispatcher_ops(
         shapes, values = inputs.get("shapes"), inputs.get("values")
         out.append((rf, dispatcher_collective(spec, shapes, values, dtype, default, ranks, rank)))
     return out
+
+
+def _recognises(head: bytes) -> bool:
+    return head.startswith(b"{") and (b'"nodes"' in head or (b'"schema"' in head and b"chakra" in head))
+
+
+READER = Reader(FORMAT, _recognises, read)

@@ -30,6 +30,7 @@ from commbench.replay.readers.fields import (
     rank_list,
     shown,
 )
+from commbench.replay.readers.format import Reader
 from commbench.replay.readers.limits import LIMITS, Limits, Tally
 from commbench.replay.readers.stream import JsonStream, TraceBytes, cut_short, head
 from commbench.replay.record import Collective, Trace
@@ -240,3 +241,13 @@ def read(path: Path, rank: int | None = None, limits: Limits = LIMITS) -> Trace:
         collectives=tuple(placed),
         notes=(RING_BUFFER, *durations.note()),
     )
+
+
+def _recognises(head: bytes) -> bool:
+    """A pickle (torch's default dump), or a JSON dump (its entries, its groups, its library)."""
+    if head.startswith(b"\x80"):
+        return True
+    return head.startswith(b"{") and any(k in head for k in (b'"entries"', b'"pg_config"', b'"comm_lib_version"'))
+
+
+READER = Reader(FORMAT, _recognises, read)

@@ -34,6 +34,7 @@ from commbench.replay.readers.fields import (
     shown,
     time_point,
 )
+from commbench.replay.readers.format import Reader
 from commbench.replay.readers.limits import LIMITS, Limits, Tally
 from commbench.replay.readers.stream import JsonStream
 from commbench.replay.record import Collective, Trace
@@ -151,7 +152,7 @@ def _groups(info: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     }
 
 
-def read(path: Path, limits: Limits = LIMITS) -> Trace:
+def read(path: Path, rank: int | None = None, limits: Limits = LIMITS) -> Trace:
     """Every collective of one Kineto trace, in the order the job issued them."""
     kept = _Kept(Tally(limits, "collectives", path, "holds more than {} collectives, kernels and steps"), Durations())
     with JsonStream(path, limits, keep=("distributedInfo", "traceEvents")) as stream:
@@ -169,7 +170,9 @@ def read(path: Path, limits: Limits = LIMITS) -> Trace:
     if not isinstance(info, dict):
         raise Damaged(f"distributedInfo is {shown(info)}, not an object")
     world = rank_count(info.get("world_size"), "distributedInfo.world_size")
-    rank = rank_number(info.get("rank"), "distributedInfo.rank", world) or 0
+    # distributedInfo's rank, else the one the file's name gives (a trace written without it)
+    recorded = rank_number(info.get("rank"), "distributedInfo.rank", world)
+    rank = recorded if recorded is not None else rank or 0
     groups = _groups(info)
     backend = " ".join(str(v) for v in (info.get("backend"), info.get("nccl_version")) if v)
     kept.steps.sort()
@@ -287,7 +290,7 @@ def _from_record_param_comms(
     return _coalesce(out, markers, notes) if markers else out
 
 
-# A coalescing block's members, by their recorded name -> the grouped form's name (mapping.py's _OPS)
+# A coalescing block's members, by their recorded name -> the grouped form's name (the ops' Recorded names)
 COALESCED_FORMS = {
     "_allgather_base": "allgather_into_tensor_coalesced",
     "allgather_into_tensor": "allgather_into_tensor_coalesced",
@@ -383,3 +386,12 @@ def _from_dispatcher_ops(
         recorded = child.dur if child else None
         out.append((op.ts, dispatcher_collective(spec, dims, values, dtype, default, ranks, rank, lost, recorded)))
     return out
+
+
+def _recognises(head: bytes) -> bool:
+    return head.startswith(b"{") and any(
+        k in head for k in (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"')
+    )
+
+
+READER = Reader(FORMAT, _recognises, read)
