@@ -278,6 +278,7 @@ def read_cells(path: Path) -> pd.DataFrame:
     world = _world(document, path, len(hosts))
     version = nccl_version(document)
     counts = {name: _config_count(config, path, name, COUNT) for name in _CONFIG_COUNTS}
+    _when(document, "end_time", path)  # the history's run ends then: refused here for every reader alike
     common = {
         "schema_version": str(SCHEMA_VERSION),
         "run_id": run_id(data),

@@ -81,6 +81,7 @@ REFUSED = {  # name: (change, what the one line says)
     "warm-up iterations as text": (_set("config.warmup_iters", "x"), "config.warmup_iters is 'x', not a count"),
     "a start time that is none": (_set("start_time", "yesterday"), "start_time is 'yesterday', not a date and time"),
     "a start time as a number": (_set("start_time", 5), "start_time is 5, not a date and time"),
+    "an end time with a newline": (_set("end_time", "2026\nforged"), "end_time is '2026\\nforged', not a date"),
 }
 
 
