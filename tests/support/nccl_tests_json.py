@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +112,12 @@ def _result(size: int, n: int, program: str, factor: float, per_iter: bool, rng:
     out["actual_iterations"] = iters
     out["experiment_name"] = ""
     return out
+
+
+def changed_file(path: Path, change: Callable[[dict[str, Any]], Any], **options: Any) -> Path:
+    """nccl_tests_file(path, **options), then change(document) applied to it in place: a file
+    nccl-tests could not have written, or a hostile colleague could."""
+    document = json.loads(nccl_tests_file(path, **options).read_text())
+    change(document)
+    path.write_text(json.dumps(document))
+    return path
