@@ -30,6 +30,7 @@ from commbench.results.paths import (
     RAW,
     beside,
     busy_message,
+    refuse_busy,
     check_target,
     output_path,
     target_kind,
@@ -69,6 +70,7 @@ class OutputPlan:
         if self.history is not None and (identity(self.history) == key or _same_file(path, self.history)):
             raise UserError(f"{flag} {path} is the results history; give another file name")
         check_target(path, self.overwrite, self.inputs, flag)
+        refuse_busy(path)  # a file another run is writing now is refused before any rank starts
         self.targets[key] = what or f"{flag} {path}"
         return path
 
