@@ -229,8 +229,9 @@ def verdict_line(
     """'step communication here 41.2 ms (95%: 39.8-43.0) on 2 ranks of gloo; in the trace 12.5 ms on 2
     ranks of nccl 2.17.1 (...)': like compared with like, and the line says which. The step here is
     its calls issued back to back, timed from the first's start to the last's end; the trace's like
-    figure is the time its calls ran, overlaps merged. Where the trace records no spans, only the
-    calls' sums compare: the trace's, and the calls timed one at a time here (`calls`, their rows)."""
+    figure is the time its calls ran, overlaps merged (Plan.recorded_wall_us). Where the plan holds
+    none (a trace that records no spans), only the calls' sums compare: the trace's, and the calls
+    timed one at a time here (`calls`, their rows)."""
     p50, lo, hi = (float(step[k]) / 1e3 for k in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
     here = f"step communication here {digits(p50)} ms (95%: {digits(lo)}-{digits(hi)}) on {world_here} ranks of {backend_here}"
     where = f" on {plan.world_size} ranks" + (f" of {recorded_on}" if recorded_on else "")
@@ -242,7 +243,7 @@ def verdict_line(
         alone = [float(c["replayed_us_per_step"]) for c in calls if c.get("replayed_us_per_step") not in (None, "")]
         mine = f", here {ms(sum(alone))} (each call timed alone)" if alone else ""
         trace = (
-            f"the trace{where} records no call's start, so no step to compare: its calls' times add up to "
+            f"the trace{where} gives no figure for the step (its calls' spans merged): its calls' times add up to "
             f"{ms(summed)} a step{mine}"
         )
     else:

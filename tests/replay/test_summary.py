@@ -64,7 +64,7 @@ def test_the_verdict_line_compares_like_with_like_and_says_which() -> None:
     sums = plan_of([ALL_GATHER] * 100)  # times but no spans (a Flight Recorder dump with duration_ms)
     calls = [{"replayed_us_per_step": "1500"}, {"replayed_us_per_step": "500"}]
     assert verdict_line(MEASURED, sums, 2, "gloo", "nccl 2.17.1", calls).endswith(
-        "; the trace on 2 ranks of nccl 2.17.1 records no call's start, so no step to compare: "
+        "; the trace on 2 ranks of nccl 2.17.1 gives no figure for the step (its calls' spans merged): "
         "its calls' times add up to 14.9 ms a step, here 2.00 ms (each call timed alone)"
     )
     untimed = dataclasses.replace(plan_of([ALL_GATHER]), recorded_us=())
