@@ -188,7 +188,7 @@ def _report(
     world, backend = first.get("world_size", "?"), first.get("backend_version") or first.get("backend", "")
     lines = []
     if step is not None:
-        lines += [step_line(step, calls), verdict_line(step, plan, int(world), backend.strip(), recorded_on)]
+        lines += [step_line(step, calls), verdict_line(step, plan, int(world), backend.strip(), recorded_on, calls)]
     lines += unmapped_lines(plan)
     if projections:
         lines += projection_lines(projections, algorithm)

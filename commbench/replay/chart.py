@@ -1,6 +1,6 @@
 """The replay's chart: time per step by collective kind, as the trace recorded it beside as replayed
 here (the calls timed one at a time, times their count per step), and the whole step (the sequence
-timed back to back beside the trace's sum)."""
+timed back to back beside the time the trace's calls ran, overlaps merged: not their sum)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,10 @@ def replay_chart(rows: Sequence[Mapping[str, str]], title: str) -> Chart:
     ax.set_title(title, fontsize=10)
     ax.margins(x=0.25)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    caption = "time per step by collective kind: the trace's recorded times beside the replay's p50 x count"
+    caption = (
+        "time per step by collective kind: the trace's recorded times beside the replay's p50 x count; "
+        "the whole step: the time the trace's calls ran, overlaps merged, beside the sequence's p50"
+    )
     return Chart("replay", "replay", fig, caption)
 
 

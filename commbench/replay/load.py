@@ -162,6 +162,8 @@ def load(paths: Sequence[str], limits: Limits = LIMITS) -> list[Trace]:
     files = _files(paths)
     traces = sorted((read(p, limits) for p, _ in files), key=lambda t: t.rank)
     _same_job(traces)
+    for reader in (r for r in READERS if r.name == traces[0].format):  # what its files tell only together
+        traces = reader.together(traces)
     _all_ranks(traces, any(from_folder for _, from_folder in files))
     if len(traces) == 1 and not traces[0].world_size and not any(c.group_ranks for c in traces[0].collectives):
         raise UserError(

@@ -183,7 +183,6 @@ def dispatcher_collective(
     ranks: tuple[int, ...],
     rank: int,
     lost: tuple[str, ...] = (),
-    recorded_us: float | None = None,
 ) -> Collective:
     """The collective one c10d dispatcher op stands for, from its inputs' shapes and values (its
     schema's positions, spec) on the default group; lost: what the format did not record."""
@@ -212,7 +211,6 @@ def dispatcher_collective(
         in_splits=in_splits,
         out_splits=out_splits,
         peer=peer,
-        recorded_us=recorded_us,
         coalesced=count_tensors(in_shape, f"{spec.name}'s input shape") if "coalesced" in spec.name else None,
         lossy=tuple(lossy),
     )

@@ -236,6 +236,13 @@ def tensor_sizes(shape: Any, field: str = "a shape") -> list[int]:
     return sizes
 
 
+def tensor_shapes(shape: Any, field: str = "a shape") -> tuple[tuple[int, ...], ...]:
+    """The shape of each tensor a recorded shape holds ([4, 3] one tensor, [[4], [3]] a list of
+    them), checked as tensor_sizes checks them."""
+    tensor_sizes(shape, field)
+    return tuple(tuple(node) for node in walk(shape, field, lambda node: not _is_tensor(node)) if _is_tensor(node))
+
+
 def numel(shape: Any, field: str = "a shape") -> int:
     """Elements of a recorded shape, its tensors' summed (see tensor_sizes)."""
     return sum(tensor_sizes(shape, field))
@@ -298,27 +305,30 @@ class DispatcherOp:
     out: int | None  # argument holding the output tensor(s); None: in place (same as inp)
     root: int | None = None  # argument holding the root or peer (a rank of the group)
     splits: tuple[int, int] | None = None  # (output_split_sizes, input_split_sizes)
+    annotation: str = ""  # the annotation Gloo records the work under (its time, its dtype), "" for none
 
 
+_AR, _AG, _A2A = "gloo:all_reduce", "gloo:all_gather", "gloo:all_to_all"
+# Gloo reduce-scatters by all-reducing a clone of the whole input: its annotation is gloo:all_reduce
 DISPATCHER_OPS = {
-    "c10d::allreduce_": DispatcherOp("allreduce", 0, None),
-    "c10d::allreduce_coalesced_": DispatcherOp("allreduce_coalesced", 0, None),
-    "c10d::broadcast_": DispatcherOp("broadcast", 0, None, root=2),
-    "c10d::reduce_": DispatcherOp("reduce", 0, None, root=3),
-    "c10d::allgather_": DispatcherOp("allgather", 1, 0),
-    "c10d::_allgather_base_": DispatcherOp("_allgather_base", 1, 0),
-    "c10d::allgather_into_tensor_coalesced_": DispatcherOp("allgather_into_tensor_coalesced", 1, 0),
-    "c10d::allgather_coalesced_": DispatcherOp("allgather_coalesced", 1, 0),
-    "c10d::reduce_scatter_": DispatcherOp("reduce_scatter", 1, 0),
-    "c10d::_reduce_scatter_base_": DispatcherOp("_reduce_scatter_base", 1, 0),
-    "c10d::reduce_scatter_tensor_coalesced_": DispatcherOp("reduce_scatter_tensor_coalesced", 1, 0),
-    "c10d::alltoall_": DispatcherOp("alltoall", 1, 0),
-    "c10d::alltoall_base_": DispatcherOp("alltoall_base", 1, 0, splits=(3, 4)),
-    "c10d::gather_": DispatcherOp("gather", 1, 0, root=3),
-    "c10d::scatter_": DispatcherOp("scatter", 1, 0, root=3),
-    "c10d::send": DispatcherOp("send", 0, None, root=2),
-    "c10d::recv_": DispatcherOp("recv", 0, None, root=2),
-    "c10d::barrier": DispatcherOp("barrier", None, None),
+    "c10d::allreduce_": DispatcherOp("allreduce", 0, None, annotation=_AR),
+    "c10d::allreduce_coalesced_": DispatcherOp("allreduce_coalesced", 0, None, annotation=_AR),
+    "c10d::broadcast_": DispatcherOp("broadcast", 0, None, root=2, annotation="gloo:broadcast"),
+    "c10d::reduce_": DispatcherOp("reduce", 0, None, root=3, annotation="gloo:reduce"),
+    "c10d::allgather_": DispatcherOp("allgather", 1, 0, annotation=_AG),
+    "c10d::_allgather_base_": DispatcherOp("_allgather_base", 1, 0, annotation=_AG),
+    "c10d::allgather_into_tensor_coalesced_": DispatcherOp("allgather_into_tensor_coalesced", 1, 0, annotation=_AG),
+    "c10d::allgather_coalesced_": DispatcherOp("allgather_coalesced", 1, 0, annotation=_AG),
+    "c10d::reduce_scatter_": DispatcherOp("reduce_scatter", 1, 0, annotation=_AR),
+    "c10d::_reduce_scatter_base_": DispatcherOp("_reduce_scatter_base", 1, 0, annotation=_AR),
+    "c10d::reduce_scatter_tensor_coalesced_": DispatcherOp("reduce_scatter_tensor_coalesced", 1, 0, annotation=_AR),
+    "c10d::alltoall_": DispatcherOp("alltoall", 1, 0, annotation=_A2A),
+    "c10d::alltoall_base_": DispatcherOp("alltoall_base", 1, 0, splits=(3, 4), annotation=_A2A),
+    "c10d::gather_": DispatcherOp("gather", 1, 0, root=3, annotation="gloo:gather"),
+    "c10d::scatter_": DispatcherOp("scatter", 1, 0, root=3, annotation="gloo:scatter"),
+    "c10d::send": DispatcherOp("send", 0, None, root=2, annotation="gloo:send"),
+    "c10d::recv_": DispatcherOp("recv", 0, None, root=2, annotation="gloo:recv"),
+    "c10d::barrier": DispatcherOp("barrier", None, None, annotation="gloo:barrier"),
     "c10d::monitored_barrier_": DispatcherOp("barrier", None, None),
 }
 

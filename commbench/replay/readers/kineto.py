@@ -2,9 +2,10 @@
 
 The events are streamed; kept are only the collectives' CPU ops (`record_param_comms`, else the
 dispatcher ops `c10d::*` a backend without it leaves), the GPU kernels they launched (their `dur` is
-the recorded time, linked by "External id", else through the launch's "correlation" or its ac2g flow
-events to the record_param_comms span that launched it), the `gloo:*` annotations (dtype and time on Gloo) and
-the `ProfilerStep#N` spans. Everything else in the trace is read and dropped."""
+the recorded time and its span, linked by "External id", else through the launch's "correlation" or its
+ac2g flow events to the record_param_comms span that launched it), the `gloo:*` annotations (dtype, time
+and span on Gloo, each paired with the dispatcher op it ran: _Annotations) and the `ProfilerStep#N`
+spans. Everything else in the trace is read and dropped."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from commbench.replay.readers.fields import (
     DISPATCHER_OPS,
     Damaged,
     Durations,
+    arg,
     as_int,
     dtype_name,
     key,
@@ -32,6 +34,7 @@ from commbench.replay.readers.fields import (
     rank_list,
     rank_number,
     shown,
+    tensor_shapes,
     time_point,
 )
 from commbench.replay.readers.format import Reader
@@ -86,9 +89,34 @@ class _Orphan:
     """A collective's GPU kernel written without "External id" (some Kineto versions and exporters):
     linked to its CPU op through the launch instead (see _link_orphans)."""
 
-    where: tuple[Any, Any, float]  # (pid, tid, ts): where an ac2g flow's end binds to it
+    where: tuple[Any, Any, float]  # (pid, tid, ts): where an ac2g flow's end binds to it (ts: its start)
     correlation: Any  # its "correlation" (the launch's), None where not written
     dur: float
+
+
+@dataclass
+class _Ran:
+    """What a collective's kernels took: their durations added (the recorded time), and the span from
+    the first one's start to the last one's end (where it ran: replay/spans.py merges a step's)."""
+
+    us: float
+    start: float
+    end: float
+
+    def add(self, ts: float, dur: float) -> None:
+        self.us += dur
+        self.start, self.end = min(self.start, ts), max(self.end, ts + dur)
+
+    @property
+    def span(self) -> tuple[float, float]:
+        return (self.start, self.end)
+
+
+def _ran(times: dict[Any, _Ran], ext: Any, ts: float, dur: float) -> None:
+    if ext in times:
+        times[ext].add(ts, dur)
+    else:
+        times[ext] = _Ran(dur, ts, ts + dur)
 
 
 def _is_comm_kernel(name: str, args: dict[str, Any]) -> bool:
@@ -104,8 +132,8 @@ class _Kept:
     comms: list[_Op] = field(default_factory=list)
     dispatched: list[_Op] = field(default_factory=list)
     steps: list[tuple[float, float, int]] = field(default_factory=list)
-    kernel_us: dict[Any, float] = field(default_factory=dict)
-    annotations: dict[int, _Op] = field(default_factory=dict)  # gloo:* by "Record function id"
+    kernels: dict[Any, _Ran] = field(default_factory=dict)  # by "External id"
+    annotations: list[tuple[int, _Op]] = field(default_factory=list)  # gloo:* and its "Record function id"
     orphans: list[_Orphan] = field(default_factory=list)
 
     def event(self, event: dict[str, Any]) -> None:
@@ -126,11 +154,11 @@ class _Kept:
             if dur is None:
                 return
             if (ext := key(args.get("External id"))) is not None:
-                self.kernel_us[ext] = self.kernel_us.get(ext, 0.0) + dur
+                _ran(self.kernels, ext, time_point(event.get("ts"), f"kernel {name!r}'s ts"), dur)
             else:
                 self.orphans.append(_Orphan(_where(event), key(args.get("correlation")), dur))
         elif name.startswith("gloo:") and (rf := as_int(_args(event, name).get("Record function id"))) is not None:
-            self.annotations[rf] = _slim(event, name, self.durations)
+            self.annotations.append((rf, _slim(event, name, self.durations)))
         else:
             return
         self.tally.add()
@@ -180,7 +208,7 @@ def read(path: Path, rank: int | None = None, limits: Limits = LIMITS) -> Trace:
     if kept.comms and kept.orphans:
         _link_orphans(path, limits, kept)
     if kept.comms:
-        collectives = _from_record_param_comms(path, kept.comms, kept.kernel_us, groups, rank, notes)
+        collectives = _from_record_param_comms(path, kept.comms, kept.kernels, groups, rank, notes)
     else:
         collectives = _from_dispatcher_ops(kept.dispatched, kept.annotations, groups, rank, world, notes)
     collectives.sort(key=lambda pair: pair[0])
@@ -202,11 +230,11 @@ _RUNTIME = ("cuda_runtime", "cuda_driver", "runtime")
 
 
 def _link_orphans(path: Path, limits: Limits, kept: _Kept) -> None:
-    """Add the orphan kernels' durations to kernel_us under the "External id" of the record_param_comms
+    """Add the orphan kernels' times to kernels under the "External id" of the record_param_comms
     whose span holds their launch. A second pass over the trace, made only when such kernels exist:
     it keeps only the launches (runtime events, ac2g flow starts) inside a collective's span and the
     flow ends on the orphans, so memory stays bounded by the collectives, not by the trace."""
-    comms, orphans, kernel_us = kept.comms, kept.orphans, kept.kernel_us
+    comms, orphans, kernels = kept.comms, kept.orphans, kept.kernels
     by_thread: dict[tuple[Any, Any], list[tuple[float, float, int]]] = {}
     for i, op in enumerate(comms):
         by_thread.setdefault((op.pid, op.tid), []).append((op.ts, op.ts + (op.dur or 0.0), i))
@@ -236,7 +264,7 @@ def _link_orphans(path: Path, limits: Limits, kept: _Kept) -> None:
         correlation = o.correlation if o.correlation is not None else flow_ends.get(o.where)
         if (i := launched.get(correlation)) is not None:
             ext = key(comms[i].args.setdefault("External id", ("launched", i)))
-            kernel_us[ext] = kernel_us.get(ext, 0.0) + o.dur
+            _ran(kernels, ext, o.where[2], o.dur)
 
 
 class _Spans:
@@ -270,19 +298,21 @@ def _with_step(c: Collective, ts: float, steps: list[tuple[float, float, int]]) 
 def _from_record_param_comms(
     path: Path,
     ops: list[_Op],
-    kernel_us: dict[Any, float],
+    kernels: dict[Any, _Ran],
     groups: dict[str, tuple[int, ...]],
     rank: int,
     notes: list[str],
 ) -> list[tuple[float, Collective]]:
     out: list[tuple[float, Collective]] = []
-    markers: list[tuple[float, str, float | None]] = []  # each coalescing block's end: ts, group, its kernel's time
+    markers: list[tuple[float, str, _Ran | None]] = []  # each coalescing block's end: ts, group, its kernel's times
     for ts, a, name in comms_ops(path, ((op.ts, op.args) for op in ops), KINETO, notes, skip=("wait",)):
+        ran = kernels.get(key(a.get("External id")))
         if name == "coalesced":
-            markers.append((ts, str(a.get(KINETO.group, "")), kernel_us.get(key(a.get("External id")))))
+            markers.append((ts, str(a.get(KINETO.group, "")), ran))
             continue
         extra = {
-            "recorded_us": kernel_us.get(key(a.get("External id"))),
+            "recorded_us": None if ran is None else ran.us,
+            "recorded_span_us": None if ran is None else ran.span,
             "seq": as_int(a.get("Seq")),
             "comms_id": None if a.get("Comms Id") is None else str(a.get("Comms Id")),
         }
@@ -302,7 +332,7 @@ COALESCED_FORMS = {
 
 
 def _coalesce(
-    out: list[tuple[float, Collective]], markers: list[tuple[float, str, float | None]], notes: list[str]
+    out: list[tuple[float, Collective]], markers: list[tuple[float, str, _Ran | None]], notes: list[str]
 ) -> list[tuple[float, Collective]]:
     """Each NCCL coalescing block as the one grouped collective it launched. NCCL writes the block's
     members (each with its sizes) and then a "coalesced" entry, which launches the block's one kernel:
@@ -315,7 +345,7 @@ def _coalesce(
     merged: dict[int, tuple[float, Collective]] = {}  # index of a block's first member -> the block
     dropped: set[int] = set()
     kept_apart = 0
-    for ts, group, kernel in sorted(markers):
+    for ts, group, kernel in sorted(markers, key=lambda m: m[:2]):
         if kernel is None:  # no kernel linked to the marker: the block's start cannot be told
             kept_apart += 1
             continue
@@ -338,7 +368,8 @@ def _coalesce(
                 "name": COALESCED_FORMS[first.name],
                 "in_elems": sum(c.in_elems for c in cs),
                 "out_elems": sum(c.out_elems for c in cs),
-                "recorded_us": kernel,
+                "recorded_us": kernel.us,
+                "recorded_span_us": kernel.span,
                 "coalesced": len(cs),
                 "lossy": tuple(dict.fromkeys(x for c in cs for x in c.lossy)),
             }
@@ -356,9 +387,48 @@ def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+class _Annotations:
+    """The backend's own annotations (gloo:all_reduce...), each one claimed by one dispatcher op: the
+    first one not yet claimed, of the name the op's backend gives it, after the op's record-function
+    id, that moves the op's input tensors. Not a fixed distance: Gloo runs `_allgather_base_`'s
+    chunk/split/narrow ops first (its annotation comes 3 + 3 x the group's size ids later), all-reduces a
+    clone for `_reduce_scatter_base_` (4 later, and named gloo:all_reduce), and a run-loop thread's
+    own ops take ids from the same counter."""
+
+    LOOK = 64  # annotations of one name looked at past an op's id: the few that run ahead of it
+
+    def __init__(self, found: list[tuple[int, _Op]]) -> None:
+        self.by_name: dict[str, list[tuple[int, _Op]]] = {}
+        for rf, op in sorted(found, key=lambda pair: pair[0]):
+            self.by_name.setdefault(op.name, []).append((rf, op))
+        self.ids = {name: [rf for rf, _ in ops] for name, ops in self.by_name.items()}
+        self.claimed: set[tuple[str, int]] = set()
+
+    def claim(self, name: str, rf: int | None, moved: tuple[tuple[int, ...], ...] | None) -> _Op | None:
+        """The annotation of `name` that ran the op of record-function id rf, moving the tensors of
+        these shapes (None where the op's shapes are not recorded: the first one of the name)."""
+        ops = self.by_name.get(name)
+        if rf is None or not ops:
+            return None
+        first = bisect.bisect_right(self.ids[name], rf)
+        for j in range(first, min(len(ops), first + self.LOOK)):
+            op = ops[j][1]
+            if (name, j) in self.claimed or (moved is not None and _moved(op.args.get("Input Dims")) != moved):
+                continue
+            self.claimed.add((name, j))
+            return op
+        return None
+
+
+def _moved(dims: Any) -> tuple[tuple[int, ...], ...] | None:
+    """The tensors' shapes a recorded argument holds, None where it holds none (record_shapes off)."""
+    shapes = tensor_shapes(dims, "a dispatcher op's Input Dims")
+    return shapes or None
+
+
 def _from_dispatcher_ops(
     ops: list[_Op],
-    annotations: dict[int, _Op],
+    found: list[tuple[int, _Op]],
     groups: dict[str, tuple[int, ...]],
     rank: int,
     world: int | None,
@@ -369,22 +439,22 @@ def _from_dispatcher_ops(
     default = next(iter(groups), "0")
     ranks = groups.get(default) or tuple(range(world or 0))
     notes.append(dispatcher_note("their sizes from Input Dims"))
-    ordered = sorted(annotations)
+    annotations = _Annotations(found)
     out: list[tuple[float, Collective]] = []
-    for op in ops:
+    for op in sorted(ops, key=lambda op: as_int(op.args.get("Record function id")) or 0):
         spec = DISPATCHER_OPS[op.name]
         dims = _listed(op.args.get("Input Dims"))
         lost = () if dims else ("sizes not recorded (profile with record_shapes=True)",)
-        # the backend's own annotation (gloo:all_reduce) is the op's next record function: its dtype and time
-        rf = as_int(op.args.get("Record function id"))
-        child = None
-        if rf is not None and (i := bisect.bisect_right(ordered, rf)) < len(ordered) and ordered[i] <= rf + 2:
-            child = annotations[ordered[i]]
+        moved = _moved(arg(dims, spec.inp)) if spec.inp is not None else None
+        child = annotations.claim(spec.annotation, as_int(op.args.get("Record function id")), moved)
         types = (_listed(child.args.get("Input type")) if child else []) or _listed(op.args.get("Input type"))
         dtype = next((d for t in types if (d := dtype_name(str(t)))), None)
         values = _listed(op.args.get("Concrete Inputs"))
-        recorded = child.dur if child else None
-        out.append((op.ts, dispatcher_collective(spec, dims, values, dtype, default, ranks, rank, lost, recorded)))
+        c = dispatcher_collective(spec, dims, values, dtype, default, ranks, rank, lost)
+        if child is not None and child.dur is not None:
+            ran = {"recorded_us": child.dur, "recorded_span_us": (child.ts, child.ts + child.dur)}
+            c = Collective(**{**c.__dict__, **ran})
+        out.append((op.ts, c))
     return out
 
 
