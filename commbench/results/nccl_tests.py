@@ -1,13 +1,16 @@
 """nccl-tests' JSON results (`all_reduce_perf ... -J results.json`) read as a commbench run.
 
-nccl-tests writes one JSON document per program run (JSON_FILE_VERSION 2 and 3 of its
-src/util.cu): `args` (the command line, the program first), `env` (every `NAME=value` of its
+nccl-tests writes one JSON document per program run (JSON_FILE_VERSION 1 to 3 of its
+src/util.cu; version 1, of every release from v2.17.3 to v2.19.1, names its footer
+`average_bus_bandwidith` / `bandwidith`, which this reader does not use): `args` (the command line, the program first), `env` (every `NAME=value` of its
 environment), `nccl_version`, `start_time`, `config` (iterations, warm-up, `devices[]` with each
 rank's `hostname`), and `results[]`, one per size: `size`, `count`, `type`, `redop`, and an
 `out_of_place` and an `in_place` block `{time, alg_bw, bus_bw, nwrong}`, each optionally followed
 by its per-iteration block (`*_per_iter`, `times_us`). This module turns such a file into the
 text cells a results CSV holds (the reader types them as it types a CSV's), so compare, report,
 plot and the history take it as a run. docs/history.md says which fields are used and how.
+commbench/results/nccl_tests_log.py reads nccl-tests' text output into the same document, so
+that a log and the -J file of one run give the same rows (document_cells).
 
 The program names the op; out_of_place is commbench's default variant of it, in_place its
 `inplace` variant (nccl-tests' in-place column is what commbench's `inplace` variants measure).
@@ -36,7 +39,7 @@ from commbench.results.schema import COLUMNS, COUNT, RANKS, SCHEMA_VERSION, SIZE
 from commbench.results.stats import Stats
 from commbench.results.timing import CUDA_EVENT
 
-READABLE_VERSIONS = (2, 3)  # nccl-tests' JSON_FILE_VERSION
+READABLE_VERSIONS = (1, 2, 3)  # nccl-tests' JSON_FILE_VERSION
 # nccl-tests program -> (commbench op, the variant of its out_of_place block). nccl-tests defines S
 # (`size`) and the bus factors as commbench does, so sizes and busbw carry over unchanged.
 PROGRAMS = {
@@ -51,6 +54,7 @@ PROGRAMS = {
     "sendrecv_perf": ("sendrecv", "ring"),  # rank r sends to r+1 and receives from r-1
 }
 IN_PLACE_VARIANT = "inplace"
+API_PREFIX = "nccl-tests "  # the api cell of every row read from nccl-tests: `nccl-tests all_gather_perf`
 PLACEMENTS = ("out_of_place", "in_place")
 DTYPES = {
     "float": "float32",
@@ -76,13 +80,8 @@ MAX_TIMES = 1_000_000
 # What a type, a reduction and a host name may be: the history's columns and the node_ranks
 # value (`0@host/0;1@...`) hold them, so no separator, space or control character.
 _WORD = re.compile(r"[A-Za-z0-9_]{1,16}")
-_HOST = re.compile(r"[\w.:-]{1,255}")
+HOST = re.compile(r"[\w.:-]{1,255}")
 _GZIP = b"\x1f\x8b"
-
-
-def is_nccl_tests(path: Path) -> bool:
-    """A .json file given where a results file is expected is read as nccl-tests' output."""
-    return Path(path).suffix.lower() == ".json"
 
 
 def _read(path: Path) -> bytes:
@@ -174,9 +173,10 @@ def _shown(value: Any) -> str:
 
 
 def program(document: dict[str, Any]) -> str:
-    """The program's name (`all_reduce_perf`) from the command line it records."""
+    """The program's name (`all_reduce_perf`) from the command line it records; the `_mpi` builds
+    that containers install (`all_reduce_perf_mpi`) are the same program."""
     args = document.get("args") or [""]
-    return Path(str(args[0])).name
+    return Path(str(args[0])).name.removesuffix("_mpi")
 
 
 def run_id(data: bytes) -> str:
@@ -200,7 +200,7 @@ def hosts_by_rank(document: dict[str, Any], path: Path) -> list[tuple[str, dict[
             why = "a rank another device has" if COUNT.holds(rank) and int(rank) in ranks else "a rank number"
             raise UserError(f"{path}: {where}.rank is {_shown(rank)}, not {why}")
         host = device.get("hostname", "")
-        if not isinstance(host, str) or (host and not _HOST.fullmatch(host)):
+        if not isinstance(host, str) or (host and not HOST.fullmatch(host)):
             raise UserError(f"{path}: {where}.hostname is {_shown(host)}, not a host name")
         ranks[int(rank)] = (host, device)
     if not RANKS.holds(len(ranks) or 1):
@@ -270,6 +270,14 @@ def read_cells(path: Path) -> pd.DataFrame:
     path = Path(path)
     data = _read(path)
     document = _parse(path, data)
+    labels = [f"results[{i}]" for i in range(len(document["results"]))]
+    return document_cells(path, document, run_id(data), labels)
+
+
+def document_cells(path: Path, document: dict[str, Any], run: str, labels: list[str]) -> pd.DataFrame:
+    """read_cells' frame of one run's document, as nccl-tests' -J file lays it out (a log's is
+    built alike by commbench/results/nccl_tests_log.py); labels name each result in the notes of
+    the ones left out (`results[3]`, `line 42`)."""
     op, variant = PROGRAMS[program(document)]
     config = document.get("config") or {}
     hosts = [host for host, _ in hosts_by_rank(document, path)]
@@ -281,7 +289,7 @@ def read_cells(path: Path) -> pd.DataFrame:
     _when(document, "end_time", path)  # the history's run ends then: refused here for every reader alike
     common = {
         "schema_version": str(SCHEMA_VERSION),
-        "run_id": run_id(data),
+        "run_id": run,
         "timestamp": _when(document, "start_time", path),
         "op": op,
         "phase": "comm",
@@ -290,7 +298,7 @@ def read_cells(path: Path) -> pd.DataFrame:
         "group": "world",
         "group_size": str(world),
         "backend": "nccl",
-        "api": f"nccl-tests {program(document)}",
+        "api": f"{API_PREFIX}{program(document)}",
         "calls": _text(counts["aggregated_iterations"] or 1),
         "warmup": _text(counts["warmup_iters"]),
         "window": "1",
@@ -307,16 +315,16 @@ def read_cells(path: Path) -> pd.DataFrame:
     rows, left_out = [], []
     results = document["results"]
     roots = {str(r.get("root", "")).strip() for r in results if isinstance(r, dict)}
-    for i, result in enumerate(results):
+    for label, result in zip(labels, results):
         if (fault := _result_fault(result)) is not None:
-            left_out.append(f"results[{i}]: {fault}: its rows left out")
+            left_out.append(f"{label}: {fault}: its rows left out")
             continue
         for placement, name in zip(PLACEMENTS, (variant, IN_PLACE_VARIANT)):
             if result.get(placement) is None:
                 continue
             row = _row(result, placement, counts["iterations"], name + _qualifier(result, len(roots) > 1))
             if isinstance(row, str):
-                left_out.append(f"results[{i}] {placement}: {row}: row left out")
+                left_out.append(f"{label} {placement}: {row}: row left out")
             else:
                 rows.append({**common, **row})
     if not rows and not left_out:
@@ -384,10 +392,12 @@ def _row(result: dict[str, Any], placement: str, iterations: int | None, variant
         if block.get(field) is not None and not SPREAD.holds(block[field]):
             return f"{field} {_shown(block[field])} is not {SPREAD.meaning}"
     wrong = block.get("nwrong")
-    if isinstance(wrong, str) and not COUNT.holds(wrong):
-        wrong = None  # nccl-tests' "N/A": the run did not check (-c 0)
+    if isinstance(wrong, str) and wrong.strip() == "N/A":
+        wrong = None  # the run did not check (-c 0): null in -J files, N/A in the text table
     elif wrong is not None and not COUNT.holds(wrong):
         return f"nwrong {_shown(wrong)} is not {COUNT.meaning}"
+    if block.get("max_error") is not None:  # older nccl-tests print each row's largest error, no count
+        note += f"; nccl-tests' largest error {block['max_error']} (this version counts no wrong elements)"
     kind = str(result.get("type", ""))
     return {
         "variant": variant,
@@ -400,7 +410,7 @@ def _row(result: dict[str, Any], placement: str, iterations: int | None, variant
         "busbw_gbps": _text(block.get("bus_bw")),
         "wrong": _whole(wrong),
         "status": "wrong" if wrong is not None and float(wrong) else "ok",
-        "note": note if wrong is not None else f"{note}; not checked (nccl-tests -c 0)",
+        "note": note if wrong is not None or "max_error" in block else f"{note}; not checked (nccl-tests -c 0)",
     }
 
 
@@ -431,10 +441,13 @@ def _text(value: Any) -> str:
 
 
 def environment(path: Path) -> dict[str, Any]:
-    """What the file says of the run's hosts, for its provenance: one record per host (its devices,
-    NCCL's version, the transport variables), as commbench's host records name them."""
-    path = Path(path)
-    document = load(path)
+    """What the file says of the run's hosts, for its provenance (document_environment)."""
+    return document_environment(Path(path), load(path))
+
+
+def document_environment(path: Path, document: dict[str, Any]) -> dict[str, Any]:
+    """One record per host (its devices, NCCL's version, the transport variables), as commbench's
+    host records name them, and the run's program, times and config."""
     version = nccl_version(document)
     shared = variables(document)
     by_host: dict[str, list[dict[str, Any]]] = {}

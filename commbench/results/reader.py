@@ -20,9 +20,9 @@ import pandas as pd
 
 from commbench.errors import UserError, warn
 from commbench.redact import redact
-from commbench.results.nccl_tests import is_nccl_tests
-from commbench.results.nccl_tests import read_cells as nccl_tests_cells
+from commbench.results import nccl_tests, nccl_tests_log
 from commbench.results.paths import raw_path
+from commbench.results.placements import PLACEMENT_PAIRS, PLACEMENT_VAR, placement_spread
 from commbench.results.schema import (
     CASE_KEY,
     CHECKED_CELLS,
@@ -282,10 +282,44 @@ def read_cells(path: Path) -> pd.DataFrame:
     return frame
 
 
+JSON, LOG, CSV = "nccl-tests -J file", "nccl-tests log", "results CSV"
+
+
+def source_kind(path: Path) -> str:
+    """What a file given where results are expected holds, by its content (JSON, LOG or CSV): a
+    name ending in .json, or a first character `{` (nccl-tests names its -J file results.json.0
+    when results.json exists), is nccl-tests' JSON; nccl-tests' text output is recognised by its
+    header lines (commbench/results/nccl_tests_log.py), whatever its name (.log, .txt, none);
+    anything else is read as a CSV, whose reader says what is wrong with it."""
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        return JSON
+    try:
+        with path.open("rb") as file:
+            head = file.read(_HEAD_BYTES)
+    except OSError:
+        return CSV  # missing, a folder, unreadable: the CSV reader names it
+    if head.lstrip()[:1] == b"{":
+        return JSON
+    header = head.split(b"\n", 1)[0].decode("utf-8", "replace").split(",")
+    if "run_id" in header or "schema_version" in header:
+        return CSV
+    return LOG if nccl_tests_log.looks_like_log(path) else CSV
+
+
+_HEAD_BYTES = 65536  # enough for a CSV's header line and the start of a JSON document
+
+
+def nccl_tests_cells(path: Path, kind: str) -> pd.DataFrame:
+    """The text cells of an nccl-tests file of either kind (attrs["left_out"]: what was left out)."""
+    return nccl_tests.read_cells(path) if kind == JSON else nccl_tests_log.read_cells(path)
+
+
 def _validated(path: Path) -> pd.DataFrame:
     """read_cells' rows with empty cells missing (NaN), as typed() takes them."""
-    if is_nccl_tests(path):  # nccl-tests' -J results.json: commbench/results/nccl_tests.py checks it
-        cells = nccl_tests_cells(path)
+    kind = source_kind(path)
+    if kind != CSV:  # nccl-tests' own output: its reader checks every field it uses
+        cells = nccl_tests_cells(path, kind)
         left_out = cells.attrs["left_out"]
         return _usable(path, cells.replace("", pd.NA), left_out, len(left_out))
     frame, lines = _read_csv(path, "results file")
@@ -308,7 +342,11 @@ def _validated(path: Path) -> pd.DataFrame:
             )
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
-        hint = " (not a commbench results CSV?)" if len(missing) > len(REQUIRED_COLUMNS) // 2 else ""
+        hint = (
+            " (not a commbench results CSV, nor nccl-tests output?)"
+            if len(missing) > len(REQUIRED_COLUMNS) // 2
+            else ""
+        )
         raise UserError(f"{path} lacks required column(s) {', '.join(missing)}{hint}")
     _say_skipped(frame)
     if frame.empty and not frame.attrs["skipped"]:
@@ -354,6 +392,7 @@ def typed(frame: pd.DataFrame, source: str) -> pd.DataFrame:
             frame[column] = numbers(frame[column])
     frame[ROUND_P50S] = _each_distinct(frame["time_us_p50_rounds"], parse_rounds)  # parsed once, for every judge
     frame[ROUND_MEANS] = _each_distinct(frame[HEADLINE_ROUNDS], parse_rounds)
+    frame[PLACEMENT_VAR], frame[PLACEMENT_PAIRS] = placement_spread(frame)  # nccl-tests' rows' own noise
     frame["group_size"] = frame["group_size"].fillna(frame["world_size"])
     # A file written before commands were redacted may hold a password: no report or chart shows it.
     frame["command"] = _each_distinct(frame["command"], redact)

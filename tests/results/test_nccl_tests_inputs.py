@@ -144,6 +144,9 @@ LEFT_OUT = {  # name: (change, what names it, rows of the 8 kept)
     "time 0": (_mean_only(0), "results[1] out_of_place: time 0 is not a time", 7),
     "time nan": (_mean_only("nan"), "results[1] out_of_place: time 'nan' is not a time", 7),
     "time 1e308": (_mean_only(1e308), "results[1] out_of_place: time 1e+308 is not a time", 7),
+    "time as text": (_mean_only("fast"), "results[1] out_of_place: time 'fast' is not a time", 7),
+    "nwrong as text": (_set("results.1.out_of_place.nwrong", "x"), "nwrong 'x' is not a count", 7),
+    "a bandwidth as text": (_set("results.1.in_place.alg_bw", "fast"), "alg_bw 'fast' is not a finite number", 7),
     "per-iteration block a string": (
         _set("results.1.out_of_place_per_iter", "abc"),
         "out_of_place_per_iter is 'abc', not an object",
@@ -249,3 +252,19 @@ def test_the_env_keeps_transport_variables_and_hides_every_secret_name(tmp_path)
         "UCX_CREDENTIALS": "<hidden>",
     }
     assert not any(secret in json.dumps(found) for secret in ("k3y", "t0k", 'pw"', "cr3d", "hunter2"))
+
+
+def test_version_1_which_v2_17_3_to_v2_19_1_write_reads_as_the_later_ones(tmp_path):
+    """Version 1 differs from 2 and 3 in what this reader does not use: its footer's misspelt
+    `average_bus_bandwidith` / `bandwidith` (nccl-tests' src/util.cu of those releases)."""
+    old = nccl_tests.read_cells(nccl_tests_file(tmp_path / "v1.json", version=1))
+    new = nccl_tests.read_cells(nccl_tests_file(tmp_path / "v3.json", version=3))
+    assert "average_bus_bandwidith" in (tmp_path / "v1.json").read_text()
+    columns = [c for c in old.columns if c not in ("run_id", "command")]
+    assert len(old) == 8 and old[columns].equals(new[columns])
+
+
+def test_the_mpi_builds_of_the_programs_are_the_same_programs(tmp_path):
+    path = changed_file(tmp_path / "mpi.json", _set("args.0", "/usr/local/bin/all_gather_perf_mpi"))
+    frame = nccl_tests.read_cells(path)
+    assert set(frame.op) == {"all_gather"} and set(frame.api) == {"nccl-tests all_gather_perf"}
