@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from commbench.results.stats import robust_sd
+
 FACTOR = 1.2
 
 
@@ -59,10 +61,9 @@ def main() -> None:
         if k >= opts.last
     ]
     every = [d for run in deviations for d in run.values()]
-    centre = statistics.median(every)
-    robust_sd = 1.4826 * statistics.median(abs(d - centre) for d in every)
+    spread = robust_sd(every)
     print(f"# {len(runs)} runs in {opts.folder}; series deviation from the median of the {opts.last} runs before")
-    print(f"robust sd {robust_sd:.3f} (log), largest rise {max(every):.3f}, largest fall {min(every):.3f}")
+    print(f"robust sd {spread:.3f} (log), largest rise {max(every):.3f}, largest fall {min(every):.3f}")
     shift = math.log(FACTOR)
     for threshold in (0.06, 0.08, 0.10, 0.12, 0.14, 0.16, 0.18, 0.20, 0.25):
         clean = sum(max(run.values()) <= threshold for run in deviations)

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from commbench.results.stats import robust_sd
+from commbench.results.stats import MEDIAN_SE_FACTOR, robust_sd
 
 POWER = 0.9
 # A plan (the launches a change needs) is made from one history's estimate of each spread, and the
@@ -47,7 +47,7 @@ class Noise:
         median: its variance is pi/2 times a mean's from 3 launches on, as for normal offsets)."""
         if self.history_runs == 0:
             return math.hypot(self.spread, self.own)
-        pooled = (math.pi / 2 if launches >= 3 else 1.0) / launches
+        pooled = (MEDIAN_SE_FACTOR**2 if launches >= 3 else 1.0) / launches
         return math.sqrt(self.spread**2 * (pooled + 1 / self.history_runs) + self.own**2 * pooled)
 
 
@@ -117,7 +117,7 @@ def conclusive(resolved: float, threshold_ratio: float) -> bool:
 
 
 def history_noise(history: Sequence[float], floor: tuple[float, int], own: float = 0.0) -> Noise:
-    """The spread the history gate's t prediction interval uses (results/stats.py prediction_p):
+    """The spread the history gate's t prediction interval uses (pooled_p):
     the history's robust sd, floored by the pooled one with its degrees of freedom."""
     sd, df = robust_sd(history), len(history) - 1
     if floor[0] > sd:
@@ -131,7 +131,7 @@ def format_ratio(ratio: float) -> str:
 
 def pooled_p(value: float, history: Sequence[float], noise: Noise, launches: int = 1) -> float:
     """Two-sided p that `value` (the median of `launches` candidate launches) is what gave `history`:
-    the t prediction interval of results/stats.py prediction_p, the candidate's part of the
+    a t prediction interval (the history's spread and the candidate's own), the candidate's part of the
     variance divided by its launches (with one launch the same p)."""
     import statistics
 

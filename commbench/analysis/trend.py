@@ -198,10 +198,6 @@ class Band:
     runs: int
 
     @property
-    def half_width(self) -> float:
-        return self.high / self.centre - 1
-
-    @property
     def text(self) -> str:
         """'+66%/-40%': the band is symmetric in log time, so not in percent."""
         return f"+{self.high / self.centre - 1:.0%}/-{1 - self.low / self.centre:.0%}"

@@ -29,6 +29,7 @@ from commbench.results.stats import (
     HEADLINE_HI,
     HEADLINE_LO,
     MEDIAN_SE_FACTOR,
+    Z95,
     interval_p,
     mann_whitney_p,
     normal_p,
@@ -357,7 +358,7 @@ def _samples_se(samples: list[float], e: Estimate) -> float:
 
 
 def _interval_se(row: Mapping[str, Any], e: Estimate) -> float:
-    return (math.log(row[e.hi]) - math.log(row[e.lo])) / (2 * 1.959963984540054)
+    return (math.log(row[e.hi]) - math.log(row[e.lo])) / (2 * Z95)
 
 
 def _spread_se(spread: tuple[float, float, float], e: Estimate) -> float:

@@ -67,7 +67,7 @@ def quantile_t975(df: int) -> float:
         return math.tan(math.pi * 0.475)
     if df == 2:
         return 0.95 / math.sqrt(2 * 0.975 * 0.025)
-    z = _Z95
+    z = Z95
     terms = (
         (z**3 + z) / 4,
         (5 * z**5 + 16 * z**3 + 3 * z) / 96,
@@ -265,7 +265,7 @@ def spread_p(
     return math.erfc(diff / math.sqrt(se2) / math.sqrt(2))
 
 
-_Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 
 
 def rounds_p(a: Sequence[float], b: Sequence[float]) -> float:
@@ -312,7 +312,7 @@ def interval_p(baseline: tuple[float, float, float], candidate: tuple[float, flo
 
     The interval's half-width on a log scale over 1.96 is taken as the standard error of the log p50.
     """
-    se2 = sum(((math.log(hi) - math.log(lo)) / (2 * _Z95)) ** 2 for _p50, lo, hi in (baseline, candidate))
+    se2 = sum(((math.log(hi) - math.log(lo)) / (2 * Z95)) ** 2 for _p50, lo, hi in (baseline, candidate))
     diff = abs(math.log(candidate[0]) - math.log(baseline[0]))
     if not se2 > 0:
         return 0.0 if diff > 0 else 1.0
@@ -352,23 +352,6 @@ def normal_p(x: float, scale: float) -> float:
     """Two-sided p that x is a draw of normal noise of standard deviation `scale` around 0 (with no
     scale: 1 at 0, else 0)."""
     return (0.0 if x else 1.0) if scale == 0 else math.erfc(abs(x) / scale / math.sqrt(2))
-
-
-def prediction_p(value: float, history: Sequence[float], floor: tuple[float, int], own: float = 0.0) -> float:
-    """Two-sided p that `value` is one more draw of what gave `history`: a t prediction interval,
-    the history's robust standard deviation floored by the pooled one `floor` (with that one's
-    degrees of freedom), widened by the candidate's own spread `own`."""
-    from scipy.stats import t
-
-    n = len(history)
-    sd, df = robust_sd(history), n - 1
-    if floor[0] > sd:
-        sd, df = floor
-    diff = value - statistics.median(history)
-    scale = math.sqrt(sd**2 * (1 + 1 / n) + own**2)
-    if scale == 0:
-        return 0.0 if diff else 1.0
-    return float(2 * t.sf(abs(diff) / scale, df))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

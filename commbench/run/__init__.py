@@ -9,12 +9,15 @@ commbench/launch/'s). The modules, in the order a rank meets them:
     plan        the cases to measure, their memory, the groups of cases alive together
     rotation    the rotation over a group's cases in rounds (in_rounds(), isolate's too), rows as they end
     iterations  one visit of a case: warm-up and its blocks, a block, --precision, the check
-    harness     TimedCase: the timed loop and its correctness check; timers: how a sample is read
+    harness     TimedCase: the timed loop and its correctness check
+    timers      how a sample is read: a host clock on CPU, CUDA events on a GPU
     overlap     --overlap's compute kernel
     sink        rank 0's rows: the CSV, the printed table, the progress line
-    record      the run's record: every host's environment, the history entry
+    host_records  the run's record: every host's environment, the history entry
+    phases      where the wall time goes: the `# time:` line's clock
     eta         progress and the time left
     resources   what this host cannot run, refused before anything starts
-    heartbeat   where every rank is, in the rendezvous store; watchdog: a step that overruns
+    heartbeat   where every rank is, in the rendezvous store
+    watchdog    a collective that overruns ends its rank with a diagnosis
     failures    how a transport's errors read
 """
