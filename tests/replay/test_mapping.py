@@ -68,7 +68,7 @@ def test_each_recorded_kind_goes_to_its_op_and_variant():
         ("reduce", "flat"),
         ("gather", "flat"),
         ("scatter", "flat"),
-        ("sendrecv", "pair"),
+        ("sendrecv", "oneway"),
         ("barrier", "barrier"),
         ("grouped_all_gather", "coalesced"),
     ]
@@ -113,8 +113,8 @@ def test_what_cannot_be_replayed_is_listed_with_its_share_of_the_recorded_time()
 
 def test_lossy_inputs_are_named_in_the_notes():
     p = plan([_trace(0, _c("broadcast"), _c("allreduce", lossy=("splits cut at 30 entries",)))])
-    assert "root not recorded: rank 0 of the group assumed (1 collectives)" in p.notes
-    assert "splits cut at 30 entries (1 collectives)" in p.notes
+    assert "root not recorded: rank 0 of the group assumed (1 broadcast per step)" in p.notes
+    assert "splits cut at 30 entries (1 all_reduce per step)" in p.notes
     assert any("sum assumed" in n for n in p.notes)
 
 
