@@ -159,3 +159,13 @@ def test_a_launch_larger_than_the_job_is_refused_in_one_line_without_scale(jobs)
     assert_one_line_error(
         CliRunner().invoke(main, args), "the trace's job ran on 2 ranks and this launch has 3", exit_code=2
     )
+
+
+def test_a_gloo_pipeline_dump_replays_what_it_holds_and_says_what_it_lacks(jobs, replayed):
+    """Gloo's Flight Recorder holds none of the pipeline's 16 send/recv, only the final barrier: that
+    barrier is replayed (a plan that moves no bytes), and the output says the transfers are missing."""
+    done = replayed("pipeline", "flight_recorder")
+    for captured in done.ranks:
+        assert [c.op for c in _steps(captured)[0]] == ["barrier"]
+    assert "Gloo records no send/recv in a Flight Recorder dump: 16 on group '0'" in done.stdout
+    _all_ok(done.rows)
