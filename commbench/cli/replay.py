@@ -121,7 +121,7 @@ def replay(
     # A launch too small, or a call the ops cannot issue exactly, is refused before any rank starts.
     refuse_unreplayable(fit(plan, _launch_world(backend, how), scale)[0])
     projections = project_step(plan, model_csvs, targets, algorithm, backend) if targets else []
-    sizes = [max((c.in_elems * 8 for c, _ in plan.counts), default=1)]
+    sizes = [max([8, *(c.in_elems * 8 for c, _ in plan.counts)])]  # a barrier alone moves no bytes
     from commbench.run.config import DTYPES
 
     dtypes = tuple(d for d in dict.fromkeys(c.dtype for c in plan.sequence) if d in DTYPES) or ("float32",)

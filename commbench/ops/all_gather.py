@@ -11,7 +11,7 @@ from commbench.lazy import torch
 from commbench.ops.base import Call, CallsOp
 from commbench.ops.cost import Cost, lg
 from commbench.ops.memory import MemoryCase
-from commbench.ops.spec import GATHER_FACTOR, GATHERED, OpSpec, Point, Recorded, elements_for
+from commbench.ops.spec import GATHER_FACTOR, GATHERED, OUTPUT_OF_N, OpSpec, Point, Recorded, elements_for
 from commbench.ops.values import chunk_temporaries, contribution, gathered_wrong
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ class AllGather(CallsOp):
                 "allgather_into_tensor": "flat",
             },
             GATHERED,
+            group_size=OUTPUT_OF_N,
         ),
         cost=Cost(
             ring=lambda p: (p - 1, (p - 1) / p),

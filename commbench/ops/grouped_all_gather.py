@@ -14,7 +14,7 @@ from commbench.lazy import torch
 from commbench.ops.base import Call, CallsOp
 from commbench.ops.gradients import TENSORS
 from commbench.ops.memory import MemoryCase
-from commbench.ops.spec import GATHER_FACTOR, GATHERED, OpSpec, Point, Recorded
+from commbench.ops.spec import GATHER_FACTOR, GATHERED, OUTPUT_OF_N, OpSpec, Point, Recorded
 from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ class GroupedAllGather(CallsOp):
                 "coalesced",
             ),
             GATHERED,
+            group_size=OUTPUT_OF_N,
         ),
         baseline="separate",
         workload_knobs="--max-bytes, --sizes or --tensors",

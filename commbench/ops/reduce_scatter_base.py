@@ -11,7 +11,7 @@ from commbench.lazy import torch
 from commbench.ops.base import Call, CallsOp
 from commbench.ops.cost import Cost, lg
 from commbench.ops.memory import MemoryCase
-from commbench.ops.spec import GATHER_FACTOR, INPUT, OpSpec, Point, Recorded, elements_for
+from commbench.ops.spec import GATHER_FACTOR, INPUT, INPUT_OF_N, OpSpec, Point, Recorded, elements_for
 from commbench.ops.values import Values, chunk_temporaries, summed
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ class ReduceScatterBase(CallsOp):
             INPUT,
             even=("flat", "list", "inplace"),
             reduces=True,
+            group_size=INPUT_OF_N,
         ),
         cost=Cost(
             ring=lambda p: (p - 1, (p - 1) / p),

@@ -2,8 +2,9 @@
 
 `pair`: rank r exchanges with r xor 1 in both directions (with an odd n the last rank has no
 partner and sits the op out). `ring`: every rank sends to r+1 and receives from r-1, in one batch.
-Each transfer's wait object goes to the holder, so blocking and non-blocking modes time them as
-they time any collective.
+`oneway`: a pipeline stage's hand-off, one direction only: each even rank r sends to r+1, which
+receives (with an odd n the last rank sits it out). Each transfer's wait object goes to the holder,
+so blocking and non-blocking modes time them as they time any collective.
 """
 
 from __future__ import annotations
@@ -20,25 +21,34 @@ if TYPE_CHECKING:
     from commbench.backends.base import Backend
     from commbench.ops.args import CollArgs
 
+# (the rank this one sends to, the rank it receives from), None for a direction it does not take
+Peers = tuple[int | None, int | None]
 
-def peers(variant: str, rank: int, world_size: int) -> tuple[int, int] | None:
-    """(the rank this one sends to, the rank it receives from), or None when it sits the op out."""
-    if variant == "pair":
+
+def peers(variant: str, rank: int, world_size: int) -> Peers | None:
+    """Whom this rank sends to and receives from, or None when it sits the op out."""
+    if variant in ("pair", "oneway"):
         partner = rank ^ 1
-        return (partner, partner) if partner < world_size else None
+        if partner >= world_size:
+            return None
+        if variant == "oneway":
+            return (partner, None) if rank % 2 == 0 else (None, partner)
+        return partner, partner
     return (rank + 1) % world_size, (rank - 1) % world_size
 
 
 class SendRecv(CallsOp):
-    """`count` elements sent and `count` received by every rank, as one batch of isend/irecv."""
+    """`count` elements sent and `count` received by every rank that takes part (one direction each
+    for `oneway`), as one batch of isend/irecv."""
 
     spec = OpSpec(
         name="sendrecv",
-        summary="point-to-point: pair (r exchanges with r xor 1) or ring (r sends to r+1, receives from r-1)",
+        summary="point-to-point: pair (r exchanges with r xor 1), ring (r sends to r+1, receives from r-1) "
+        "or oneway (even r sends to r+1)",
         s_definition="S = bytes one rank sends = count x element size",
         bus_factor=UNIT_FACTOR,
-        variants=("pair", "ring"),
-        recorded=Recorded({"send": "pair", "recv": "pair"}, INPUT, same_counts=False, peer=True),
+        variants=("pair", "ring", "oneway"),
+        recorded=Recorded({"send": "oneway", "recv": "oneway"}, INPUT, same_counts=False, peer=True),
     )
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:
@@ -52,15 +62,19 @@ class SendRecv(CallsOp):
             2 * point.size_bytes + case.transport("send_recv", point.size_bytes) + chunk_temporaries(point.size_bytes)
         )
 
+    def peers(self, variant: str, rank: int, world_size: int) -> Peers | None:
+        """The variant's pattern (a replay's recorded transfer names its own ends instead)."""
+        return peers(variant, rank, world_size)
+
     def setup(self, args: CollArgs, point: Point) -> None:
         args.count = elements_for(point.size_bytes, args.element_size, 1)
-        args.state = peers(args.variant, args.rank, args.world_size)
+        args.state = self.peers(args.variant, args.rank, args.world_size)
         args.input = torch.empty(args.count, dtype=args.dtype, device=args.device)  # only read
         args.output = torch.empty(args.count, dtype=args.dtype, device=args.device)
 
     def fill(self, args: CollArgs) -> None:
         contribution(args.rank).write(args.input)
-        if args.state is None:  # sitting out: the check expects its own values, untouched
+        if self._source(args) is None:  # receiving nothing: the check expects its own values, untouched
             contribution(args.rank).write(args.output)
         else:
             args.output.zero_()
@@ -69,13 +83,19 @@ class SendRecv(CallsOp):
         if args.state is None:  # sitting out
             return []
         to, source = args.state
-        return [Call(args.backend.send_recv, ([(args.input, to)], [(args.output, source)]), batch=True)]
+        sends = [] if to is None else [(args.input, to)]
+        recvs = [] if source is None else [(args.output, source)]
+        return [Call(args.backend.send_recv, (sends, recvs), batch=True)]
 
     def wrong(self, args: CollArgs, phase: str) -> int:
-        source = args.rank if args.state is None else args.state[1]
-        return contribution(source).wrong(args.output)
+        source = self._source(args)
+        return contribution(args.rank if source is None else source).wrong(args.output)
+
+    @staticmethod
+    def _source(args: CollArgs) -> int | None:
+        return None if args.state is None else args.state[1]
 
     def note(self, args: CollArgs) -> str:
-        if args.variant == "pair" and args.world_size % 2:
+        if args.variant in ("pair", "oneway") and args.world_size % 2:
             return f"rank {args.world_size - 1} has no partner (odd n = {args.world_size}) and sat the op out"
         return ""

@@ -42,6 +42,9 @@ class Recorded:
     same_counts: every rank records the same counts (an all_to_all's, a gather's, a send's differ).
     reduces: it reduces, with an op no trace records (sum is assumed).
     peer: it has a peer rank (send/recv); a root is a RootedOp's (ops/rooted.py).
+    group_size(in_elems, out_elems): the size of the group one rank's recorded counts imply (an
+        all_gather's output is n of its inputs), None where they imply none; a trace that names
+        no group is held to it (a group of one rank issues nothing).
     """
 
     names: Mapping[str, str]
@@ -50,11 +53,22 @@ class Recorded:
     same_counts: bool = True
     reduces: bool = False
     peer: bool = False
+    group_size: Callable[[int, int], int | None] = lambda inp, out: None
 
 
 # S from recorded counts: the input (all_reduce, broadcast...), or the input on every rank gathered.
 INPUT: Callable[[int, int, int], int] = lambda inp, out, n: inp  # noqa: E731
 GATHERED: Callable[[int, int, int], int] = lambda inp, out, n: inp * n  # noqa: E731
+
+
+def ratio(larger: int, smaller: int) -> int | None:
+    """larger / smaller where it is a whole number: the group size a gather's or a scatter's counts imply."""
+    return larger // smaller if smaller > 0 and larger % smaller == 0 else None
+
+
+# The group size from recorded counts: the output is n inputs (gathers), the input n outputs (scatters).
+OUTPUT_OF_N: Callable[[int, int], int | None] = lambda inp, out: ratio(out, inp)  # noqa: E731
+INPUT_OF_N: Callable[[int, int], int | None] = lambda inp, out: ratio(inp, out)  # noqa: E731
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 element counts the trace recorded, and the op's own calls and check. An op owns one collective
 pattern, and its replay rule sits on its spec (ops/spec.py's Recorded: the names it issues again,
 its S from the recorded counts, the variants that must split evenly); this module reads those
-rules and says what a rank outside the call's group does (it sits the call out).
+rules and says what a rank outside the call's group does (it sits the call out). A recorded
+all_to_all issues its splits, a recorded transfer its own two ends, through the op's own pattern
+hooks (RecordedAllToAll, RecordedTransfer), so the op's check still holds the result.
 
 Each rank's input count is the recorded truth ("In msg nelems"): an all_gather's output is then n
 times it, a reduce_scatter_base's shard 1/n of it; a scatter's is its output (the root's input is n
@@ -22,6 +24,7 @@ from commbench.ops.all_to_all import AllToAll
 from commbench.ops.args import CollArgs
 from commbench.ops.base import IssueOp, Op
 from commbench.ops.rooted import RootedOp
+from commbench.ops.sendrecv import Peers, SendRecv
 from commbench.ops.spec import Point, Recorded
 from commbench.replay.record import Call
 
@@ -67,7 +70,14 @@ def unsupported(call: Call) -> str | None:
         return f"no replay rule for op {call.op!r} (replayable: {replayable})"
     if rooted(call.op) and call.peer is None:
         return f"{call.op} needs its root, which the trace did not record"
+    if one_way(call) and (call.src is None or call.dst is None):
+        return f"{call.op}/{call.variant} needs its sender and receiver"
     return None
+
+
+def one_way(call: Call) -> bool:
+    """Whether the call is one recorded transfer, from call.src to call.dst."""
+    return call.op == "sendrecv" and call.variant == "oneway"
 
 
 def inexact(call: Call, group_size: int) -> str | None:
@@ -82,6 +92,8 @@ def inexact(call: Call, group_size: int) -> str | None:
     uneven = call.op == "all_to_all" and call.variant == "uneven"
     if uneven and (len(call.splits) != k or any(len(row) != k for row in call.splits)):
         return f"its splits are not {k} x {k}"
+    if one_way(call) and call.src == call.dst:
+        return f"its sender and receiver are one rank ({call.src})"
     return None
 
 
@@ -113,11 +125,26 @@ class RecordedAllToAll(AllToAll):
         return super().splits(variant, world_size, count)
 
 
+class RecordedTransfer(SendRecv):
+    """sendrecv oneway between the trace's two ends (ranks of the group) instead of the even-odd pairs."""
+
+    def __init__(self, src: int, dst: int) -> None:
+        super().__init__()
+        self.src, self.dst = src, dst
+
+    def peers(self, variant: str, rank: int, world_size: int) -> Peers | None:
+        if rank == self.src:
+            return self.dst, None
+        return (None, self.src) if rank == self.dst else None
+
+
 def build_op(call: Call) -> Op:
     """The op instance that issues this call."""
     options = op_options(call)
     if call.op == "all_to_all":
         return RecordedAllToAll(options, call.splits)
+    if one_way(call) and call.src is not None and call.dst is not None:
+        return RecordedTransfer(call.src, call.dst)
     return load_op(call.op)(options)
 
 
@@ -188,31 +215,44 @@ def set_up(
 class Step(IssueOp):
     """A step's calls issued back to back in the job's order, each through its own op, completed
     together at the end of the sample (one measurement). Their wait objects share one list (the
-    step's args.wait_objs), which the harness waits on; each call has its own buffers, as in the job."""
+    step's args.wait_objs), which the harness waits on; each call has its own buffers, as in the job.
+
+    Where the recorded steps differ (Plan.step_sequences), each sample issues the next step's
+    sequence in turn (step 1, 2, ..., 1, ...: every rank counts its samples alike), and the check
+    holds the sequence last issued."""
 
     name = "step"
     variants = ("sequence",)
     phases = (PHASE,)
 
-    def __init__(self, issued: list[Issued]) -> None:
+    def __init__(self, steps: list[list[Issued]]) -> None:
         super().__init__()
-        self.issued = [i for i in issued if not isinstance(i.op, SitOut)]
-        self.total_bytes = sum(i.s_bytes for i in issued)
+        self.steps = [[i for i in issued if not isinstance(i.op, SitOut)] for issued in steps]
+        self.total_bytes = round(sum(i.s_bytes for issued in steps for i in issued) / max(len(steps), 1))
+        self.turn = self.last = 0  # the step sequence the next sample issues, and the one last issued
+
+    @property
+    def issued(self) -> list[Issued]:
+        """The calls of the step sequence last issued (the first before any)."""
+        return self.steps[self.last]
 
     def setup(self, args: CollArgs, point: Point) -> None:
         args.count = 0
 
     def fill(self, args: CollArgs) -> None:
-        for i in self.issued:
-            i.op.fill(i.args)
+        for issued in self.steps:
+            for i in issued:
+                i.op.fill(i.args)
 
     def before(self, args: CollArgs, phase: str) -> None:
-        for i in self.issued:
+        for i in self.steps[self.turn]:
             i.op.before(i.args, phase)
 
     def issue(self, args: CollArgs, phase: str) -> None:
-        for i in self.issued:
+        self.last = self.turn
+        for i in self.steps[self.last]:
             i.op.issue(i.args, phase)
+        self.turn = (self.last + 1) % len(self.steps)
 
     def wrong(self, args: CollArgs, phase: str) -> int:
         return sum(i.op.wrong(i.args, phase) for i in self.issued)

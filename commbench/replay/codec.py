@@ -18,7 +18,7 @@ def _call(data: dict[str, Any]) -> Call:
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    calls = list(dict.fromkeys([*plan.sequence, *(c for c, _ in plan.counts), *(c for c, _ in plan.recorded_us)]))
+    calls = list(dict.fromkeys([*plan.calls(), *(c for c, _ in plan.counts), *(c for c, _ in plan.recorded_us)]))
     index = {c: i for i, c in enumerate(calls)}
     return {
         "world_size": plan.world_size,
@@ -31,6 +31,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "digest": plan.digest,
         "notes": list(plan.notes),
         "recorded_wall_us": list(plan.recorded_wall_us),
+        "step_sequences": [[index[c] for c in sequence] for sequence in plan.step_sequences],
     }
 
 
@@ -39,7 +40,7 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
     return Plan(
         world_size=int(data["world_size"]),
         sequence=tuple(calls[i] for i in data["sequence"]),
-        counts=tuple((calls[i], int(n)) for i, n in data["counts"]),
+        counts=tuple((calls[i], n if isinstance(n, int) else float(n)) for i, n in data["counts"]),
         recorded_us=tuple((calls[i], tuple(float(t) for t in times)) for i, times in data["recorded_us"]),
         unmapped=tuple(
             Unmapped(Collective(**{k: _tuples(v) for k, v in u["collective"].items()}), u["reason"])
@@ -49,4 +50,5 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
         digest=str(data["digest"]),
         notes=tuple(data["notes"]),
         recorded_wall_us=tuple(float(w) for w in data.get("recorded_wall_us", ())),
+        step_sequences=tuple(tuple(calls[i] for i in sequence) for sequence in data.get("step_sequences", ())),
     )

@@ -1,9 +1,12 @@
-"""A Plan onto the launch's ranks: as recorded where the launch is large enough, refused where it is
-too small, or scaled (--scale) by one stated rule."""
+"""A Plan onto the launch's ranks: as recorded where the launch has the job's own world size,
+refused where it has another, or placed (--scale) by one stated rule: shrunk onto fewer ranks
+(SCALE_RULE), grown onto more (GROW_RULE). A larger launch never runs the job's groups on some of
+its ranks while its output speaks of all of them."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from commbench.errors import UserError
 from commbench.replay.record import Call, Plan
@@ -12,6 +15,20 @@ SCALE_RULE = (
     "--scale: a recorded group of k ranks starting at rank g runs on min(k, {world}) consecutive ranks "
     "from g mod {world} (wrapping), each rank sending its recorded element count"
 )
+
+
+GROW_RULE = (
+    "--scale: the trace's {recorded}-rank job on {world} ranks: a recorded group over all {recorded} ranks runs "
+    "over all {world}, each rank sending its recorded element count; smaller groups run as recorded"
+)
+
+
+def too_large(plan: Plan, world: int) -> str:
+    return (
+        f"the trace's job ran on {plan.world_size} ranks and this launch has {world}: launch {plan.world_size} "
+        f"ranks (--nproc {plan.world_size}), or pass --scale to run its groups over all {plan.world_size} ranks "
+        f"on all {world}"
+    )
 
 
 def too_small(plan: Plan, world: int) -> str:
@@ -23,28 +40,48 @@ def too_small(plan: Plan, world: int) -> str:
 
 def fit(plan: Plan, world: int, scale: bool) -> tuple[Plan, str]:
     """The plan on `world` ranks and the line that says how it was placed."""
-    if world >= plan.world_size:
-        idle = world - plan.world_size
-        extra = f"; ranks {plan.world_size}-{world - 1} sit every call out" if idle else ""
-        return plan, f"groups as recorded on {plan.world_size} of the {world} ranks{extra}"
+    if world == plan.world_size:
+        return plan, f"groups as recorded on {world} ranks"
     if not scale:
-        raise UserError(too_small(plan, world))
-    mapped = {call: scaled(call, world) for call, _ in plan.counts}
-    for call in plan.sequence:
-        mapped.setdefault(call, scaled(call, world))
-    fitted = dataclasses.replace(
+        raise UserError(too_small(plan, world) if world < plan.world_size else too_large(plan, world))
+    if world > plan.world_size:
+        recorded = tuple(range(plan.world_size))
+        return _mapped(plan, world, lambda call: grown(call, recorded, world)), GROW_RULE.format(
+            recorded=plan.world_size, world=world
+        )
+    return _mapped(plan, world, lambda call: scaled(call, world)), SCALE_RULE.format(world=world)
+
+
+def _mapped(plan: Plan, world: int, rule: Callable[[Call], Call]) -> Plan:
+    """The plan with every call placed by `rule` (calls it makes identical counted together)."""
+    mapped = {call: rule(call) for call in dict.fromkeys([*plan.calls(), *(c for c, _ in plan.counts)])}
+    return dataclasses.replace(
         plan,
         world_size=world,
         sequence=tuple(mapped[c] for c in plan.sequence),
         counts=merged([(mapped[c], n) for c, n in plan.counts]),
         recorded_us=joined([(mapped[c], times) for c, times in plan.recorded_us]),
+        step_sequences=tuple(tuple(mapped[c] for c in seq) for seq in plan.step_sequences),
     )
-    return fitted, SCALE_RULE.format(world=world)
 
 
-def merged(counts: list[tuple[Call, int]]) -> tuple[tuple[Call, int], ...]:
+def grown(call: Call, recorded: tuple[int, ...], world: int) -> Call:
+    """The call on a launch larger than the job: over every rank where the job issued it over every
+    rank (GROW_RULE), as recorded elsewhere. An uneven all_to_all's matrix names each rank's peers:
+    it cannot grow, and is refused."""
+    if tuple(sorted(call.group_ranks)) != recorded:
+        return call
+    if call.splits:
+        raise UserError(
+            f"--scale cannot grow an uneven all_to_all over all {len(recorded)} ranks onto {world}: its splits "
+            f"name each of the {len(recorded)} ranks' peers; launch {len(recorded)} ranks (--nproc {len(recorded)})"
+        )
+    return dataclasses.replace(call, group_ranks=tuple(range(world)))
+
+
+def merged(counts: list[tuple[Call, int | float]]) -> tuple[tuple[Call, int | float], ...]:
     """Counts of calls that scaling made identical, added up (first-seen order)."""
-    total: dict[Call, int] = {}
+    total: dict[Call, int | float] = {}
     for call, n in counts:
         total[call] = total.get(call, 0) + n
     return tuple(total.items())

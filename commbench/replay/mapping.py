@@ -1,159 +1,224 @@
 """A job's recorded collectives onto commbench's ops and variants: the Plan the replay issues.
 
-Each recorded name goes to the op and variant whose spec names it (its Recorded rule, ops/spec.py); what cannot be issued goes to
-Plan.unmapped with its reason, never dropped; what had to be assumed is said in Plan.notes. Several
-ranks' traces are aligned per process group (by Seq, else Comms Id, else the order within the
-group); one rank's trace stands for all when it is the only one."""
+Each recorded name goes to the op and variant whose spec names it (its Recorded rule, ops/spec.py);
+what cannot be issued goes to Plan.unmapped with its reason, never dropped; what had to be assumed
+is said in Plan.notes, once each, with the ops it applies to. The ranks' records of one call are
+matched (commbench/replay/align.py): a collective per process group (by Seq, else Comms Id, else
+the order within the group), a send with the receive its peer recorded (one one-way transfer); the
+ranks' orders are merged into one sequence per step. One rank's trace stands for all when it is the
+only one. Where the steps issue the same calls with other counts (an MoE router's splits), every
+step is replayed as recorded, in turn; where they issue other calls, the sequence most steps issue.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from commbench.errors import UserError
-from commbench.ops.spec import Recorded
 from commbench.replay.adapter import recorded_names, rooted, rule
+from commbench.replay.align import Matched, match
+from commbench.replay.readers.fields import NO_PROCESS_GROUP, NO_SPLITS
 from commbench.replay.record import Call, Collective, Plan, Trace, Unmapped
+from commbench.replay.spans import step_wall_us
 from commbench.run.config import DTYPES
 
 SUM_ASSUMED = "the reduce op is recorded by no trace format: sum assumed"
 OUTSIDE_STEPS = "issued outside the profiler steps (set-up, not part of a step)"
+ROOT_ASSUMED = "root not recorded: rank 0 of the group assumed"
+OTHER_SPLITS = "uneven all_to_all: the other ranks' splits are not in this trace (give every rank's trace)"
+UNKNOWN_SPLITS = (
+    "its splits are not recorded (a Flight Recorder entry holds only this rank's totals, not whom it sent them to): "
+    "not replayed, as an even all_to_all would be another exchange; give the job's profiler traces for its splits"
+)
+ONE_SIDE = (
+    "rank {rank}'s trace alone: each send/recv is replayed as one one-way transfer between rank {rank} and the "
+    "peer it names (the peer's side assumed, its trace not given; transfers between other ranks are not in it)"
+)
+ONE_RANK_BY_COUNTS = (
+    "rank {rank}'s trace names no process group of its collectives, and the counts of its {op} put it on a group "
+    "of one rank: its other collectives' groups are assumed (the default group's) and may be wrong (one issued on "
+    "a group of one rank issues no communication)"
+)
+
+
+@dataclass(frozen=True)
+class _Mapped:
+    """A matched call as the replay issues it, with the record it was built from and what it assumed."""
+
+    call: Call
+    record: Collective  # the lowest rank's record: its step and recorded time
+    assumed: tuple[str, ...]
 
 
 def plan(traces: Sequence[Trace]) -> Plan:
     """The Plan of one job's traces (one per rank, or one rank's standing for all)."""
     traces = sorted(traces, key=lambda t: t.rank)
-    reference = traces[0]
     notes: list[str] = []
     for t in traces:
         notes += [n for n in t.notes if n not in notes]
     world = max(
-        [t.world_size or 0 for t in traces] + [max(c.group_ranks, default=-1) + 1 for c in reference.collectives]
+        [t.world_size or 0 for t in traces] + [max(c.group_ranks, default=-1) + 1 for c in traces[0].collectives]
     )
-    unmapped: list[Unmapped] = []
     if len(traces) == 1:
         notes.append(
-            f"one rank's trace (rank {reference.rank}) stands for all {world} ranks: the job is assumed symmetric "
+            f"one rank's trace (rank {traces[0].rank}) stands for all {world} ranks: the job is assumed symmetric "
             "(every rank issues the same collectives with the same sizes)"
         )
-        matrices: dict[int, tuple[tuple[int, ...], ...]] = {}
-    else:
-        matrices = _align(traces, unmapped, notes)
-    lossy: Counter[str] = Counter()
-    by_step: dict[int | None, list[tuple[Call, Collective]]] = defaultdict(list)
-    for i, c in enumerate(reference.collectives):
-        if any(u.collective is c for u in unmapped):
-            continue
-        call = _call(c, world, matrices.get(i), unmapped, lossy)
-        if call is None:
-            continue
-        if reference.steps and c.step is None:
-            unmapped.append(Unmapped(c, OUTSIDE_STEPS))
-            continue
-        by_step[c.step].append((call, c))
-    sequence, steps_used = _choose_step(by_step, notes)
-    counts = Counter(call for call, _ in sequence)
-    distinct = list(dict.fromkeys(call for call, _ in sequence))
+    matched = match(traces, world, notes)
+    unmapped = list(matched.unmapped)
+    mapped: dict[int, _Mapped] = {}
+    for node_id, node in enumerate(matched.nodes):
+        assumed: list[str] = list(node.record.lossy)
+        outcome = node.why or _call(node.record, node.ranks, node.matrix, node.transfer, assumed)
+        if isinstance(outcome, str):
+            unmapped.append(Unmapped(node.record, outcome))
+        elif traces[0].steps and node.record.step is None:
+            unmapped.append(Unmapped(node.record, OUTSIDE_STEPS))
+        else:
+            mapped[node_id] = _Mapped(outcome, node.record, tuple(assumed))
+    notes += _corrected_groups(matched)
+    if len(traces) == 1 and any(m.call.src is not None for m in mapped.values()):
+        notes.append(ONE_SIDE.format(rank=traces[0].rank))
+    steps = _choose_steps(_by_step(matched, mapped), notes)
+    return _assembled(traces, world, steps, unmapped, notes)
+
+
+def _by_step(matched: Matched, mapped: dict[int, _Mapped]) -> dict[int | None, list[_Mapped]]:
+    """Each step's mapped calls, in the one order the ranks' orders merge into (align.merged)."""
+    steps: dict[int | None, list[int]] = defaultdict(list)
+    for node_id, m in mapped.items():
+        steps[m.record.step].append(node_id)
+    return {step: [mapped[i] for i in matched.order(set(ids))] for step, ids in steps.items()}
+
+
+def _assembled(
+    traces: Sequence[Trace], world: int, steps: list[list[_Mapped]], unmapped: list[Unmapped], notes: list[str]
+) -> Plan:
+    sequences = [tuple(m.call for m in step) for step in steps]
+    occurrences = Counter(call for sequence in sequences for call in sequence)
+    distinct = list(dict.fromkeys(call for sequence in sequences for call in sequence))
     times: dict[Call, list[float]] = defaultdict(list)
-    for step in steps_used:
-        for call, c in by_step[step]:
-            if c.recorded_us is not None:
-                times[call].append(c.recorded_us)
-    if any((r := rule(call.op)) is not None and r.reduces for call in distinct):
-        notes.append(SUM_ASSUMED)
-    notes += [f"{what} ({n} collectives)" for what, n in lossy.items()]
+    for m in (m for step in steps for m in step):
+        if m.record.recorded_us is not None:
+            times[m.call].append(m.record.recorded_us)
+    reducing = [op for op in dict.fromkeys(c.op for c in distinct) if (r := rule(op)) is not None and r.reduces]
+    if reducing:
+        notes.append(f"{SUM_ASSUMED} ({', '.join(reducing)})")
+    notes += _assumptions(steps, one_group=all(len(t.process_groups) == 1 for t in traces))
     return Plan(
         world_size=world,
-        sequence=tuple(call for call, _ in sequence),
-        counts=tuple((call, counts[call]) for call in distinct),
+        sequence=sequences[0] if sequences else (),
+        counts=tuple((call, per_step(occurrences[call], len(steps))) for call in distinct),
         recorded_us=tuple((call, tuple(times[call])) for call in distinct),
         unmapped=tuple(unmapped),
-        steps=len(steps_used),
+        steps=len(steps),
         digest=hashlib.sha256("".join(sorted(t.digest for t in traces)).encode()).hexdigest(),
         notes=tuple(notes),
+        recorded_wall_us=tuple(w for step in steps if (w := step_wall_us(m.record for m in step)) is not None),
+        step_sequences=tuple(sequences) if len(set(sequences)) > 1 else (),
     )
 
 
-def _choose_step(
-    by_step: dict[int | None, list[tuple[Call, Collective]]], notes: list[str]
-) -> tuple[list[tuple[Call, Collective]], list[int | None]]:
-    """The step sequence most steps issue (the last of the most frequent on a tie: later steps are
-    the steady state), and the steps that issue it; the others are named in the notes."""
+def per_step(count: int, steps: int) -> int | float:
+    """A count over `steps` steps, per step: whole where it divides (2, not 2.0), else a fraction."""
+    steps = max(steps, 1)
+    return count // steps if count % steps == 0 else round(count / steps, 3)
+
+
+def _assumptions(steps: list[list[_Mapped]], one_group: bool) -> list[str]:
+    """Each thing assumed for the replayed calls, once, with how many of which op it applies to per
+    step. A trace that names no group of its collectives says nothing where it lists one group only."""
+    tally: dict[str, Counter[str]] = defaultdict(Counter)
+    for m in (m for step in steps for m in step):
+        for what in m.assumed:
+            if not (what == NO_PROCESS_GROUP and one_group):
+                tally[what][m.call.op] += 1
+    return [
+        f"{what} ({', '.join(f'{per_step(n, len(steps))} {op}' for op, n in ops.items())} per step)"
+        for what, ops in tally.items()
+    ]
+
+
+def _corrected_groups(matched: Matched) -> list[str]:
+    """The ranks whose traces name no group, and on which a collective's own counts found a group of one."""
+    found = {c.rank: c.name for c in matched.solo_by_counts}
+    return [ONE_RANK_BY_COUNTS.format(rank=rank, op=op) for rank, op in sorted(found.items())]
+
+
+def _shape(call: Call) -> tuple:
+    """A call but for its counts: what two steps that differ only by their counts share."""
+    return call.op, call.variant, call.dtype, call.communicator, call.peer, call.src, call.dst, call.tensors
+
+
+def _choose_steps(by_step: dict[int | None, list[_Mapped]], notes: list[str]) -> list[list[_Mapped]]:
+    """The steps whose calls are replayed: those that issue the shape of sequence most steps issue
+    (the later on a tie: later steps are the steady state). Where they also issue the same counts,
+    one of them stands for all; where the counts differ, each is replayed as recorded (said)."""
     if not by_step:
-        return [], []
-    shapes: dict[tuple[Call, ...], list[int | None]] = defaultdict(list)
-    for step, pairs in by_step.items():
-        shapes[tuple(call for call, _ in pairs)].append(step)
-    best = max(shapes, key=lambda seq: (len(shapes[seq]), max(s or 0 for s in shapes[seq])))
+        return []
+    shapes: dict[tuple, list[int | None]] = defaultdict(list)
+    for step, calls in by_step.items():
+        shapes[tuple(_shape(m.call) for m in calls)].append(step)
+    best = max(shapes, key=lambda shape: (len(shapes[shape]), max(s or 0 for s in shapes[shape])))
     chosen = shapes[best]
-    others = sorted(s for seq, steps in shapes.items() if seq != best for s in steps if s is not None)
+    others = sorted(s for shape, steps in shapes.items() if shape != best for s in steps if s is not None)
+    named = ", ".join(str(s) for s in chosen)
     if others:
         notes.append(
-            f"profiler step(s) {', '.join(map(str, others))} issue another sequence than step(s) "
-            f"{', '.join(str(s) for s in chosen)}; the sequence of the latter is replayed"
+            f"profiler step(s) {', '.join(map(str, others))} issue another sequence than step(s) {named}; "
+            "the sequence of the latter is replayed"
         )
-    return by_step[chosen[-1]], chosen
-
-
-def _group_rank(c: Collective, world: int, global_rank: int | None) -> int | None:
-    ranks = c.group_ranks or tuple(range(world))
-    if global_rank is None:
-        return None
-    return ranks.index(global_rank) if global_rank in ranks else None
+    sequences = [by_step[s] for s in chosen]
+    if len({tuple(m.call for m in calls) for calls in sequences}) == 1:
+        return sequences
+    changing = dict.fromkeys(m.call.op for calls in zip(*sequences) if len({c.call for c in calls}) > 1 for m in calls)
+    notes.append(
+        f"profiler steps {named} issue the same calls with other counts (those of {', '.join(changing)} change "
+        "from step to step): each step is replayed as recorded, the step measurement issuing them in turn"
+    )
+    return sequences
 
 
 def _call(
     c: Collective,
-    world: int,
+    ranks: tuple[int, ...],
     matrix: tuple[tuple[int, ...], ...] | None,
-    unmapped: list[Unmapped],
-    lossy: Counter[str],
-) -> Call | None:
-    """The call that issues c again, or None (c added to unmapped with its reason)."""
-    for what in c.lossy:
-        lossy[what] += 1
+    transfer: tuple[int, int] | None,
+    assumed: list[str],
+) -> Call | str:
+    """The call that issues c again on its group `ranks`, or why it cannot be issued. matrix: an
+    all_to_all's splits in rows [src][dst] from every rank of the group; transfer: a send/recv's
+    (sender, receiver), global ranks. What had to be assumed is added to `assumed`."""
     if c.name not in recorded_names():
-        unmapped.append(Unmapped(c, f"{c.name!r} is no collective commbench issues"))
-        return None
+        return f"{c.name!r} is no collective commbench issues"
     op, variant = recorded_names()[c.name]
     if op != "barrier" and c.dtype not in DTYPES:
-        unmapped.append(Unmapped(c, f"dtype {c.dtype}: commbench's ops carry {', '.join(DTYPES)}"))
-        return None
+        return f"dtype {c.dtype}: commbench's ops carry {', '.join(DTYPES)}"
     if op != "barrier" and not (c.in_elems or c.out_elems):
-        unmapped.append(Unmapped(c, "no sizes recorded"))
-        return None
-    ranks = c.group_ranks or tuple(range(world))
-    peer = None
-    p2p = recorded_rule(op).peer
-    if rooted(op) or p2p:
-        peer = _group_rank(c, world, c.peer)
+        return "no sizes recorded"
+    peer = src = dst = None
+    if rooted(op):
+        peer = ranks.index(c.peer) if c.peer in ranks else None
         if peer is None:
-            what = "root" if rooted(op) else "peer"
-            if p2p:
-                unmapped.append(Unmapped(c, f"{c.name} with no {what} recorded"))
-                return None
-            lossy[f"{what} not recorded: rank 0 of the group assumed"] += 1
+            assumed.append(ROOT_ASSUMED)
             peer = 0
-    if p2p:
-        lossy["send/recv replayed as a pair exchange (each side sends and receives)"] += 1
+    if transfer is not None:
+        if not all(end in ranks for end in transfer):
+            return f"{c.name} between ranks {transfer[0]} and {transfer[1]}, outside its group {list(ranks)}"
+        src, dst = (ranks.index(end) for end in transfer)
     splits: tuple[tuple[int, ...], ...] = ()
+    if op == "all_to_all" and NO_SPLITS in c.lossy:
+        return UNKNOWN_SPLITS
     if op == "all_to_all" and variant == "single" and (c.in_splits or c.out_splits):
-        if any("splits cut" in what for what in c.lossy):
-            pass  # Kineto kept 29 + 1 of the splits: the total stands, split evenly (said in the notes)
-        elif matrix is not None:
-            if len({v for row in matrix for v in row}) > 1:
-                variant, splits = "uneven", matrix
-        elif len(set(c.in_splits) | set(c.out_splits)) > 1:
-            unmapped.append(
-                Unmapped(
-                    c, "uneven all_to_all: the other ranks' splits are not in this trace (give every rank's trace)"
-                )
-            )
-            return None
+        outcome = _all_to_all(c, matrix)
+        if isinstance(outcome, str):
+            return outcome
+        variant, splits = outcome
     tensors = c.coalesced or 1
     if c.coalesced and op != "grouped_all_gather":
-        lossy[f"coalesced {c.name} replayed as one {op} of the group's total"] += 1
+        assumed.append(f"coalesced {c.name} replayed as one {op} of the group's total")
         tensors = 1
     return Call(
         op=op,
@@ -161,111 +226,47 @@ def _call(
         dtype=c.dtype,
         in_elems=c.in_elems,
         out_elems=c.out_elems,
-        group_ranks=tuple(ranks),
+        group_ranks=ranks,
         splits=splits,
         peer=peer,
         tensors=tensors,
+        group=group_name(c),
+        src=src,
+        dst=dst,
     )
 
 
-def recorded_rule(op: str) -> Recorded:
-    """The replay rule of an op a recorded name mapped to (it has one: recorded_names() holds only those)."""
-    found = rule(op)
-    assert found is not None, op
-    return found
+def group_name(c: Collective) -> str:
+    """The communicator a record names, alike on every rank: "" for the job's default group (torch
+    names it "0", its description "default_pg") or where the trace names none, else its name."""
+    name = c.group.strip()
+    return "" if c.group_desc == "default_pg" or name in ("", "0") else name
 
 
-def _key(c: Collective, position: int, by: str) -> object:
-    return {"seq": c.seq, "comms_id": c.comms_id}.get(by, position)
+def row_width(c: Collective) -> int | None:
+    """Elements per split unit: an all_to_all_single's splits count rows of its tensor's first
+    dimension ([tokens, hidden]: hidden elements a row), so elements = splits x this. From the
+    recorded counts: in_elems / sum(in_splits) (else the output's); None where it is no whole number."""
+    for elems, splits in ((c.in_elems, c.in_splits), (c.out_elems, c.out_splits)):
+        if sum(splits) > 0:
+            return elems // sum(splits) if elems % sum(splits) == 0 else None
+    return 1
 
 
-def _disagreement(c: Collective, mate: Collective) -> str | None:
-    """How another rank's record of the collective c differs from c, None where it agrees."""
-    if (mate.name, mate.dtype) != (c.name, c.dtype):
-        return "issued another collective here"
-    if c.group_ranks and mate.group_ranks and mate.group_ranks != c.group_ranks:
-        return "issued it on another group"
-    op = recorded_names().get(c.name, ("", ""))[0]
-    if (r := rule(op)) is not None and r.same_counts and (mate.in_elems, mate.out_elems) != (c.in_elems, c.out_elems):
-        return f"issued it with {mate.in_elems:,} elements, not {c.in_elems:,}"
-    return None
-
-
-class _Agreement:
-    """How many of the reference's collectives each other rank agrees and disagrees on: traces that
-    disagree on most are two jobs' (or two runs'), refused whole; a few disagreements stay unmapped."""
-
-    def __init__(self) -> None:
-        self.agreed: Counter[int] = Counter()
-        self.differ: dict[int, list[str]] = defaultdict(list)
-
-    def check(self, traces: Sequence[Trace]) -> None:
-        by_rank = {t.rank: t for t in traces}
-        for r, whats in self.differ.items():
-            if len(whats) > self.agreed[r]:
-                raise UserError(
-                    f"{traces[0].path} and {by_rank[r].path} disagree on {len(whats)} of their "
-                    f"{len(whats) + self.agreed[r]} common collectives (rank {r} {whats[0]}): traces of two "
-                    "different jobs; give the traces of one job"
-                )
-
-
-def _align(
-    traces: Sequence[Trace], unmapped: list[Unmapped], notes: list[str]
-) -> dict[int, tuple[tuple[int, ...], ...]]:
-    """Match each collective of the reference (lowest) rank with the same one on the other ranks of its
-    group; those that disagree (op, dtype, group or counts) or are missing go to unmapped, unless
-    most disagree (two jobs, refused). Returns, for the reference's uneven all_to_alls (by index),
-    the full splits matrix [src][dst] built from every rank's in_splits."""
-    reference = traces[0]
-    by_rank = {t.rank: t for t in traces}
-    matrices: dict[int, tuple[tuple[int, ...], ...]] = {}
-    per_group: dict[str, list[int]] = defaultdict(list)
-    for i, c in enumerate(reference.collectives):
-        per_group[c.group].append(i)
-    used = set()
-    agreement = _Agreement()
-    for group, indexes in per_group.items():
-        first = reference.collectives[indexes[0]]
-        members = [r for r in (first.group_ranks or sorted(by_rank)) if r in by_rank]
-        others = {r: [c for c in by_rank[r].collectives if c.group == group] for r in members if r != reference.rank}
-        every = [reference.collectives[i] for i in indexes] + [c for cs in others.values() for c in cs]
-        by = (
-            "seq"
-            if all(c.seq is not None for c in every)
-            else "comms_id"
-            if all(c.comms_id for c in every)
-            else "order"
-        )
-        used.add(by)
-        keyed = {r: {_key(c, k, by): c for k, c in enumerate(cs)} for r, cs in others.items()}
-        for position, i in enumerate(indexes):
-            c = reference.collectives[i]
-            key = _key(c, position, by)
-            mates = {r: keyed[r].get(key) for r in keyed}
-            missing = [r for r, m in mates.items() if m is None]
-            if missing:
-                unmapped.append(
-                    Unmapped(c, f"not recorded on rank {', '.join(map(str, missing))} (the ranks' traces disagree)")
-                )
-                continue
-            differ = {r: what for r, m in mates.items() if m is not None and (what := _disagreement(c, m))}
-            for r in mates:
-                if r in differ:
-                    agreement.differ[r].append(differ[r])
-                else:
-                    agreement.agreed[r] += 1
-            if differ:
-                r, what = next(iter(differ.items()))
-                unmapped.append(Unmapped(c, f"rank {r} {what} (the ranks' traces disagree)"))
-                continue
-            if c.in_splits and len(members) == len(c.group_ranks or members):
-                rows = {c.rank: c.in_splits, **{r: m.in_splits for r, m in mates.items() if m is not None}}
-                matrices[i] = tuple(rows[r] for r in (c.group_ranks or sorted(rows)))
-    agreement.check(traces)
-    keys = {"seq": "Seq / collective_seq_id", "comms_id": "Comms Id", "order": "the order within each group"}
-    notes.append(f"{len(traces)} ranks' traces aligned per process group by {', '.join(keys[b] for b in sorted(used))}")
-    return matrices
+def _all_to_all(
+    c: Collective, matrix: tuple[tuple[int, ...], ...] | None
+) -> tuple[str, tuple[tuple[int, ...], ...]] | str:
+    """An all_to_all_single with recorded splits: its variant and splits in elements, or why not."""
+    if any("splits cut" in what for what in c.lossy):
+        return "single", ()  # Kineto kept 29 + 1 of the splits: the total stands, split evenly (said in the notes)
+    width = row_width(c)
+    if width is None:
+        return f"its splits ({sum(c.in_splits)} in, {sum(c.out_splits)} out) do not divide its {c.in_elems} elements"
+    if matrix is None:
+        return OTHER_SPLITS if len(set(c.in_splits) | set(c.out_splits)) > 1 else ("single", ())
+    if len({n for row in matrix for n in row}) == 1:
+        return "single", ()
+    return "uneven", tuple(tuple(n * width for n in row) for row in matrix)
 
 
 def unmapped_shares(p: Plan) -> list[tuple[str, int, float | None]]:

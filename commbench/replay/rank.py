@@ -88,33 +88,39 @@ class StepCase(TimedCase):
 
 def refuse_unreplayable(plan: Plan) -> None:
     """A call the ops cannot issue with its exact counts is refused in one line, before anything runs."""
-    for call in plan.sequence:
+    for call in plan.calls():
         why = unsupported(call) or inexact(call, len(set(call.group_ranks)))
         if why is not None:
             raise UserError(f"cannot replay {call.op}/{call.variant} of {call.in_elems} elements: {why}")
 
 
-def make_groups(backend: Backend, calls: Sequence[Call]) -> dict[tuple[int, ...], Backend | None]:
-    """Every group the calls use, created on every rank in one order: the backend as each group's
-    members see it, None on the ranks outside it."""
+Views = dict[tuple[str, tuple[int, ...]], Backend | None]
+
+
+def make_groups(backend: Backend, calls: Sequence[Call]) -> Views:
+    """Every communicator the calls use (Call.communicator: two groups over the same ranks are two),
+    created on every rank in one order: the backend as each group's members see it, None on the
+    ranks outside it. The job's default group over the whole world is the backend itself."""
     world = tuple(range(backend.world_size))
-    views: dict[tuple[int, ...], Backend | None] = {}
+    views: Views = {}
     for call in calls:
-        ranks = tuple(sorted(call.group_ranks))
-        if ranks in views:
+        key = call.communicator
+        if key in views:
             continue
-        if ranks == world:
-            views[ranks] = backend
+        name, ranks = key
+        if ranks == world and name == "":
+            views[key] = backend
             continue
         if not backend.torch_process_group:
             raise UserError(
-                f"the trace issues collectives on a group of ranks {list(ranks)}: the {backend.name} backend "
-                "has no process groups; replay with --backend gloo or nccl"
+                f"the trace issues collectives on a group of ranks {list(ranks)}"
+                f"{f' (its group {name!r})' if name else ''}: the {backend.name} backend has no process groups; "
+                "replay with --backend gloo or nccl"
             )
         import torch.distributed as dist
 
         group = dist.new_group(list(ranks))
-        views[ranks] = group_view(backend, group, ranks) if backend.rank in ranks else None
+        views[key] = group_view(backend, group, ranks) if backend.rank in ranks else None
     return views
 
 
@@ -149,13 +155,13 @@ def replay_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
 def _replay(session: Session, backend: Backend, plan: Plan, writer: CsvAppender | None) -> int:
     """Each distinct call on its own, then the step; every row written as it completes."""
     cfg, sink = session.cfg, session.sink
-    views = make_groups(backend, plan.sequence)
+    views = make_groups(backend, plan.calls())
     tags = phase_tags(plan)
     entries: dict[str, list[RotationEntry]] = {}
     sizes: dict[Call, int] = {}
     for call, _ in plan.counts:
         ranks = tuple(sorted(call.group_ranks))
-        issued = _issued(call, views[ranks], backend, len(ranks))
+        issued = _issued(call, views[call.communicator], backend, len(ranks))
         label = f"{call.op}/{call.variant} {call.dtype} {call.in_elems} elements on ranks {list(ranks)}"
         window = 1 if call.op == "barrier" else cfg.window_per_sample
         case = ReplayCase(issued, tags[call], len(ranks), window=window, watchdog=session.watchdog, label=label)
@@ -165,20 +171,22 @@ def _replay(session: Session, backend: Backend, plan: Plan, writer: CsvAppender 
         sink.listeners.append(ReplayRows(plan, sizes, writer.write))
         writer.write_many({**row, "run_id": sink.base["run_id"]} for row in unmapped_rows(plan))
     shared: list = []
-    sequence = [
-        _issued(c, views[tuple(sorted(c.group_ranks))], backend, len(c.group_ranks), shared) for c in plan.sequence
+    steps = [
+        [_issued(c, views[c.communicator], backend, len(c.group_ranks), shared) for c in sequence]
+        for sequence in plan.sequences()
     ]
-    dtypes = sorted({c.dtype for c in plan.sequence})
-    step = Step(sequence)
-    step_args = CollArgs(backend=backend, dtype=sequence[0].args.dtype, variant="sequence", wait_objs=shared)
+    dtypes = sorted({c.dtype for c in plan.calls()})
+    step = Step(steps)
+    step_args = CollArgs(backend=backend, dtype=steps[0][0].args.dtype, variant="sequence", wait_objs=shared)
+    turns = f", each of the {len(steps)} recorded steps in turn" if len(steps) > 1 else ""
     step_case = StepCase(
         step,
         step_args,
         dtypes[0] if len(dtypes) == 1 else "mixed",
-        len(sequence),
+        len(plan.sequence),
         window=1,
         watchdog=session.watchdog,
-        label=f"the step's {len(sequence)} calls back to back",
+        label=f"the step's {len(plan.sequence)} calls back to back{turns}",
     )
     step_entry = RotationEntry(step_case, step_args, step.total_bytes, "", step.total_bytes)
     planned = [(op, e.work) for op, group in entries.items() for e in group] + [("step", step_entry.work)]

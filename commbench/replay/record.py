@@ -46,6 +46,9 @@ class Trace:
     collectives: tuple[Collective, ...] = ()
     steps: tuple[int, ...] = ()  # the profiler steps the trace holds, in order
     notes: tuple[str, ...] = field(default=())  # what the reader assumed for the whole trace
+    # The process groups the trace lists, (name, ranks) (Kineto's distributedInfo.pg_config, an
+    # Execution Trace's process_group:init): () where it lists none. One group: nothing to assume.
+    process_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,17 @@ class Call:
     in_elems: int  # per rank, as recorded
     out_elems: int
     group_ranks: tuple[int, ...]  # global ranks of the group the job issued it on
-    splits: tuple[tuple[int, ...], ...] = ()  # all_to_all: splits[src][dst] for every rank of the group
-    peer: int | None = None  # root or peer, as a rank of the group
+    splits: tuple[tuple[int, ...], ...] = ()  # all_to_all: splits[src][dst] in elements, every rank of the group
+    peer: int | None = None  # the root, as a rank of the group
     tensors: int = 1  # tensors in a coalesced group / list form
+    group: str = ""  # the communicator: "" the job's default group (or one the trace cannot tell), else its name
+    src: int | None = None  # a one-way transfer (sendrecv oneway): its sender and receiver, ranks of the group
+    dst: int | None = None
+
+    @property
+    def communicator(self) -> tuple[str, tuple[int, ...]]:
+        """What tells two calls' communicators apart: the group's name and its ranks."""
+        return self.group, tuple(sorted(self.group_ranks))
 
 
 @dataclass(frozen=True)
@@ -78,8 +89,9 @@ class Plan:
     distinct call with its count per step and its recorded times, and what could not be mapped."""
 
     world_size: int  # ranks the recorded job's groups need
-    sequence: tuple[Call, ...]  # one step's calls in issue order
-    counts: tuple[tuple[Call, int], ...]  # each distinct call, its count per step (first-seen order)
+    sequence: tuple[Call, ...]  # one step's calls in issue order (the first of step_sequences where those differ)
+    # each distinct call, its count per step (first-seen order): a fraction where the steps differ
+    counts: tuple[tuple[Call, int | float], ...]
     recorded_us: tuple[tuple[Call, tuple[float, ...]], ...]  # each distinct call's recorded times
     unmapped: tuple[Unmapped, ...]
     steps: int  # profiler steps the sequence was taken from (the counts are per step)
@@ -89,3 +101,14 @@ class Plan:
     # step was running, overlaps merged (spans.step_wall_us), one per step the sequence was taken from
     # that recorded spans; () where the trace records none
     recorded_wall_us: tuple[float, ...] = ()
+    # Each replayed step's own sequence, in step order, where the steps issue the same calls with
+    # other counts (an all_to_all's splits drawn anew each step); () where one sequence stands for all.
+    step_sequences: tuple[tuple[Call, ...], ...] = ()
+
+    def sequences(self) -> tuple[tuple[Call, ...], ...]:
+        """The step sequences the replay issues in turn (one, where every step issues the same)."""
+        return self.step_sequences or (self.sequence,)
+
+    def calls(self) -> tuple[Call, ...]:
+        """Every call of every step sequence, in order (repeats included)."""
+        return tuple(call for sequence in self.sequences() for call in sequence)

@@ -39,8 +39,9 @@ def ranks_text(ranks: Iterable[int]) -> str:
 
 
 def phase_tags(plan: Plan) -> dict[Call, str]:
-    """Each distinct call's phase in the results CSV: `comm`, with its group where that is not every
-    rank and its root or peer where it has one, and a #k where two calls would still share a row key
+    """Each distinct call's phase in the results CSV: `comm`, with its group's ranks where that is not
+    every rank, its name where it is no default group (`pg 1`: two groups over one set of ranks), its
+    root where it has one and a one-way transfer's ends (`0->1`), and a #k where two calls would still share a row key
     (the CSV has one row per (op, variant, phase, dtype, size): calls of one S, told apart only by
     their splits or tensors, would otherwise share one)."""
     world = tuple(range(plan.world_size))
@@ -50,8 +51,12 @@ def phase_tags(plan: Plan) -> dict[Call, str]:
         tag = "comm"
         if tuple(sorted(call.group_ranks)) != world:
             tag += f"@{ranks_text(call.group_ranks)}"
+        if call.group:
+            tag += f" pg {call.group}"
         if call.peer is not None:
             tag += f" root {call.peer}"
+        if call.src is not None:
+            tag += f" {call.src}->{call.dst}"
         key = (call.op, call.variant, tag, call.dtype, s_elements(call))
         seen[key] = seen.get(key, 0) + 1
         tags[call] = tag if seen[key] == 1 else f"{tag} #{seen[key]}"

@@ -99,6 +99,7 @@ def test_a_broken_copy_of_each_op_is_caught(world):
         ("corrupt_scatter", "flat"): world,
         ("corrupt_sendrecv", "pair"): world - world % 2,
         ("corrupt_sendrecv", "ring"): world,
+        ("corrupt_sendrecv", "oneway"): world // 2,  # only the odd ranks receive
         ("broken_barrier", "barrier"): world - 1,
     }
     assert caught == expected
@@ -235,7 +236,7 @@ def test_every_new_op_is_registered_with_its_variants():
         "reduce": ("flat",),
         "gather": ("flat",),
         "scatter": ("flat",),
-        "sendrecv": ("pair", "ring"),
+        "sendrecv": ("pair", "ring", "oneway"),
         "barrier": ("barrier",),
     }
     for name, variants in expected.items():

@@ -19,12 +19,10 @@ def issued_under_profiler(backend: Any, plan_data: dict[str, Any]) -> dict[str, 
     import torch
 
     plan = plan_from_dict(plan_data)
-    views = make_groups(backend, plan.sequence)
+    views = make_groups(backend, plan.calls())
     shared: list = []
-    issued = [
-        set_up(c, views[tuple(sorted(c.group_ranks))], backend, len(c.group_ranks), shared) for c in plan.sequence
-    ]
-    step = Step(issued)
+    issued = [set_up(c, views[c.communicator], backend, len(c.group_ranks), shared) for c in plan.sequence]
+    step = Step([issued])
     args = issued[0].args
     step.fill(args)
     step.before(args, "comm")

@@ -75,7 +75,7 @@ def test_the_step_issues_its_members_calls_in_order_and_shares_one_wait_list() -
     shared: list = []
     members = [set_up(c, backend, backend, 2, shared) for c in (ALL_REDUCE, BROADCAST)]
     outside = set_up(ALL_GATHER, None, backend, 2, shared)
-    step = Step([*members, outside])
+    step = Step([[*members, outside]])
     assert [i.call for i in step.issued] == [ALL_REDUCE, BROADCAST]  # the sit-out is not issued
     assert all(i.args.wait_objs is shared for i in members)
     assert step.size_bytes(members[0].args, "comm") == 4000 + 308 + 2400  # every call's S, the sit-out's too

@@ -8,23 +8,41 @@ from commbench.errors import UserError
 from commbench.replay.fit import fit, placed, scaled
 from commbench.replay.record import Call
 from commbench.replay.summary import recorded_calls_us
-from tests.replay.plans import fsdp_like, tensor_parallel
+from tests.replay.plans import fsdp_like, plan_of, tensor_parallel
 
 
-def test_a_large_enough_launch_runs_the_groups_as_recorded() -> None:
+def test_a_launch_of_the_jobs_size_runs_the_groups_as_recorded() -> None:
     plan = tensor_parallel()
-    assert fit(plan, 4, False) == (plan, "groups as recorded on 4 of the 4 ranks")
-    same, line = fit(plan, 6, False)
-    assert same is plan and line.endswith("ranks 4-5 sit every call out")
+    assert fit(plan, 4, False) == (plan, "groups as recorded on 4 ranks")
 
 
-def test_a_launch_too_small_is_refused_in_one_line_without_scale() -> None:
+@pytest.mark.parametrize(
+    "world, message",
+    [
+        (2, "the trace's groups need 4 ranks and this launch has 2: launch 4 ranks (--nproc 4), "
+         "or pass --scale to fit the groups onto 2"),
+        (6, "the trace's job ran on 4 ranks and this launch has 6: launch 4 ranks (--nproc 4), "
+         "or pass --scale to run its groups over all 4 ranks on all 6"),
+    ],
+    ids=["smaller", "larger"],
+)  # fmt: skip
+def test_a_launch_of_another_size_is_refused_in_one_line_without_scale(world: int, message: str) -> None:
     with pytest.raises(UserError) as caught:
-        fit(tensor_parallel(), 2, False)
-    assert caught.value.format_message() == (
-        "the trace's groups need 4 ranks and this launch has 2: launch 4 ranks (--nproc 4), "
-        "or pass --scale to fit the groups onto 2"
-    )
+        fit(tensor_parallel(), world, False)
+    assert caught.value.format_message() == message
+
+
+def test_scale_grows_the_groups_over_every_rank_onto_a_larger_launch_and_keeps_the_others() -> None:
+    grown, line = fit(tensor_parallel(), 6, True)
+    assert grown.world_size == 6 and line.startswith("--scale: the trace's 4-rank job on 6 ranks")
+    assert [c.group_ranks for c in grown.sequence] == [(0, 1), (2, 3), tuple(range(6)), (0, 1)]
+    assert [c.in_elems for c in grown.sequence] == [512, 512, 64, 512]  # each rank's recorded count
+
+
+def test_scale_refuses_to_grow_an_uneven_all_to_all() -> None:
+    moe = plan_of([Call("all_to_all", "uneven", "float32", 3, 3, (0, 1), splits=((1, 2), (2, 1)))])
+    with pytest.raises(UserError, match="cannot grow an uneven all_to_all"):
+        fit(moe, 3, True)
 
 
 def test_the_scale_rule_keeps_sizes_where_they_fit() -> None:

@@ -68,7 +68,7 @@ def test_each_recorded_kind_goes_to_its_op_and_variant():
         ("reduce", "flat"),
         ("gather", "flat"),
         ("scatter", "flat"),
-        ("sendrecv", "pair"),
+        ("sendrecv", "oneway"),
         ("barrier", "barrier"),
         ("grouped_all_gather", "coalesced"),
     ]
@@ -113,8 +113,8 @@ def test_what_cannot_be_replayed_is_listed_with_its_share_of_the_recorded_time()
 
 def test_lossy_inputs_are_named_in_the_notes():
     p = plan([_trace(0, _c("broadcast"), _c("allreduce", lossy=("splits cut at 30 entries",)))])
-    assert "root not recorded: rank 0 of the group assumed (1 collectives)" in p.notes
-    assert "splits cut at 30 entries (1 collectives)" in p.notes
+    assert "root not recorded: rank 0 of the group assumed (1 broadcast per step)" in p.notes
+    assert "splits cut at 30 entries (1 all_reduce per step)" in p.notes
     assert any("sum assumed" in n for n in p.notes)
 
 
@@ -156,3 +156,29 @@ def test_ranks_whose_traces_disagree_on_most_collectives_are_two_jobs_refused_wh
     uneven = [_c("alltoall_base", 6, in_splits=(4, 2), out_splits=(4, 1), seq=1)]
     other = [_c("alltoall_base", 4, rank=1, in_splits=(1, 3), out_splits=(2, 3), seq=1)]
     assert plan([_trace(0, *uneven), _trace(1, *other)]).unmapped == ()  # an all_to_all's counts differ by rank
+
+
+def _moe_step(step: int, rows0: tuple[int, int], rows1: tuple[int, int]) -> list[Collective]:
+    """One all_to_all_single of [tokens, 16] rows per rank: splits in rows, counts in elements."""
+    return [
+        _c("alltoall_base", 16 * sum(rows), rank=r, in_splits=rows, out_splits=(rows0[r], rows1[r]), step=step)
+        for r, rows in enumerate((rows0, rows1))
+    ]
+
+
+def test_an_all_to_alls_row_splits_become_elements_and_each_steps_own_matrix_is_replayed():
+    steps = [_moe_step(1, (1, 8), (6, 6)), _moe_step(2, (4, 5), (2, 1))]
+    p = plan([_trace(r, *(c for step in steps for c in step if c.rank == r), steps=(1, 2)) for r in (0, 1)])
+    assert [[c.splits for c in seq] for seq in p.sequences()] == [
+        [((16, 128), (96, 96))],
+        [((64, 80), (32, 16))],
+    ]
+    assert all(c.variant == "uneven" for c in p.calls()) and [n for _, n in p.counts] == [0.5, 0.5]
+    assert any("each step is replayed as recorded" in n for n in p.notes)
+
+
+def test_a_flight_recorder_all_to_all_without_splits_is_listed_never_even():
+    from commbench.replay.readers.fields import NO_SPLITS
+
+    p = plan([_trace(0, _c("alltoall_base", 16, lossy=(NO_SPLITS,)))])
+    assert p.sequence == () and "its splits are not recorded" in p.unmapped[0].reason

@@ -3,10 +3,8 @@ the plan each format's traces give held against what the job itself issued: op, 
 (an all_to_all's splits in rows times the row width), dtype, group, order, count per step, one-way
 point-to-point transfers, a Flight Recorder dump cut into its iterations. Never a time.
 
-Where today's replay gets a shape wrong the test says so: `xfail(strict=True)` with the reason, so
-the suite stays green and the fix flips exactly these. Three helpers below read what the Plan does
-not hold yet (a call's communicator, one-way transfers, per-step sequences); each names the
-attribute it expects, so a fix that spells it otherwise edits that helper alone.
+Where a format does not record what a shape needs (an Execution Trace names no Gloo group), the
+test holds the plan to the line that says so, where it applies.
 """
 
 from __future__ import annotations
@@ -31,10 +29,6 @@ FORMATS = ("kineto", "execution_traces", "flight_recorder")
 TRACES = ("kineto", "execution_traces")
 
 
-def _xfail(why: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"issue 45: {why}")
-
-
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> Callable[..., Recording]:
     """job(name, world_size=2): the job recorded once for the module, on first use."""
@@ -54,22 +48,21 @@ def _files(rec: Recording, fmt: str) -> list[str]:
 
 
 def _group_of(call: Any) -> Any:
-    """The communicator a call is issued on, beyond its ranks: expected as Call.group (None today)."""
-    return getattr(call, "group", None)
+    """The communicator a call is issued on, beyond its ranks ("" the job's default group)."""
+    return call.group
 
 
 def _transfers(p: Plan) -> list[tuple[Any, Any, str, int]]:
-    """The plan's point-to-point calls as one-way transfers (src, dst, dtype, elements): expected as
-    a sendrecv Call with `src` and `dst` (global ranks) that is not the two-way "pair" exchange."""
+    """The plan's point-to-point calls as one-way transfers (src, dst, dtype, elements): a sendrecv
+    Call with `src` and `dst` (ranks of its group, here the world), never the two-way "pair" exchange."""
     calls = [c for c in p.sequence if c.op == "sendrecv"]
-    ends = [(None, None) if c.variant == "pair" else (getattr(c, "src", None), getattr(c, "dst", None)) for c in calls]
+    ends = [(None, None) if c.variant == "pair" else (c.src, c.dst) for c in calls]
     return [(*end, c.dtype, c.in_elems) for end, c in zip(ends, calls)]
 
 
 def _replayed_steps(p: Plan) -> tuple[tuple[Any, ...], ...]:
-    """Each profiled step's sequence as the plan replays it: expected as Plan.step_sequences where
-    the steps differ; today the plan holds one step's sequence (the one most steps issue)."""
-    return tuple(getattr(p, "step_sequences", None) or (p.sequence,))
+    """Each profiled step's sequence as the plan replays it (Plan.sequences: one where all steps agree)."""
+    return p.sequences()
 
 
 def _pattern(labels: list[Any]) -> list[int]:
@@ -119,7 +112,6 @@ def test_the_recorded_jobs_issue_the_shapes_the_issue_names(job):
 # -- MoE: an uneven all_to_all_single of [tokens, HIDDEN] rows, new splits each step -------------
 
 
-@_xfail("the c10d::alltoall_base_ splits are rows of the [tokens, 16] tensor, replayed as element counts")
 @pytest.mark.parametrize("fmt", TRACES)
 def test_moe_splits_are_rows_times_the_row_width(job, fmt):
     rec = job("moe")
@@ -130,7 +122,6 @@ def test_moe_splits_are_rows_times_the_row_width(job, fmt):
     assert any(len(step) == len(p.sequence) and all(map(Issued.matches, step, p.sequence)) for step in rec.issued[0])
 
 
-@_xfail("splits that change every step are reduced to one step's (the last); the others are not replayed")
 @pytest.mark.parametrize("fmt", TRACES)
 def test_moe_replays_every_steps_own_split_matrix(job, fmt):
     rec = job("moe")
@@ -142,7 +133,6 @@ def test_moe_replays_every_steps_own_split_matrix(job, fmt):
     assert got == want
 
 
-@_xfail("a Flight Recorder dump records no splits: Gloo's MoE dump is replayed as an even all_to_all, unsaid")
 def test_moe_from_a_flight_recorder_dump_is_never_replayed_as_even(job):
     p = plan(load(job("moe").flight_recorder()))
     assert not any(c.op == "all_to_all" and c.variant == "single" for c in p.sequence)
@@ -152,20 +142,35 @@ def test_moe_from_a_flight_recorder_dump_is_never_replayed_as_even(job):
 # -- a collective on a group of one rank issues nothing ------------------------------------------
 
 
-@_xfail("Gloo's c10d ops name no group: the one-rank group's collectives are replayed on both ranks")
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ["kineto", "flight_recorder"])
 def test_one_rank_groups_issue_nothing_and_are_listed(job, fmt):
+    """Kineto: each Gloo group's work runs on run-loop threads of its own, which tell the group; the
+    Flight Recorder names it in every entry."""
     rec = job("one_rank_group")
     p = plan(load(_files(rec, fmt)))
     _assert_sequence(p, [i for i in rec.steady() if len(i.group_ranks) > 1])
-    assert sum("one rank" in u.reason for u in p.unmapped) >= 2 * (STEPS - 1), p.unmapped
+    assert sum("a group of one rank" in u.reason for u in p.unmapped) >= 2 * (STEPS - 1), p.unmapped
+
+
+def test_an_execution_trace_says_it_cannot_tell_a_one_rank_groups_all_reduce(job):
+    """An Execution Trace names no group of a Gloo collective and runs every gloo node on one thread:
+    the all_gather's own counts (out = in) tell a group of one rank, the all_reduce's nothing. The
+    loss is said once per rank, where it applies; the all_gathers are listed, never issued."""
+    rec = job("one_rank_group")
+    p = plan(load(rec.execution_traces()))
+    assert [(c.op, c.in_elems) for c in p.sequence] == [
+        (i.op, i.in_elems) for i in rec.steady() if i.op != "all_gather"
+    ]
+    solo = [u for u in p.unmapped if "a group of one rank" in u.reason]
+    assert {u.collective.name for u in solo} == {"_allgather_base"} and len(solo) == 2 * STEPS
+    said = [n for n in p.notes if "put it on a group of one rank" in n]
+    assert [n.split("'")[0] for n in said] == ["rank 0", "rank 1"] and all("may be wrong" in n for n in said)
 
 
 # -- two groups over the same ranks are two communicators ----------------------------------------
 
 
-@_xfail("Gloo's c10d ops name no group and a Call holds no communicator: dp and tp both replayed on the default group")
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ["kineto", "flight_recorder"])
 def test_two_groups_over_the_same_ranks_stay_two_communicators(job, fmt):
     rec = job("two_groups")
     steady = rec.steady()
@@ -175,10 +180,22 @@ def test_two_groups_over_the_same_ranks_stay_two_communicators(job, fmt):
     assert _pattern([_group_of(c) for c in p.sequence]) == _pattern([i.group for i in steady])
 
 
+def test_an_execution_trace_says_it_cannot_tell_two_groups_over_the_same_ranks_apart(job):
+    """Its process_group:init lists the three groups, all over every rank, and no c10d node names one:
+    the calls are right but for their communicator, and the line says which calls that is, per step."""
+    rec = job("two_groups")
+    p = plan(load(rec.execution_traces()))
+    assert [(c.op, c.in_elems) for c in p.sequence] == [(i.op, i.in_elems) for i in rec.steady()]
+    assert {_group_of(c) for c in p.sequence} == {""}
+    assert (
+        "process group not recorded by the dispatcher op (the default group assumed) (3 all_reduce, 1 all_gather per step)"
+        in p.notes
+    )
+
+
 # -- pipeline send/recv: one-way transfers, paired across ranks ----------------------------------
 
 
-@_xfail("every rank's trace given: a send on rank 0 against its recv on rank 1 is rejected as 'the traces disagree'")
 @pytest.mark.parametrize("name", ["pipeline", "pipeline_batched"])
 @pytest.mark.parametrize("fmt", TRACES)
 def test_every_ranks_pipeline_trace_pairs_each_send_with_its_recv(job, name, fmt):
@@ -188,7 +205,6 @@ def test_every_ranks_pipeline_trace_pairs_each_send_with_its_recv(job, name, fmt
     assert p.unmapped == () or all("outside the profiler steps" in u.reason for u in p.unmapped)
 
 
-@_xfail("from rank 0's trace alone each send/recv is replayed as a two-way pair exchange: twice the bytes")
 @pytest.mark.parametrize("name", ["pipeline", "pipeline_batched"])
 def test_one_ranks_pipeline_trace_replays_one_way(job, name):
     rec = job(name)

@@ -7,7 +7,6 @@ One replay run per trace, shared by the assertions (module-scoped fixtures)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -15,30 +14,20 @@ import pytest
 
 from commbench.replay.load import load
 from commbench.replay.mapping import plan
-from commbench.replay.summary import read_replay
-from tests.support.distributed import REPO, commbench
+from tests.replay.captured import replay
+from tests.support.distributed import REPO
 from tests.support.recorded_jobs import record
 
 pytestmark = pytest.mark.slow
 RESNET = REPO / "tests" / "data" / "traces" / "resnet-2gpu-et.json.gz"
-CAPTURE = Path(__file__).resolve().parent / "capture"
 C10D = {"all_gather": "c10d::_allgather_base_", "reduce_scatter_base": "c10d::_reduce_scatter_base_"}
 TORCH_TYPE = {"float32": "float", "bfloat16": "c10::BFloat16"}
 
 
 def _replay(traces: list[str], out: Path) -> tuple[str, list[dict], list[dict[str, str]]]:
     """The CLI's replay on 2 Gloo ranks: its stdout, each rank's capture, the replay CSV's rows."""
-    capture = out / "capture"
-    capture.mkdir(parents=True)
-    result = commbench(
-        "replay", *traces, "--nproc", "2", "--backend", "gloo", "--iters", "2", "--warmup", "1",
-        "--rounds", "1", "-o", f"{out}/runs/", "--no-history", "--no-plot", timeout=600,
-        env={"CAPTURE_REPLAY_DIR": str(capture), "PYTHONPATH": f"{CAPTURE}:{REPO}"},
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr + result.stdout
-    ranks = [json.loads((capture / f"rank{r}.json").read_text()) for r in range(2)]
-    (replay_csv,) = (out / "runs").glob("*.replay.csv")
-    return result.stdout, ranks, read_replay(replay_csv)
+    done = replay(traces, out)
+    return done.stdout, done.ranks, done.rows
 
 
 @pytest.fixture(scope="module")

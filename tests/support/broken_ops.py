@@ -56,9 +56,12 @@ CorruptGather = _corrupt(
     "CorruptGather", Gather, "corrupt_gather", lambda a: a.output if a.output is not None else a.input
 )
 CorruptScatter = _corrupt("CorruptScatter", Scatter, "corrupt_scatter", lambda a: a.output)
-# What a rank received; a rank that sat the op out (pair, odd n) keeps its buffer.
+# What a rank received; a rank that received nothing (sat the op out, or only sent: oneway) keeps its buffer.
 CorruptSendRecv = _corrupt(
-    "CorruptSendRecv", SendRecv, "corrupt_sendrecv", lambda a: a.output if a.state is not None else None
+    "CorruptSendRecv",
+    SendRecv,
+    "corrupt_sendrecv",
+    lambda a: a.output if a.state is not None and a.state[1] is not None else None,
 )
 
 

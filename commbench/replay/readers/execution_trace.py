@@ -131,6 +131,7 @@ def read(path: Path, rank: int | None = None, limits: Limits = LIMITS) -> Trace:
         collectives=tuple(placed),
         steps=tuple(n for _, n in steps),
         notes=tuple(notes),
+        process_groups=tuple(ranks_of.items()),
     )
 
 

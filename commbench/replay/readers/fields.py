@@ -333,6 +333,7 @@ DISPATCHER_OPS = {
 }
 
 NO_PROCESS_GROUP = "process group not recorded by the dispatcher op (the default group assumed)"
+NO_SPLITS = "all_to_all splits not recorded (a Flight Recorder entry holds only this rank's totals)"
 
 
 def arg(values: Any, index: int | None) -> Any:

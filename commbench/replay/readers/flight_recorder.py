@@ -29,6 +29,7 @@ from typing import Any
 from commbench.errors import UserError
 from commbench.replay.readers.comms import NOT_COLLECTIVES
 from commbench.replay.readers.fields import (
+    NO_SPLITS,
     Damaged,
     Durations,
     as_int,
@@ -54,7 +55,6 @@ RECOVERED_RANKS = (
     "the dumps' pg_config lists no group's ranks (Gloo's): each group's members are the ranks whose dumps hold "
     "its entries, which holds as every rank's dump is given"
 )
-NO_SPLITS = "all_to_all splits not recorded (a Flight Recorder entry holds only this rank's totals)"
 # the torch.distributed functions that reduce-scatter: on Gloo, recorded as "gloo:all_reduce" of the whole input
 _SCATTERS = ("reduce_scatter_single", "reduce_scatter_tensor", "_reduce_scatter_base")
 NOT_A_DUMP = "give a profiler trace, an Execution Trace or a Flight Recorder dump"

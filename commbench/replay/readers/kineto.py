@@ -24,6 +24,7 @@ from commbench.replay.readers.comms import (
 )
 from commbench.replay.readers.fields import (
     DISPATCHER_OPS,
+    NO_PROCESS_GROUP,
     Damaged,
     Durations,
     arg,
@@ -40,6 +41,7 @@ from commbench.replay.readers.fields import (
 from commbench.replay.readers.format import Reader
 from commbench.replay.readers.limits import LIMITS, Limits, Tally
 from commbench.replay.readers.stream import JsonStream
+from commbench.replay.readers.threads import Group, Placement, placements
 from commbench.replay.record import Collective, Trace
 
 FORMAT = "kineto"
@@ -164,20 +166,22 @@ class _Kept:
         self.tally.add()
 
 
-def _groups(info: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """distributedInfo's process groups: their ranks by name."""
+def _groups(info: dict[str, Any]) -> list[Group]:
+    """distributedInfo's process groups (this rank's), in the order the job made them."""
     pg_config = info.get("pg_config")
     if pg_config is None:
-        return {}
+        return []
     if not isinstance(pg_config, list):
         raise Damaged(f"distributedInfo.pg_config is {shown(pg_config)}, not a list of groups")
-    return {
-        str(g.get("pg_name")): rank_list(
-            g.get("ranks"), f"distributedInfo.pg_config {shown(g.get('pg_name'))}'s ranks"
-        )[0]
+    return [
+        Group(
+            str(g.get("pg_name")),
+            str(g.get("pg_desc", "")),
+            rank_list(g.get("ranks"), f"distributedInfo.pg_config {shown(g.get('pg_name'))}'s ranks")[0],
+        )
         for g in pg_config
         if isinstance(g, dict)
-    }
+    ]
 
 
 def read(path: Path, rank: int | None = None, limits: Limits = LIMITS) -> Trace:
@@ -201,7 +205,8 @@ def read(path: Path, rank: int | None = None, limits: Limits = LIMITS) -> Trace:
     # distributedInfo's rank, else the one the file's name gives (a trace written without it)
     recorded = rank_number(info.get("rank"), "distributedInfo.rank", world)
     rank = recorded if recorded is not None else rank or 0
-    groups = _groups(info)
+    listed = _groups(info)
+    groups = {g.name: g.ranks for g in listed}
     backend = " ".join(str(v) for v in (info.get("backend"), info.get("nccl_version")) if v)
     kept.steps.sort()
     notes: list[str] = []
@@ -210,7 +215,7 @@ def read(path: Path, rank: int | None = None, limits: Limits = LIMITS) -> Trace:
     if kept.comms:
         collectives = _from_record_param_comms(path, kept.comms, kept.kernels, groups, rank, notes)
     else:
-        collectives = _from_dispatcher_ops(kept.dispatched, kept.annotations, groups, rank, world, notes)
+        collectives = _from_dispatcher_ops(kept.dispatched, kept.annotations, listed, rank, world, notes)
     collectives.sort(key=lambda pair: pair[0])
     placed = tuple(_with_step(c, ts, kept.steps) for ts, c in collectives)
     return Trace(
@@ -223,6 +228,7 @@ def read(path: Path, rank: int | None = None, limits: Limits = LIMITS) -> Trace:
         collectives=placed,
         steps=tuple(n for _, _, n in kept.steps),
         notes=(*notes, *kept.durations.note()),
+        process_groups=tuple((g.name, g.ranks) for g in listed),
     )
 
 
@@ -429,18 +435,18 @@ def _moved(dims: Any) -> tuple[tuple[int, ...], ...] | None:
 def _from_dispatcher_ops(
     ops: list[_Op],
     found: list[tuple[int, _Op]],
-    groups: dict[str, tuple[int, ...]],
+    groups: list[Group],
     rank: int,
     world: int | None,
     notes: list[str],
 ) -> list[tuple[float, Collective]]:
     if not ops:
         return []
-    default = next(iter(groups), "0")
-    ranks = groups.get(default) or tuple(range(world or 0))
+    default = groups[0] if groups else Group("0", "default_pg", ())
+    ranks = default.ranks or tuple(range(world or 0))
     notes.append(dispatcher_note("their sizes from Input Dims"))
     annotations = _Annotations(found)
-    out: list[tuple[float, Collective]] = []
+    out: list[tuple[float, Collective, Any]] = []
     for op in sorted(ops, key=lambda op: as_int(op.args.get("Record function id")) or 0):
         spec = DISPATCHER_OPS[op.name]
         dims = _listed(op.args.get("Input Dims"))
@@ -450,12 +456,21 @@ def _from_dispatcher_ops(
         types = (_listed(child.args.get("Input type")) if child else []) or _listed(op.args.get("Input type"))
         dtype = next((d for t in types if (d := dtype_name(str(t)))), None)
         values = _listed(op.args.get("Concrete Inputs"))
-        c = dispatcher_collective(spec, dims, values, dtype, default, ranks, rank, lost)
+        c = dispatcher_collective(spec, dims, values, dtype, default.name, ranks, rank, lost)
         if child is not None and child.dur is not None:
             ran = {"recorded_us": child.dur, "recorded_span_us": (child.ts, child.ts + child.dur)}
             c = Collective(**{**c.__dict__, **ran})
-        out.append((op.ts, c))
-    return out
+        out.append((op.ts, c, None if child is None else child.tid))
+    caller = ops[0].tid
+    told = placements(groups, [tid for _, _, tid in out], caller)
+    return [(ts, c if told is None or tid not in told else _on(c, told[tid])) for ts, c, tid in out]
+
+
+def _on(c: Collective, placed: Placement) -> Collective:
+    """The collective on the group its run-loop thread tells (threads.py), instead of the default group."""
+    g = placed.group
+    lossy = (*(x for x in c.lossy if x != NO_PROCESS_GROUP), placed.lossy)
+    return Collective(**{**c.__dict__, "group": g.name, "group_desc": g.desc, "group_ranks": g.ranks, "lossy": lossy})
 
 
 def _recognises(head: bytes) -> bool:
