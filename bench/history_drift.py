@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commbench.results.stats import robust_sd
+from commbench.benchkit import robust_sd
 
 FACTOR = 1.2
 

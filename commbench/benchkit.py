@@ -40,7 +40,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "commbench.results.budget": ("Budget",),
     "commbench.results.paths": ("raw_path",),
     "commbench.results.schema": ("COLUMNS",),
-    "commbench.results.stats": ("Stats", "bandwidth_gbps", "lower_mode", "percentile", "split_modes"),
+    "commbench.results.stats": ("Stats", "bandwidth_gbps", "lower_mode", "percentile", "robust_sd", "split_modes"),
     "commbench.results.writer": ("CsvAppender",),
     "commbench.run.config": ("SweepConfig",),
     "commbench.run.harness": ("TimedCase", "blocks", "extend_round", "measure"),
