@@ -168,18 +168,19 @@ def possible_rows() -> Check:
             return None
         with sqlite3.connect(o.folder / HISTORY) as db:
             rows = db.execute("SELECT size_bytes, data FROM history_rows").fetchall()
-        bad = [(size, data) for size, data in rows if not _possible(size, json.loads(data))]
-        return None if not bad else f"{len(bad)} impossible row(s) filed, e.g. size_bytes {bad[0][0]!r}"
+        bad = [why for size, data in rows if (why := _impossible(size, json.loads(data)))]
+        return None if not bad else f"{len(bad)} impossible row(s) filed: {bad[0]}"
 
     check.__name__ = "only possible rows filed"
     return check
 
 
-def _possible(size: object, cells: dict[str, object]) -> bool:
+def _impossible(size: object, cells: dict[str, object]) -> str | None:
+    """What makes a filed row impossible (its size column, its cells), or None."""
     if not isinstance(size, int) or size <= 0 or str(cells.get("size_bytes")) != str(size):
-        return False
-    times = [v for k, v in cells.items() if k.startswith("time_us") and v not in ("", None)]
-    return all(_positive(v) for v in times)
+        return f"size_bytes {size!r} (the file's {cells.get('size_bytes')!r})"
+    times = {k: v for k, v in cells.items() if k.startswith("time_us") and v not in ("", None)}
+    return next((f"{k} {v!r}" for k, v in times.items() if not _positive(v)), None)
 
 
 def _positive(value: object) -> bool:

@@ -79,10 +79,13 @@ class Runner:
         return finished
 
     def clean_up(self) -> None:
-        """Kill, by pid, every process still carrying this runner's token (a rank its launcher left)."""
+        """Kill, by pid, every commbench process still carrying this runner's token (a rank its
+        launcher left behind). Only a commbench process's environment is read, for the token alone."""
         marker = f"{TOKEN}={self.token}".encode()
         for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
             with contextlib.suppress(OSError):
+                if b"commbench" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    continue
                 if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
                     os.kill(pid, signal.SIGKILL)
 
