@@ -89,6 +89,13 @@ def table(results: list[dict[str, Any]], before: dict[str, dict[str, Any]] | Non
     return "\n".join(lines)
 
 
+def sizes(results: list[dict[str, Any]]) -> str:
+    """What the sized cases were made of: the size note and the files' size on disk."""
+    made = [(r["id"], r["size_note"] or f"{r['size']:,} bytes", r["fixture_bytes"] / 1e6) for r in results if r["size"]]
+    lines = [f"- `{id}`: {note}; {mb:.1f} MB on disk" for id, note, mb in made]
+    return "\nSizes:\n" + "\n".join(lines) if lines else ""
+
+
 def header(document: dict[str, Any], before: dict[str, Any] | None) -> str:
     def where(d: dict[str, Any]) -> str:
         load = (
@@ -146,6 +153,7 @@ def main() -> None:
     by_id = {r["id"]: r for r in before["cases"]} if before else None
     print(header(document, before))
     print(table(document["cases"], by_id))
+    print(sizes(document["cases"]))
 
 
 if __name__ == "__main__":
