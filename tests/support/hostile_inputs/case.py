@@ -94,7 +94,9 @@ class Case:
     what: str  # one line: the input and what the issue saw
     make: Callable[[Path, int], object]  # writes the case's files into the folder, given the size
     commands: tuple[Command, ...]  # run together (usually one)
-    exits: frozenset[int] = REFUSED  # the right exit codes; 2 must come as one line
+    exits: frozenset[int] = (
+        REFUSED  # the right exit codes (2 must come as one line); once an interrupt is sent, 128 + its signal
+    )
     checks: tuple[Check, ...] = ()
     sizes: Sizes | None = None
     interrupt: Interrupt | None = None

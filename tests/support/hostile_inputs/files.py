@@ -126,9 +126,9 @@ CASES = [
     ),
     _destroyed(
         "symlink-json",
-        "`--json fx/docs_link.json`, a link to docs/README.md: docs/README.md is replaced by the JSON",
+        "`--json fx/docs_link.json --overwrite`, a link to docs/README.md: docs/README.md is replaced by the JSON",
         victim_and_link,
-        ("t.json", "-o", "out/a.csv", "--json", "fx/docs_link.json"),
+        ("t.json", "-o", "out/a.csv", "--json", "fx/docs_link.json", "--overwrite"),
         unchanged("docs/README.md"),
         nothing_new("docs"),
         exits=EITHER,

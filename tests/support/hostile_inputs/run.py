@@ -190,7 +190,8 @@ class Result:
 
     @property
     def output(self) -> str:
-        return "\n".join(self.finished.outputs)
+        """Every command's output, the case's folder named <folder> (its name holds the case's id)."""
+        return "\n".join(self.finished.outputs).replace(str(self.folder), "<folder>")
 
     def commbench(self, *argv: str) -> tuple[int | str, str]:
         finished = self.runner.commands((Command(argv),), self.folder)
@@ -212,9 +213,18 @@ class Result:
         found = _ERROR.findall(self.output) if self.traceback() else []
         return found[-1] if found else None
 
+    def allowed(self) -> frozenset[int]:
+        """The right exits: the case's, or 128 + the signal once its signal was sent (a run that
+        ignores it and ends on its own, as a read deaf to Ctrl-C does, is wrong whatever its code)."""
+        if self.case.interrupt is not None and self.finished.signal_to_exit_s is not None:
+            return frozenset({128 + self.case.interrupt.signum})
+        return self.case.exits
+
     def wrongs(self) -> list[str]:
         """What is not right, in words; empty when the case passes."""
-        found = [f"exit {code}, not {sorted(self.case.exits)}" for code in self.exits if code not in self.case.exits]
+        found = [
+            f"exit {code}, not {sorted(allowed)}" for code in self.exits if code not in (allowed := self.allowed())
+        ]
         found += [
             "exit 2 in more than one line"
             for code, one in zip(self.exits, self.one_line(), strict=True)
