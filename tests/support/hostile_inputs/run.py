@@ -34,8 +34,15 @@ TIMED_OUT = "killed at timeout"
 _ERROR = re.compile(r"^(?:\w+\.)*(\w+(?:Error|Exception|Interrupt|Exit))\b", re.MULTILINE)
 
 
+# Signals a shell ignores in a background job (`bench ... &`, nohup): a child that inherited SIG_IGN
+# for SIGINT gets no KeyboardInterrupt from Python, which would make every Ctrl-C case look deaf.
+_DEFAULT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 def _limits() -> None:
-    """In the child, before exec: its memory, its files, no core dump."""
+    """In the child, before exec: its memory, its files, no core dump, the stop signals as a terminal's."""
+    for signum in _DEFAULT:
+        signal.signal(signum, signal.SIG_DFL)
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
