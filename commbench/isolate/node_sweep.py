@@ -33,7 +33,7 @@ from commbench.isolate.verdict import (
     node_confirmation,
     suspects,
 )
-from commbench.results.paths import resolve_output, write_atomically
+from commbench.results.paths import default_output, write_atomically
 from commbench.results.writer import CsvAppender
 from commbench.run.agreement import PeerError, agree
 from commbench.run.config import Outcome, SweepConfig
@@ -58,7 +58,7 @@ def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
         error = f"isolate needs torch process groups (gloo, nccl); the {backend.name} backend has none"
     elif lead:
         try:
-            path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, False)
+            path, _ = cfg.outputs().plan(lambda d: default_output(cfg.backend, backend.world_size, d or "results"))
         except UserError as exc:
             error = exc.format_message()
     facts = agree(backend, cfg, error)
