@@ -11,9 +11,6 @@ import pytest
 from tests.support.hostile_inputs import CASES
 from tests.support.hostile_inputs.run import Runner
 
-# Until the fixes of issue 44 land (the lead removes this mark then).
-pytestmark = pytest.mark.xfail(strict=False, reason="issue 44 in progress")
-
 # A case of the same shape as another at a second bench size only (the 8 MB bomb, the 300 KB
 # string) is run here once, as that other case.
 TESTED = [c for c in CASES if not c.variant_of]

@@ -4,7 +4,6 @@ written in seconds and a few MB whatever size they inflate to."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import pickle
 import struct
@@ -16,7 +15,6 @@ from typing import Any
 from tests.support.nccl_tests_json import nccl_tests_file
 from tests.support.trace_files import comm, compute, flight_recorder, fr_entry, kineto, step
 
-REAL_TRACE = Path(__file__).resolve().parents[2] / "data" / "traces" / "ddp-2gpu-nccl-kineto.json.gz"
 BLOCK = 1 << 24  # bytes of a bomb's fill compressed once and written again and again
 _FILL = "@@FILL@@"  # where a bomb's fill goes in the document it is cut from
 
@@ -95,9 +93,9 @@ def edited_json(path: Path, edit: Callable[[dict[str, Any]], object], source: Pa
     return path
 
 
-def real_trace_text(path: Path, prefix: str) -> Path:
-    """The real trace (rank 0 of a 2-GPU DDP job, NCCL 2.17.1) decompressed, with prefix before it."""
-    path.write_text(prefix + gzip.decompress(REAL_TRACE.read_bytes()).decode("utf-8"), encoding="utf-8")
+def prefixed_trace(path: Path, prefix: str) -> Path:
+    """small_trace with prefix before its text (a BOM: as an editor on Windows saves a file)."""
+    path.write_text(prefix + small_trace(path).read_text(encoding="utf-8"), encoding="utf-8")
     return path
 
 

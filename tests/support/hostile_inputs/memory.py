@@ -121,7 +121,7 @@ CASES = [
         "t.json.gz",
         whitespace_trace,
         exits=EITHER,
-        sizes=Sizes(GIB, 4 * GIB, "4 GiB of spaces (4 MB gzipped, the issue's)"),
+        sizes=Sizes(256 * MIB, 4 * GIB, "4 GiB of spaces (4 MB gzipped, the issue's)"),
         ranks=True,
     ),
     _file(
@@ -137,6 +137,14 @@ CASES = [
         "t.json",
         damaged_trace,
         sizes=DAMAGED,
+        interrupt=Interrupt(signal.SIGINT, after_s=2.0),
+    ),
+    _file(
+        "ctrl-c-read",
+        "Ctrl-C 2 s into a long read (the damaged trace is now refused at once): right, 130 at once",
+        "t.json.gz",
+        whitespace_trace,
+        sizes=Sizes(GIB, 4 * GIB, "4 GiB of spaces (4 MB gzipped), a read of about a minute"),
         interrupt=Interrupt(signal.SIGINT, after_s=2.0),
     ),
     case(

@@ -31,6 +31,7 @@ TIMEOUT_S = 60.0
 TOKEN = "COMMBENCH_HOSTILE_RUN"  # in every process a case starts, ranks included
 TRACEBACKS = ("Traceback (most recent call last)", "Fatal Python error")
 TIMED_OUT = "killed at timeout"
+REFUSAL = "commbench: error:"  # how a refusal's one line starts
 _ERROR = re.compile(r"^(?:\w+\.)*(\w+(?:Error|Exception|Interrupt|Exit))\b", re.MULTILINE)
 
 
@@ -125,6 +126,7 @@ class Finished:
     wall_s: float
     peak_mb: float
     signal_to_exit_s: float | None = None
+    refused_before_signal: bool = False  # the first command had printed its error line when the signal went
 
 
 def _exit(status: int) -> int | str:
@@ -139,6 +141,7 @@ def _wait(
     exits: list[int | str | None] = [None] * len(procs)
     peak_kb = 0
     signalled: float | None = None
+    refused_first = False
     timed_out = False
     while any(e is None for e in exits):
         for i, proc in enumerate(procs):
@@ -149,6 +152,7 @@ def _wait(
         now = time.monotonic()
         if signalled is None and interrupt is not None and _due(interrupt, now - began, files[0]):
             signalled = now
+            refused_first = REFUSAL in _read(files[0])
             _signal(procs, exits, interrupt.signum)
         if not timed_out and now - began > timeout_s:
             timed_out = True
@@ -156,7 +160,8 @@ def _wait(
         time.sleep(0.02)
     ended = time.monotonic()
     outputs = [_read(f) for f in files]
-    return Finished(exits, outputs, ended - began, peak_kb / 1024, None if signalled is None else ended - signalled)  # type: ignore[arg-type]
+    to_exit = None if signalled is None else ended - signalled
+    return Finished(exits, outputs, ended - began, peak_kb / 1024, to_exit, refused_first)  # type: ignore[arg-type]
 
 
 def _due(interrupt: Interrupt, elapsed: float, output: IO[bytes]) -> bool:
@@ -220,17 +225,24 @@ class Result:
         found = _ERROR.findall(self.output) if self.traceback() else []
         return found[-1] if found else None
 
-    def allowed(self) -> frozenset[int]:
+    def allowed(self) -> frozenset[int | str]:
         """The right exits: the case's, or 128 + the signal once its signal was sent (a run that
-        ignores it and ends on its own, as a read deaf to Ctrl-C does, is wrong whatever its code)."""
-        if self.case.interrupt is not None and self.finished.signal_to_exit_s is not None:
-            return frozenset({128 + self.case.interrupt.signum})
-        return self.case.exits
+        ignores it and ends on its own, as a read deaf to Ctrl-C does, is wrong whatever its code).
+        Ended by the signal itself (before Python routes it, or after the run's end) is the same to
+        a shell: 128 + the signal. A run that had printed its refusal before the signal went keeps
+        the case's exits too: it had already answered."""
+        interrupt = self.case.interrupt
+        if interrupt is None or self.finished.signal_to_exit_s is None:
+            return frozenset(self.case.exits)
+        stopped = frozenset({128 + interrupt.signum, f"signal {interrupt.signum.name}"})
+        return stopped | self.case.exits if self.finished.refused_before_signal else stopped
 
     def wrongs(self) -> list[str]:
         """What is not right, in words; empty when the case passes."""
         found = [
-            f"exit {code}, not {sorted(allowed)}" for code in self.exits if code not in (allowed := self.allowed())
+            f"exit {code}, not {sorted(allowed, key=str)}"
+            for code in self.exits
+            if code not in (allowed := self.allowed())
         ]
         found += [
             "exit 2 in more than one line"
