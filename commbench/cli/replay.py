@@ -104,7 +104,6 @@ def replay(
     from commbench.replay.codec import plan_to_dict
     from commbench.replay.fit import fit
     from commbench.replay.projection import parse_targets, project_step
-    from commbench.replay.rank import REPLAY_PROGRAM, ReplayOptions, refuse_unreplayable
     from commbench.replay.source import read_plan
     from commbench.replay.summary import REPLAY_CHART, REPLAY_CSV
 
@@ -116,6 +115,10 @@ def replay(
             raise UserError(f"--model {model_csv}: no such file; give a CSV that `commbench sweep` wrote")
     source = read_plan(traces, trace_limits)
     plan = source.plan
+    # torch (seconds to import) only once the traces are read: a wrong one is refused at once, and a
+    # Ctrl-C during the read is not lost in torch's import (whose numpy set-up swallows it).
+    from commbench.replay.rank import REPLAY_PROGRAM, ReplayOptions, refuse_unreplayable
+
     how = pop_launch(options)
     backend = options.get("backend") or _default_backend()
     # A launch too small, or a call the ops cannot issue exactly, is refused before any rank starts.

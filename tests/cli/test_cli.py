@@ -75,6 +75,25 @@ def test_help_and_list_do_not_import_torch():
 
 
 @pytest.mark.slow
+def test_a_trace_is_read_before_torch_is_imported(tmp_path):
+    """replay reads its traces before it imports torch: a wrong trace is refused without paying
+    for torch, and a Ctrl-C during a long read is not swallowed by torch's import (its numpy
+    set-up clears a KeyboardInterrupt: tests/support/hostile_inputs, ctrl-c-read)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "t.json").write_text('{"traceEvents": [{"ph": "X" "name": "x"}]}')
+    code = (
+        "import sys; from click.testing import CliRunner; from commbench.cli import main; "
+        "r = CliRunner().invoke(main, ['replay', 't.json', '--backend', 'gloo', '--nproc', '2']); "
+        "assert r.exit_code == 2, r.output; assert 'torch' not in sys.modules, 'torch imported'; print(r.output)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "t.json" in out.stdout
+
+
+@pytest.mark.slow
 def test_sweep_through_the_spawner_writes_every_row(tmp_path):
     out = tmp_path / "sub" / "run.csv"  # the missing folder is created
     result = _invoke("sweep", "--sizes", "8,1K,64K", "-n", "3", "-w", "1", "-o", str(out), "--raw", "--no-plot")
