@@ -18,6 +18,7 @@ from commbench.cli.options import (
     pop_launch,
 )
 from commbench.errors import UserError, warn
+from commbench.isolate.screens import DEFAULT_SCREEN, SCREENS
 from commbench.units import parse_size
 
 
@@ -31,6 +32,20 @@ from commbench.units import parse_size
     show_default=True,
     callback=_fraction,
     help="Flag a score this far below the cluster's median (and beyond its noise bound), e.g. 20%.",
+)
+@click.option(
+    "--screen",
+    type=click.Choice(tuple(SCREENS)),
+    default=DEFAULT_SCREEN,
+    show_default=True,
+    help="Which host pairs meet: adaptive (log2 N rounds of new partners, more while in doubt) or all-pairs (N-1 rounds).",
+)
+@click.option(
+    "--rails",
+    default=None,
+    metavar="auto|IF0,IF1,...",
+    help="Judge each local rank's NIC as a rail of its own (local rank g pairs with local rank g); with Gloo, "
+    "name the interface of each local rank, e.g. eth0,eth1.",
 )
 @click.option("--bisect", is_flag=True, help="Also bisect the hosts with all_reduce over halves run at once.")
 @click.option(
@@ -50,22 +65,28 @@ from commbench.units import parse_size
 def isolate(
     size: str | None,
     threshold: float,
+    screen: str,
+    rails: str | None,
     bisect: bool,
     json_path: str | None,
     plot: bool,
     **options: object,
 ) -> None:
-    """Find the slow host, GPU/CPU or link: every pair of hosts exchanges, in N-1 rounds of N/2 pairs at once.
+    """Find the slow host, rail, GPU/CPU or link: hosts exchange in pairs, N/2 pairs at once.
 
-    Each pair of hosts exchanges both ways (local rank i with local rank i) at a bandwidth-bound
-    size and at 8 bytes; so do the local ranks of each host, pair by pair. A host whose pairs are
-    slow, a link slow between two hosts that are fast elsewhere and a rank whose matmul is slow are
-    suspects when they fall below the cluster's median by more than --threshold and its noise; each
-    is re-measured against healthy partners and flagged only if it stays slow.
+    The adaptive screen (the default) runs log2 N rounds in which every host meets a new partner,
+    and more while the evidence is ambiguous; all-pairs runs every pair once, in N-1 rounds. Each
+    pair of hosts exchanges both ways (local rank i with local rank i) at a bandwidth-bound size
+    and at 8 bytes; so do the local ranks of each host, pair by pair. A host whose pairs are slow,
+    a link slow between two hosts that are fast elsewhere, a rail (--rails) slow where the host's
+    other rails are not, and a rank whose matmul is slow are suspects when they fall below the
+    cluster's median by more than --threshold and its noise; each is re-measured beside healthy
+    partners and flagged only if it stays slow.
 
-    Writes one CSV row per measured pair, <stem>.verdict.json and (with --plot) <stem>-isolate.png
-    beside it, and prints the verdict. Exit code 1 when anything is flagged, 0 when healthy, 2
-    when the ranks are on one host or the hosts run different numbers of ranks. docs/isolate.md.
+    Writes one CSV row per measured pair (per rail with --rails), <stem>.verdict.json and (with
+    --plot) <stem>-isolate.png beside it, and prints the verdict. Exit code 1 when anything is
+    flagged, 0 when healthy, 2 when the hosts cannot be swept so (one host, different numbers of
+    ranks, too few hosts for the screen, --rails on hosts of one rank). docs/isolate.md.
 
     \b
       torchrun --nnodes 8 --nproc-per-node 8 ... -m commbench isolate --json verdict.json
@@ -82,7 +103,12 @@ def isolate(
             raise UserError(f"--json {json_path}: give a file in an existing folder")
         check_target(Path(json_file), bool(options.get("overwrite")), flag="--json")
     opts = IsolateOptions(
-        size=chosen, threshold=threshold if threshold is not None else 0.2, bisect=bisect, json=json_file
+        size=chosen,
+        threshold=threshold if threshold is not None else 0.2,
+        bisect=bisect,
+        json=json_file,
+        screen=screen,
+        rails=rails,
     )
     # The node sweep runs on the launch a sweep makes; what the launcher checks before ranks start
     # (the op's rank count, the host's cores and memory) sees its exchange: sendrecv of float32

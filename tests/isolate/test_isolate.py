@@ -15,7 +15,9 @@ import pytest
 from commbench.backends.job import Launch
 from commbench.isolate.cluster import Cluster
 from commbench.isolate.exchanges import PROBE_WINDOW_S, _window_sample
-from commbench.isolate.node_sweep import compute_reference, under_torchrun
+from commbench.isolate.findings import Verdict
+from commbench.isolate.judge import compute_reference
+from commbench.isolate.node_sweep import under_torchrun
 from commbench.isolate.report import draw, format_verdict
 from commbench.isolate.schedule import byes, circle_rounds, pack
 from commbench.isolate.verdict import (
@@ -23,7 +25,9 @@ from commbench.isolate.verdict import (
     confirmed_node,
     link_confirmation,
     low_outliers,
+    mixed_node,
     node_confirmation,
+    ranked_healthy,
     robust_bar,
     suspects,
 )
@@ -107,16 +111,22 @@ def test_a_slow_link_between_healthy_hosts_is_a_link_not_a_host():
 def test_confirmation_clears_a_burst_and_keeps_a_real_fault():
     scores = {0: 1.0, 1: 1.0, 2: 1.0, 3: 0.3}
     bar, _ = low_outliers(scores)
-    confirmation = node_confirmation(3, scores, {3})
-    assert confirmation.suspect_pairs == [(0, 3), (1, 3)] and confirmation.reference_pairs == [(0, 1)]
-    slow_again = {(0, 3): 0.3, (1, 3): 0.31, (0, 1): 1.0}
-    fine_now = {(0, 3): 0.3, (1, 3): 0.97, (0, 1): 1.0}  # one partner says it is fine: a burst
-    assert confirmed_node(confirmation, slow_again, 0.2, bar)
-    assert not confirmed_node(confirmation, fine_now, 0.2, bar)
-    link = link_confirmation(0, 1, {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}, set())
-    assert link.suspect_pairs == [(0, 1)] and set(link.reference_pairs) == {(0, 2), (1, 3)}
-    assert confirmed_link(link, {(0, 1): 0.25, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
-    assert not confirmed_link(link, {(0, 1): 0.9, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
+    confirmation = node_confirmation(3, ranked_healthy(scores, {3}))
+    # Each suspect pair runs beside a reference pair of healthy nodes in the same round.
+    assert confirmation.rounds == [[(0, 3), (1, 2)], [(1, 3), (0, 2)]]
+    assert confirmation.suspect_pairs == [(0, 3), (1, 3)] and confirmation.reference_pairs == [(1, 2), (0, 2)]
+    slow_again = {(0, 3): 0.3, (1, 3): 0.31, (1, 2): 1.0, (0, 2): 0.98}
+    fine_now = {(0, 3): 0.3, (1, 3): 0.97, (1, 2): 1.0, (0, 2): 0.98}  # one partner says it is fine: a burst
+    assert confirmed_node(confirmation, slow_again, 0.2, bar) and not mixed_node(confirmation, slow_again, 0.2)
+    assert not confirmed_node(confirmation, fine_now, 0.2, bar) and mixed_node(confirmation, fine_now, 0.2)
+    # With two healthy partners only, the reference is the pair of them, in a round of its own.
+    assert node_confirmation(2, [0, 1]).rounds == [[(0, 2)], [(1, 2)], [(0, 1)]]
+    link = link_confirmation(0, 1, [0, 1, 2, 3])
+    assert link.rounds == [[(0, 1), (2, 3)], [(0, 2), (1, 3)]] and link.suspect_pairs == [(0, 1)]
+    assert confirmed_link(link, {(0, 1): 0.25, (2, 3): 0.97, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
+    assert not confirmed_link(link, {(0, 1): 0.9, (2, 3): 0.97, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
+    # A burst that slows the link's whole round slows the healthy pair beside it too: not a link.
+    assert not confirmed_link(link, {(0, 1): 0.5, (2, 3): 0.55, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
 
 
 def test_hosts_that_cannot_be_paired_are_refused_in_one_line():
@@ -199,7 +209,7 @@ def test_a_probe_sample_spans_quota_periods_so_a_throttled_rank_reads_slow():
     assert per_matmul_us > 4 * kernel.run_s * 1e6
 
 
-def _verdict() -> dict:
+def _verdict_json() -> dict:
     hosts = ["n1", "n2", "n3", "n4"]
     pairs = [
         [a, b, 0.25 if "n4" in (a, b) else (0.4 if {a, b} == {"n1", "n2"} else 1.0)] for a, b in combinations(hosts, 2)
@@ -212,7 +222,10 @@ def _verdict() -> dict:
         "latency_bytes": 8,
         "threshold": 0.2,
         "k": 3.0,
-        "round_seconds": [1.0, 1.0, 1.0],
+        "screen": "all-pairs",
+        "rounds": {"screen": 3, "confirmation": 4, "local": 0, "bisect": 0},
+        "rounds_used": 7,
+        "round_seconds": [1.0] * 7,
         "host": {
             "scores": {"n1": 1.0, "n2": 1.0, "n3": 1.0, "n4": 0.25},
             "bar": bar,
@@ -236,14 +249,23 @@ def _verdict() -> dict:
             "bar": {"median": 10.0, "mad": 0.0, "margin": 2.0, "cut": 8.0},
             "suspects": [2],
             "reference": 0,
+            "window_s": 0.2,
+            "samples": 5,
+            "seconds": {"probe": 1.0, "retimings": 2.0},
             "beside_gflops": {"2": [[5.0, 20.0], [6.0, 19.0]]},
             "flagged": [2],
         },
         "bisect": None,
         "flagged_hosts": ["n4"],
         "flagged_links": [["n1", "n2"]],
+        "flagged_rails": [],
         "flagged_ranks": [2],
+        "wrong": 0,
     }
+
+
+def _verdict() -> Verdict:
+    return Verdict.from_json(_verdict_json())
 
 
 def test_the_verdict_names_each_culprit_with_its_evidence(tmp_path):
@@ -256,7 +278,10 @@ def test_the_verdict_names_each_culprit_with_its_evidence(tmp_path):
     assert text.splitlines()[-1] == "# isolate: 1 slow host(s): n4; 1 slow link(s): n1-n2; 1 slow rank(s): n3:0"
     png = draw(_verdict(), tmp_path / "m.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    json.dumps(_verdict())  # what --json writes
+    # What --json writes reads back as the same verdict, and holds the file's keys as they were.
+    written = json.loads(json.dumps(_verdict().to_json()))
+    assert Verdict.from_json(written) == _verdict()
+    assert written["host"]["confirmations"]["n4"]["pairs"] == [["n1", "n4", 0.25], ["n2", "n4", 0.26]]
 
 
 @pytest.mark.slow
@@ -308,13 +333,13 @@ def test_a_round_that_forms_the_last_rounds_groups_keeps_them():
         assert seen == [[((0, 1), 0), ((2, 3), 0)]] * 3 + [[((0, 2), 0), ((1, 3), 0)], [((0, 1), 0), ((2, 3), 0)]]
 
 
-def _tiny_verdict() -> dict:
+def _tiny_verdict() -> Verdict:
     """Scores as a loaded cluster's small exchanges give them: GB/s in the ten-thousandths."""
-    v = _verdict()
+    v = _verdict_json()
     v["host"]["scores"] = {"n1": 0.000288, "n2": 0.000291, "n3": 0.000279, "n4": 0.000071}
     v["host"]["bar"] = {"median": 0.000284, "mad": 0.0000288, "margin": 0.0000568, "cut": 0.000227}
     v["host"]["pairs"] = [[a, b, bw / 3500] for a, b, bw in v["host"]["pairs"]]
-    return v
+    return Verdict.from_json(v)
 
 
 def test_the_console_verdict_never_writes_an_exponent():
