@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
 import zlib
@@ -40,7 +41,10 @@ from commbench.results.paths import resolve_output, write_atomically
 from commbench.results.writer import CsvAppender
 from commbench.run.agreement import PeerError, agree
 from commbench.run.config import Outcome, SweepConfig
-from commbench.run.watchdog import Watchdog
+from commbench.run.failures import CollectiveFailure, first_sentence
+from commbench.run.heartbeat import Heartbeat, because, connect_store
+from commbench.run.session import timed_out
+from commbench.run.watchdog import Watchdog, bounded, poll_s
 
 ELASTIC_RUN_ENV = "TORCHELASTIC_RUN_ID"  # torchrun's agent sets it in every worker it starts
 # Gloo binds a process group's sockets to the interface this names when the group is created.
@@ -51,7 +55,7 @@ def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
     """Run the node sweep on this rank; the outcome's code is 1 when anything was flagged, else 0."""
     opts = IsolateOptions.from_dict(cfg.program_options)
     lead = backend.rank == 0
-    watchdog = Watchdog(cfg.timeout, backend.rank)
+    board, watchdog = _board(cfg, launch, backend)
     watchdog.arm("agreeing on the configuration across ranks")
     path, error = None, None
     if not backend.torch_process_group:
@@ -74,9 +78,18 @@ def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
     writer = CsvAppender(path, COLUMNS, overwrite=cfg.overwrite) if lead and path is not None else None
     base = {"run_id": facts.run_id, "backend": cfg.backend, "world_size": backend.world_size}
     sweep = NodeSweep(cfg, opts, backend, cluster, watchdog, writer, base)
+    board.hosts = tuple(facts.rank_hosts)
     try:
         verdict = sweep.run()
+    except RuntimeError as exc:  # a transport error: a peer died mid-screen; name it, as a timeout would
+        watchdog.disarm()
+        detail = board.named(because(bounded(board.diagnose, board.diagnosis_s), "a transport error"))
+        board.finish(f"failed in {watchdog.label}")
+        raise CollectiveFailure(
+            f"rank {backend.rank}: {watchdog.label} failed: {first_sentence(exc)}; {detail}"
+        ) from exc
     finally:
+        board.finish("finished")
         if writer is not None:
             writer.close()
     if lead and path is not None:
@@ -99,6 +112,36 @@ def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
             )
         code = ExitCode.OK
     return Outcome(code, path)
+
+
+class Board(Heartbeat):
+    """The progress board of the sweep's ranks (run/heartbeat.py), whose diagnosis of a peer that is
+    gone or behind names its host beside its rank."""
+
+    hosts: tuple[str, ...] = ()  # by rank, once the ranks have agreed
+
+    def named(self, text: str) -> str:
+        return re.sub(r"\brank (\d+)\b", lambda m: f"rank {m[1]} ({self.host_of(int(m[1]))})", text)
+
+    def host_of(self, rank: int) -> str:
+        return f"on {self.hosts[rank]}" if rank < len(self.hosts) else "host unknown"
+
+
+def _board(cfg: SweepConfig, launch: Launch, backend: Backend) -> tuple[Board, Watchdog]:
+    """The board beats at the watchdog's pace and reads its label; on a timeout the watchdog asks
+    it which peer is at fault, by rank and host."""
+    store = connect_store(launch, min(cfg.timeout, 30.0))
+    board = Board(
+        store, backend.rank, backend.world_size, poll_s(cfg.timeout), local=lambda: (backend.issued, watchdog.label)
+    )
+    watchdog = Watchdog(
+        cfg.timeout,
+        backend.rank,
+        diagnose=lambda: board.named(timed_out(board, watchdog)),
+        diagnosis_s=board.diagnosis_s,
+    )
+    board.start()
+    return board, watchdog
 
 
 def under_torchrun(launch: Launch, env: Mapping[str, str] | None = None) -> bool:

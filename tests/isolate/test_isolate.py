@@ -32,7 +32,8 @@ from commbench.isolate.verdict import (
     suspects,
 )
 from tests.support.distributed import commbench, run_ranks
-from tests.support.fake_hosts import run_on_fake_hosts
+from tests.support.errors import assert_one_line_error
+from tests.support.fake_hosts import ranks_on_fake_hosts, run_on_fake_hosts
 
 
 @pytest.mark.parametrize("n", range(2, 66))
@@ -160,6 +161,57 @@ def test_bad_isolate_options_are_one_line_errors(args, message):
     result = commbench("isolate", *args, timeout=60)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--screen", "fastest"], "Invalid value for '--screen': 'fastest' is not one of 'adaptive', 'all-pairs'"),
+        (["--rails", "eth0 eth1"], "--rails takes auto or the interfaces of local ranks 0, 1, ... such as eth0,eth1"),
+        (["--rails", ""], "--rails takes auto"),
+    ],
+)
+def test_a_screen_or_rails_that_cannot_be_are_one_line_errors(args, message):
+    from click.testing import CliRunner
+
+    from commbench.cli import main
+
+    assert_one_line_error(CliRunner().invoke(main, ["isolate", *args]), message, exit_code=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("hosts", "args", "message"),
+    [
+        (["a", "b", "c"], ["--bisect"], "--bisect needs 4 or more hosts to halve (got 3); leave it out"),
+        (["a", "b"], ["--rails", "auto"], "--rails judges each local rank's NIC"),
+        (["a", "a", "b", "b"], ["--rails", "eth0,eth1,eth2"], "names 3 interface(s), but each host runs 2 ranks"),
+    ],
+)
+def test_hosts_the_options_cannot_sweep_are_refused_in_one_line_on_every_rank(tmp_path, hosts, args, message):
+    results = run_on_fake_hosts(hosts, "isolate", "-o", str(tmp_path / "r.csv"), "--size", "64K", *args, timeout=120)
+    assert [r.returncode for r in results] == [2] * len(hosts), results[0].stderr
+    lines = [line for line in results[0].stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in results[0].stderr
+    assert not (tmp_path / "r.csv").exists()
+
+
+@pytest.mark.slow
+def test_a_host_that_dies_mid_screen_is_named_by_every_survivor(tmp_path):
+    """4 hosts over loopback; the third is killed once the screen's first round has run: each
+    survivor ends with one line (exit 3) that names the step it was in and the host that is gone."""
+    args = ("isolate", "-o", str(tmp_path / "d.csv"), "--size", "64K", "--iters", "100", "--timeout", "30")
+    with ranks_on_fake_hosts(["h0", "h1", "h2", "h3"], *args, "--no-plot") as procs:
+        for line in procs[0].stdout:
+            if line.startswith("# adaptive round 1:"):
+                break
+        procs[2].kill()
+        ends = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    for rank in (0, 1, 3):
+        code, err = ends[rank]
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 3 and len(lines) == 1 and "Traceback" not in err, err
+        assert lines[0].startswith(f"commbench: rank {rank}: ") and "rank 2 (on h2) is gone" in lines[0], err
 
 
 def test_the_compute_reference_is_never_a_suspect_and_comes_from_the_healthy_half():
