@@ -143,12 +143,12 @@ def throttled(runs: int, chart: Path | None) -> None:
                 code, verdict, text = FABRIC.isolate(hosts, out, torchrun=True, one_thread=False)
                 wall = time.perf_counter() - start
                 seconds = verdict.compute.seconds
-                probe_s.append(seconds["probe"])
-                retime_s.append(seconds["retimings"])
+                probe_s.append(seconds.probe)
+                retime_s.append(seconds.retimings)
                 named_ += hosts.index(victim) in verdict.flagged_ranks  # one rank per host
                 print(f"=== run {run + 1} ({victim} at {CPU_QUOTA} of a CPU): exit {code}, {wall:.1f} s, load {load()}")
                 print(verdict_lines(text))
-                print(f"compute probe {seconds['probe']:.2f} s, re-timings {seconds['retimings']:.2f} s")
+                print(f"compute probe {seconds.probe:.2f} s, re-timings {seconds.retimings:.2f} s")
                 if chart is not None and run == runs - 1:
                     print(f"chart: {draw(verdict, chart)}")
     finally:

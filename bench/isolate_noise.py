@@ -8,8 +8,10 @@ that into the round's share (the median of the round's pairs: a burst on the mac
 whole round) and the pair's own (its bandwidth over its round's median). The simulator draws a
 round's factor from the first and each pair's (on each rail) from the second: an empirical fit,
 resampled, rather than a normal curve the measured tails do not follow. The compute probe's rates
-over their median give the compute noise the same way. Writes --out (JSON), with the load average
-and the median wall time of a round, the simulator's time per round. Needs root.
+over their median give the compute noise the same way, and each re-timing of a compute suspect the
+probe cleared, its rate over its reference's, the noise of a re-timing beside a reference. Writes
+--out (JSON), with the load average and the median wall time of a round, the simulator's time per
+round. Needs root.
 
     sudo python bench/isolate_noise.py [--hosts 8] [--runs 5] [--out bench/isolate_noise.json]
 """
@@ -54,7 +56,7 @@ def main() -> None:
     if (reason := netns_unavailable()) is not None:
         sys.exit(f"isolate_noise: {reason}")
     hosts = FABRIC.hosts[: opts.hosts]
-    rounds, pairs, compute, round_s, loads = [], [], [], [], []
+    rounds, pairs, compute, retimes, round_s, loads = [], [], [], [], [], []
     try:
         FABRIC.up()
         FABRIC.shape(hosts)
@@ -68,6 +70,8 @@ def main() -> None:
                 pairs += p
                 median = statistics.median(verdict.compute.gflops.values())
                 compute += [v / median for v in verdict.compute.gflops.values()]
+                cleared = [str(r) for r in verdict.compute.suspects if r not in verdict.compute.flagged]
+                retimes += [s / ref for r in cleared for s, ref in verdict.compute.beside_gflops[r]]
                 round_s += verdict.round_seconds[: verdict.rounds.screen]
                 print(
                     f"run {run + 1}: exit {code}, flagged {verdict.flagged}, rounds {verdict.rounds_used}, "
@@ -86,6 +90,7 @@ def main() -> None:
         "round_factors": sorted(rounds),
         "pair_factors": sorted(pairs),
         "compute_factors": sorted(compute),
+        "retime_ratios": sorted(retimes),
     }
     opts.out.write_text(json.dumps(fit, indent=1))
     quantiles = statistics.quantiles(pairs, n=20)
@@ -93,6 +98,7 @@ def main() -> None:
         f"{len(pairs)} pairs in {len(rounds)} rounds: pair factor 5% {quantiles[0]:.3f}, median "
         f"{statistics.median(pairs):.3f}, 95% {quantiles[-1]:.3f}, min {min(pairs):.3f}; round factor "
         f"{min(rounds):.3f} to {max(rounds):.3f}; compute factor {min(compute):.3f} to {max(compute):.3f}; "
+        f"{len(retimes)} re-timings, ratio {min(retimes, default=1):.2f} to {max(retimes, default=1):.2f}; "
         f"median round {fit['round_seconds_median']:.2f} s; written to {opts.out}"
     )
 

@@ -89,6 +89,14 @@ class LevelFindings:
 
 
 @dataclass(frozen=True)
+class ComputeSeconds:
+    """The compute judge's wall time, the slowest rank's: the probe of every rank, the re-timings."""
+
+    probe: float
+    retimings: float
+
+
+@dataclass(frozen=True)
 class ComputeFindings:
     """The compute probe of every rank at once, and the re-timings of its suspects beside a reference."""
 
@@ -99,7 +107,7 @@ class ComputeFindings:
     reference: int
     window_s: float
     samples: int
-    seconds: dict[str, float]  # probe, retimings: wall time, the slowest rank's
+    seconds: ComputeSeconds
     beside_gflops: dict[str, list[tuple[float, float]]]  # by rank: (suspect, reference) per re-timing
     flagged: list[int]
 

@@ -31,7 +31,15 @@ from commbench.isolate.exchanges import (
     Rounds,
     compute_probe,
 )
-from commbench.isolate.findings import BisectStep, ComputeFindings, Cut, LevelFindings, RoundCount, Verdict
+from commbench.isolate.findings import (
+    BisectStep,
+    ComputeFindings,
+    ComputeSeconds,
+    Cut,
+    LevelFindings,
+    RoundCount,
+    Verdict,
+)
 from commbench.isolate.judge import Level, Measure, Pair, RailBw, judge_compute, judge_level, screen_level
 from commbench.isolate.options import BANDWIDTH_BOUND, PROBE_MAX_S, PROBE_SIZES, IsolateOptions
 from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
@@ -366,7 +374,7 @@ class NodeSweep:
             reference=judged.reference,
             window_s=PROBE_WINDOW_S,
             samples=PROBE_SAMPLES,
-            seconds={"probe": self.probe_s, "retimings": retime_s},  # wall time, the slowest rank's
+            seconds=ComputeSeconds(self.probe_s, retime_s),
             beside_gflops={str(r): v for r, v in judged.beside.items()},
             flagged=judged.flagged,
         )
