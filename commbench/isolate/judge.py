@@ -201,15 +201,17 @@ def _confirm(checks: list[_Check], measure: Measure, passes: int) -> tuple[dict[
 
 
 def rail_checks(c: Confirmation, best: Mapping[Pair, RailBw], threshold: float) -> list[RailCheck]:
-    """Each rail of a suspect's pairs against the same rail of its references (none where the hosts
-    have one rail, or the suspect no reference)."""
+    """Each rail of a suspect's pairs against the same rail of its references, as confirmed_node
+    judges the pairs whole (none where the hosts have one rail, or the suspect no reference)."""
     if not c.suspect_pairs or not c.reference_pairs or len(best[c.suspect_pairs[0]]) < 2:
         return []
     checks = []
     for rail in range(len(best[c.suspect_pairs[0]])):
-        mine = max(best[p][rail] for p in c.suspect_pairs)
-        reference = min(best[p][rail] for p in c.reference_pairs)
-        checks.append(RailCheck(rail, mine, reference, mine < (1 - threshold) * reference))
+        on_rail = {p: best[p][rail] for p in c.pairs}
+        shares = c.shares(on_rail)
+        i = max(range(len(shares)), key=shares.__getitem__)
+        reference = on_rail[c.beside[i]] if c.beside else min(on_rail[p] for p in c.reference_pairs)
+        checks.append(RailCheck(rail, on_rail[c.suspect_pairs[i]], reference, shares[i] < 1 - threshold))
     return checks
 
 

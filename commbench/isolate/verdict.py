@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Collection, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from commbench.results.stats import MAD_TO_SIGMA, mad
@@ -155,10 +155,19 @@ class Confirmation:
     suspect_pairs: list[Pair]
     reference_pairs: list[Pair]
     rounds: list[list[Pair]]
+    beside: list[Pair] = field(default_factory=list)  # each suspect pair's reference in its round, if any
 
     @property
     def pairs(self) -> list[Pair]:
         return self.suspect_pairs + self.reference_pairs
+
+    def shares(self, bw: Mapping[Pair, float]) -> list[float]:
+        """Each suspect pair's bandwidth over its reference's: the pair beside it in its round (a burst
+        that slows the round slows both), else the slowest reference pair."""
+        if self.beside:
+            return [bw[p] / bw[r] if bw[r] > 0 else 0.0 for p, r in zip(self.suspect_pairs, self.beside)]
+        slowest = min(bw[p] for p in self.reference_pairs)
+        return [bw[p] / slowest if slowest > 0 else 0.0 for p in self.suspect_pairs]
 
 
 def node_confirmation(suspect: int, healthy: Sequence[int], start: int = 0) -> Confirmation:
@@ -170,7 +179,7 @@ def node_confirmation(suspect: int, healthy: Sequence[int], start: int = 0) -> C
     if len(partners) == 3:
         p, q, u = partners
         first, second = [_pair(suspect, p), _pair(q, u)], [_pair(suspect, q), _pair(p, u)]
-        return Confirmation([first[0], second[0]], [first[1], second[1]], [first, second])
+        return Confirmation([first[0], second[0]], [first[1], second[1]], [first, second], [first[1], second[1]])
     mine = [_pair(suspect, p) for p in partners]
     reference = [_pair(partners[0], partners[1])] if len(partners) == 2 else []
     return Confirmation(mine, reference, [[pair] for pair in mine + reference])
@@ -196,24 +205,22 @@ def _pair(a: int, b: int) -> Pair:
 
 
 def confirmed_node(confirmation: Confirmation, bw: Mapping[Pair, float], threshold: float, bar: Bar) -> bool:
-    """A suspect stays slow when even its best re-measured pair is below the fresh reference pair
-    by more than the threshold (below the sweep's cut where there is no reference pair)."""
+    """A suspect stays slow when even its best re-measured pair, as a share of its reference, is
+    below 1 - threshold (below the sweep's cut where there is no reference pair)."""
     if not confirmation.suspect_pairs:
         return False
-    best = max(bw[p] for p in confirmation.suspect_pairs)
     if not confirmation.reference_pairs:
-        return bar.low(best)
-    return best < (1 - threshold) * min(bw[p] for p in confirmation.reference_pairs)
+        return bar.low(max(bw[p] for p in confirmation.suspect_pairs))
+    return max(confirmation.shares(bw)) < 1 - threshold
 
 
 def mixed_node(confirmation: Confirmation, bw: Mapping[Pair, float], threshold: float) -> bool:
-    """The suspect's re-measured pairs disagree: one below the reference pairs by more than the
+    """The suspect's re-measured pairs disagree: one below its reference by more than the
     threshold, another not. A slow node is slow with every partner; this is a link to one partner,
     or a burst during one round, and more pairs will tell."""
     if len(confirmation.suspect_pairs) < 2 or not confirmation.reference_pairs:
         return False
-    cut = (1 - threshold) * min(bw[p] for p in confirmation.reference_pairs)
-    return len({bw[p] < cut for p in confirmation.suspect_pairs}) == 2
+    return len({share < 1 - threshold for share in confirmation.shares(bw)}) == 2
 
 
 def confirmed_link(confirmation: Confirmation, bw: Mapping[Pair, float], threshold: float) -> bool:
