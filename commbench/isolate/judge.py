@@ -129,8 +129,10 @@ def judge_level(level: Level, bw: Mapping[Pair, RailBw], measure: Measure, thres
     links = {p: link_confirmation(*p, among(p[0]), offset + 2 * i) for i, p in enumerate(first.links)}
     checks = {s: _Check(c, lambda b, c=c: confirmed_node(c, b, t, first.node_bar)) for s, c in nodes.items()}
     link_checks = {p: _Check(c, lambda b, c=c: confirmed_link(c, b, t)) for p, c in links.items()}
+    # Each rail of a suspect's pairs is a chance for noise to keep it slow (a pair is its slowest rail).
+    rail_count = len(next(iter(bw.values()), (0.0,)))
     noise = len(first.links) / len(first.ratios) if first.ratios else 0.0
-    passes = passes_for(len(checks) + len(link_checks), noise)
+    passes = passes_for((len(checks) + len(link_checks)) * rail_count, noise)
     best, rounds = _confirm([*checks.values(), *link_checks.values()], measure, passes)
     measured = _slowest(best)
     rails = {s: rail_checks(c, best, t) for s, c in nodes.items() if checks[s].slow}
