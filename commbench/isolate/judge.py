@@ -16,6 +16,7 @@ from commbench.isolate.screens import Adaptive, AllPairs, Seen
 from commbench.isolate.verdict import (
     Bar,
     Confirmation,
+    Passes,
     confirmed_link,
     confirmed_node,
     link_confirmation,
@@ -30,11 +31,13 @@ Pair = tuple[int, int]
 RailBw = tuple[float, ...]  # a pair's bandwidth on each rail (one value where rails are not judged)
 CONFIRM_REPEATS = 2  # passes over a suspect, at the least
 # A pass clears a healthy suspect unless noise slows its re-measured pair again, about as often as
-# noise put a healthy pair of the screen below the bar (the share of suspect links among the pairs
-# judged; never taken below PASS_NOISE_FLOOR). With many suspects (a large cluster, a noisy one),
-# more passes keep the chance that any of them survives on noise alone below FALSE_ALARMS.
+# noise put a healthy pair of the screen below the bar: the share of suspect links among the pairs
+# judged, shrunk toward PASS_NOISE_FLOOR as if PRIOR_PAIRS more pairs had shown that share (among a
+# few pairs, one real slow link is a large share), and never below it. With many suspects (a large
+# cluster, a noisy one), more passes keep the chance that any survives on noise alone below FALSE_ALARMS.
 FALSE_ALARMS = 0.01
 PASS_NOISE_FLOOR = 0.05
+PRIOR_PAIRS = 100
 MAX_PASSES = 6
 # The re-timings of a compute suspect beside its reference: a rank still shares its cores with
 # whatever else the host runs, so one slow re-timing is not enough to flag it.
@@ -104,7 +107,7 @@ class _Check:
     """A confirmation and the rule that says its suspect is still slow."""
 
     confirmation: Confirmation
-    still_slow: Callable[[Mapping[Pair, float]], bool]
+    still_slow: Callable[[Passes], bool]
     slow: bool = True  # until a pass clears it
 
 
@@ -131,11 +134,12 @@ def judge_level(level: Level, bw: Mapping[Pair, RailBw], measure: Measure, thres
     link_checks = {p: _Check(c, lambda b, c=c: confirmed_link(c, b, t)) for p, c in links.items()}
     # Each rail of a suspect's pairs is a chance for noise to keep it slow (a pair is its slowest rail).
     rail_count = len(next(iter(bw.values()), (0.0,)))
-    noise = len(first.links) / len(first.ratios) if first.ratios else 0.0
+    noise = (len(first.links) + PASS_NOISE_FLOOR * PRIOR_PAIRS) / (len(first.ratios) + PRIOR_PAIRS)
     passes = passes_for((len(checks) + len(link_checks)) * rail_count, noise)
-    best, rounds = _confirm([*checks.values(), *link_checks.values()], measure, passes)
+    seen, rounds = _confirm([*checks.values(), *link_checks.values()], measure, passes)
+    best = _best(seen)
     measured = _slowest(best)
-    rails = {s: rail_checks(c, best, t) for s, c in nodes.items() if checks[s].slow}
+    rails = {s: rail_checks(c, seen, t) for s, c in nodes.items() if checks[s].slow}
     by_rail = {s: [r.rail for r in checks_ if r.slow] for s, checks_ in rails.items() if _some_rails(checks_)}
     flagged = [s for s in first.nodes if checks[s].slow and s not in by_rail]
     flagged_rails = [Rail(level.name(s), rail) for s, slow_rails in by_rail.items() for rail in slow_rails]
@@ -156,7 +160,7 @@ def judge_level(level: Level, bw: Mapping[Pair, RailBw], measure: Measure, thres
         link_bar=Cut.of(first.link_bar) if first.link_bar else None,
         link_suspects=[Measured(n(a), n(b), first.ratios[(a, b)]) for a, b in first.links],
         link_confirmations={
-            f"{n(a)}-{n(b)}": evidence(c, rail_checks(c, best, t) if link_checks[(a, b)].slow else [])
+            f"{n(a)}-{n(b)}": evidence(c, rail_checks(c, seen, t) if link_checks[(a, b)].slow else [])
             for (a, b), c in links.items()
         },
         pairs=[Measured(n(a), n(b), v) for (a, b), v in sorted(_slowest(bw).items())],
@@ -165,7 +169,7 @@ def judge_level(level: Level, bw: Mapping[Pair, RailBw], measure: Measure, thres
         flagged_rails=flagged_rails,
         flagged_ranks=flagged if level.kind == "local" else [],
     )
-    return Judged(findings, _doubts(level, first.nodes, nodes, measured, t), rounds)
+    return Judged(findings, _doubts(level, first.nodes, nodes, [_slowest(m) for m in seen], t), rounds)
 
 
 def passes_for(tests: int, noise: float) -> int:
@@ -176,11 +180,10 @@ def passes_for(tests: int, noise: float) -> int:
     return min(MAX_PASSES, max(CONFIRM_REPEATS, wanted))
 
 
-def _confirm(checks: list[_Check], measure: Measure, passes: int) -> tuple[dict[Pair, RailBw], int]:
+def _confirm(checks: list[_Check], measure: Measure, passes: int) -> tuple[list[dict[Pair, RailBw]], int]:
     """Every check's pairs, in rounds where no node is in two pairs, each suspect pair beside its
-    reference; `passes` passes over the checks still slow. The best of each pair's passes, per
-    rail, and the rounds run."""
-    best: dict[Pair, RailBw] = {}
+    reference; `passes` passes over the checks still slow. Each pass's measurements, and the rounds run."""
+    seen: list[dict[Pair, RailBw]] = []
     rounds = 0
     for repeat in range(passes):
         pending = [c for c in checks if c.slow]
@@ -192,29 +195,40 @@ def _confirm(checks: list[_Check], measure: Measure, passes: int) -> tuple[dict[
         for step in range(max(len(c.confirmation.rounds) for c in pending)):
             for c in pending:
                 wanted += c.confirmation.rounds[step] if step < len(c.confirmation.rounds) else []
+        measured: dict[Pair, RailBw] = {}
         for i, pairs in enumerate(pack(list(dict.fromkeys(wanted)))):
-            for pair, rails in measure(pairs, f"confirmation {repeat + 1}.{i + 1}", True).items():
-                best[pair] = tuple(map(max, rails, best[pair])) if pair in best else rails
+            measured.update(measure(pairs, f"confirmation {repeat + 1}.{i + 1}", True))
             rounds += 1
-        measured = _slowest(best)
+        seen.append(measured)
+        slowest = [_slowest(m) for m in seen]
         for c in pending:
-            c.slow = c.still_slow(measured)
-    return best, rounds
+            c.slow = c.still_slow(slowest)
+    return seen, rounds
 
 
-def rail_checks(c: Confirmation, best: Mapping[Pair, RailBw], threshold: float) -> list[RailCheck]:
+def rail_checks(c: Confirmation, seen: Sequence[Mapping[Pair, RailBw]], threshold: float) -> list[RailCheck]:
     """Each rail of a suspect's pairs against the same rail of its references, as confirmed_node
     judges the pairs whole (none where the hosts have one rail, or the suspect no reference)."""
+    best = _best(seen)
     if not c.suspect_pairs or not c.reference_pairs or len(best[c.suspect_pairs[0]]) < 2:
         return []
     checks = []
     for rail in range(len(best[c.suspect_pairs[0]])):
-        on_rail = {p: best[p][rail] for p in c.pairs}
+        on_rail = [{p: rails[rail] for p, rails in m.items()} for m in seen]
         shares = c.shares(on_rail)
         i = max(range(len(shares)), key=shares.__getitem__)
-        reference = on_rail[c.beside[i]] if c.beside else min(on_rail[p] for p in c.reference_pairs)
-        checks.append(RailCheck(rail, on_rail[c.suspect_pairs[i]], reference, shares[i] < 1 - threshold))
+        reference = best[c.beside[i]][rail] if c.beside else min(best[p][rail] for p in c.reference_pairs)
+        checks.append(RailCheck(rail, best[c.suspect_pairs[i]][rail], reference, shares[i] < 1 - threshold))
     return checks
+
+
+def _best(seen: Sequence[Mapping[Pair, RailBw]]) -> dict[Pair, RailBw]:
+    """Each pair's best over the passes, rail by rail."""
+    best: dict[Pair, RailBw] = {}
+    for measured in seen:
+        for pair, rails in measured.items():
+            best[pair] = tuple(map(max, rails, best[pair])) if pair in best else rails
+    return best
 
 
 def _some_rails(checks: list[RailCheck]) -> bool:
@@ -223,7 +237,7 @@ def _some_rails(checks: list[RailCheck]) -> bool:
 
 
 def _doubts(
-    level: Level, slow: list[int], nodes: Mapping[int, Confirmation], bw: Mapping[Pair, float], threshold: float
+    level: Level, slow: list[int], nodes: Mapping[int, Confirmation], passes: Passes, threshold: float
 ) -> list[str]:
     """What more pairs would settle: so many suspects that the bar is in doubt, a suspect with no
     healthy partner to confirm it against, or one whose re-measured pairs disagree."""
@@ -234,7 +248,7 @@ def _doubts(
     for s, c in nodes.items():
         if not c.reference_pairs:
             doubts.append(f"{n(s)}: no healthy partner to confirm it against")
-        elif mixed_node(c, bw, threshold):
+        elif mixed_node(c, passes, threshold):
             doubts.append(f"{n(s)}: its re-measured pairs disagree")
     return doubts
 

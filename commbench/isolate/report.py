@@ -195,7 +195,7 @@ def draw(v: Verdict, out: Path) -> Path:
                 if not np.isnan(matrix[i, j]):
                     ink = "black" if matrix[i, j] > 0.6 * np.nanmax(matrix) else "white"  # readable on yellow
                     left.text(j, i, f"{matrix[i, j]:.2g}", ha="center", va="center", color=ink, fontsize=7)
-    left.set_title("pair bandwidth\n(red: slow host or rail, orange: slow link)", fontsize=9)
+    left.set_title("pair bandwidth (blank: not met)\n(red: slow host or rail, orange: slow link)", fontsize=9)
     scores = [v.host.scores.get(h, np.nan) for h in hosts]
     colours = ["red" if h in v.flagged_hosts else "tab:blue" for h in hosts]
     right.barh(range(n), scores, color=colours)

@@ -145,6 +145,18 @@ def healthy_partners(healthy: Sequence[int], exclude: Collection[int], count: in
     return chosen
 
 
+Passes = Sequence[Mapping[Pair, float]]  # each confirmation pass's measured pairs
+
+
+def best_of(passes: Passes) -> dict[Pair, float]:
+    """Each pair's best over the passes that measured it: interference only ever slows a pair."""
+    best: dict[Pair, float] = {}
+    for measured in passes:
+        for pair, bw in measured.items():
+            best[pair] = max(bw, best.get(pair, bw))
+    return best
+
+
 @dataclass(frozen=True)
 class Confirmation:
     """What a suspect is re-measured with: the suspect pairs and the healthy reference pairs, all
@@ -161,13 +173,18 @@ class Confirmation:
     def pairs(self) -> list[Pair]:
         return self.suspect_pairs + self.reference_pairs
 
-    def shares(self, bw: Mapping[Pair, float]) -> list[float]:
-        """Each suspect pair's bandwidth over its reference's: the pair beside it in its round (a burst
-        that slows the round slows both), else the slowest reference pair."""
+    def shares(self, passes: Passes) -> list[float]:
+        """Each suspect pair's bandwidth as a share of its reference's: of the pair beside it in its
+        round, in the same pass (a burst that slows the round slows both), the best share of the
+        passes; where nothing ran beside it, its best over the slowest reference's best."""
         if self.beside:
-            return [bw[p] / bw[r] if bw[r] > 0 else 0.0 for p, r in zip(self.suspect_pairs, self.beside)]
-        slowest = min(bw[p] for p in self.reference_pairs)
-        return [bw[p] / slowest if slowest > 0 else 0.0 for p in self.suspect_pairs]
+            return [
+                max((m[p] / m[r] for m in passes if p in m and r in m and m[r] > 0), default=0.0)
+                for p, r in zip(self.suspect_pairs, self.beside)
+            ]
+        best = best_of(passes)
+        slowest = min(best[p] for p in self.reference_pairs)
+        return [best[p] / slowest if slowest > 0 else 0.0 for p in self.suspect_pairs]
 
 
 def node_confirmation(suspect: int, healthy: Sequence[int], start: int = 0) -> Confirmation:
@@ -197,35 +214,42 @@ def link_confirmation(a: int, b: int, healthy: Sequence[int], start: int = 0) ->
         return Confirmation([_pair(a, b)], [_pair(a, c), _pair(b, c)], [[_pair(a, b)], [_pair(a, c)], [_pair(b, c)]])
     c, d = others
     first, second = [_pair(a, b), _pair(c, d)], [_pair(a, c), _pair(b, d)]
-    return Confirmation([first[0]], [first[1], *second], [first, second])
+    return Confirmation([first[0]], [first[1], *second], [first, second], [first[1]])
 
 
 def _pair(a: int, b: int) -> Pair:
     return (a, b) if a < b else (b, a)
 
 
-def confirmed_node(confirmation: Confirmation, bw: Mapping[Pair, float], threshold: float, bar: Bar) -> bool:
+def confirmed_node(confirmation: Confirmation, passes: Passes, threshold: float, bar: Bar) -> bool:
     """A suspect stays slow when even its best re-measured pair, as a share of its reference, is
     below 1 - threshold (below the sweep's cut where there is no reference pair)."""
     if not confirmation.suspect_pairs:
         return False
     if not confirmation.reference_pairs:
-        return bar.low(max(bw[p] for p in confirmation.suspect_pairs))
-    return max(confirmation.shares(bw)) < 1 - threshold
+        best = best_of(passes)
+        return bar.low(max(best[p] for p in confirmation.suspect_pairs))
+    return max(confirmation.shares(passes)) < 1 - threshold
 
 
-def mixed_node(confirmation: Confirmation, bw: Mapping[Pair, float], threshold: float) -> bool:
+def mixed_node(confirmation: Confirmation, passes: Passes, threshold: float) -> bool:
     """The suspect's re-measured pairs disagree: one below its reference by more than the
     threshold, another not. A slow node is slow with every partner; this is a link to one partner,
     or a burst during one round, and more pairs will tell."""
     if len(confirmation.suspect_pairs) < 2 or not confirmation.reference_pairs:
         return False
-    return len({share < 1 - threshold for share in confirmation.shares(bw)}) == 2
+    return len({share < 1 - threshold for share in confirmation.shares(passes)}) == 2
 
 
-def confirmed_link(confirmation: Confirmation, bw: Mapping[Pair, float], threshold: float) -> bool:
-    """A suspect link stays slow when it is below every reference pair (the healthy pair beside it,
-    and what both its ends reach with a healthy third node) by more than the threshold."""
+def confirmed_link(confirmation: Confirmation, passes: Passes, threshold: float) -> bool:
+    """A suspect link stays slow when it is below the healthy pair beside it in its round, in every
+    pass, and its best below what both its ends reach with a healthy third node, by more than the
+    threshold each time."""
     if not confirmation.reference_pairs:
         return False
-    return bw[confirmation.suspect_pairs[0]] < (1 - threshold) * min(bw[p] for p in confirmation.reference_pairs)
+    best = best_of(passes)
+    link = best[confirmation.suspect_pairs[0]]
+    ends = [p for p in confirmation.reference_pairs if p not in confirmation.beside]
+    if confirmation.beside and max(confirmation.shares(passes)) >= 1 - threshold:
+        return False
+    return link < (1 - threshold) * min(best[p] for p in ends)

@@ -118,16 +118,28 @@ def test_confirmation_clears_a_burst_and_keeps_a_real_fault():
     assert confirmation.suspect_pairs == [(0, 3), (1, 3)] and confirmation.reference_pairs == [(1, 2), (0, 2)]
     slow_again = {(0, 3): 0.3, (1, 3): 0.31, (1, 2): 1.0, (0, 2): 0.98}
     fine_now = {(0, 3): 0.3, (1, 3): 0.97, (1, 2): 1.0, (0, 2): 0.98}  # one partner says it is fine: a burst
-    assert confirmed_node(confirmation, slow_again, 0.2, bar) and not mixed_node(confirmation, slow_again, 0.2)
-    assert not confirmed_node(confirmation, fine_now, 0.2, bar) and mixed_node(confirmation, fine_now, 0.2)
+    assert confirmed_node(confirmation, [slow_again], 0.2, bar) and not mixed_node(confirmation, [slow_again], 0.2)
+    assert not confirmed_node(confirmation, [fine_now], 0.2, bar) and mixed_node(confirmation, [fine_now], 0.2)
+    # Shares are taken within a pass: a second pass whose rounds both ran slow (a burst on the
+    # machine, the references as slow as the suspect's pairs) does not lift the suspect's best.
+    burst = {pair: bw * 0.5 for pair, bw in slow_again.items()}
+    assert confirmed_node(confirmation, [slow_again, burst], 0.2, bar)
+    # A pass in which the suspect's pair ran fast beside its reference clears it.
+    assert not confirmed_node(confirmation, [slow_again, fine_now], 0.2, bar)
     # With two healthy partners only, the reference is the pair of them, in a round of its own.
     assert node_confirmation(2, [0, 1]).rounds == [[(0, 2)], [(1, 2)], [(0, 1)]]
     link = link_confirmation(0, 1, [0, 1, 2, 3])
     assert link.rounds == [[(0, 1), (2, 3)], [(0, 2), (1, 3)]] and link.suspect_pairs == [(0, 1)]
-    assert confirmed_link(link, {(0, 1): 0.25, (2, 3): 0.97, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
-    assert not confirmed_link(link, {(0, 1): 0.9, (2, 3): 0.97, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
+    assert confirmed_link(link, [{(0, 1): 0.25, (2, 3): 0.97, (0, 2): 1.0, (1, 3): 0.98}], 0.2)
+    assert not confirmed_link(link, [{(0, 1): 0.9, (2, 3): 0.97, (0, 2): 1.0, (1, 3): 0.98}], 0.2)
     # A burst that slows the link's whole round slows the healthy pair beside it too: not a link.
-    assert not confirmed_link(link, {(0, 1): 0.5, (2, 3): 0.55, (0, 2): 1.0, (1, 3): 0.98}, 0.2)
+    assert not confirmed_link(link, [{(0, 1): 0.5, (2, 3): 0.55, (0, 2): 1.0, (1, 3): 0.98}], 0.2)
+    # ... nor does it when only the best of several passes, each with its own burst, is compared.
+    passes = [
+        {(0, 1): 0.5, (2, 3): 0.55, (0, 2): 1.0, (1, 3): 0.98},
+        {(0, 1): 0.6, (2, 3): 1.2, (0, 2): 0.6, (1, 3): 0.6},
+    ]
+    assert confirmed_link(link, passes[1:], 0.2) is False and confirmed_link(link, passes, 0.2) is False
 
 
 def test_hosts_that_cannot_be_paired_are_refused_in_one_line():
