@@ -94,6 +94,26 @@ def stop_on_signals() -> None:
     if sys.unraisablehook is not _unraisable:
         _HOLD["hook"] = sys.unraisablehook
         sys.unraisablehook = _unraisable
+    # A rank started under signals_blocked() inherited the mask: a stop sent while it started is
+    # delivered now, where it is routed.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, *STOP_SIGNALS))
+
+
+@contextlib.contextmanager
+def signals_blocked() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP blocked while the block starts a child process (main thread
+    only). The child inherits the mask, so a stop sent to it while its interpreter starts waits
+    until it routes the signals itself (stop_on_signals), instead of breaking its start-up with a
+    traceback ("Fatal Python error: init_import_site"); here, one that arrived is delivered when
+    the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, *STOP_SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _unraisable(unraisable: Any) -> None:

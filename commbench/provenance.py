@@ -26,7 +26,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import commbench
 from commbench.errors import UserError
+from commbench.redact import redact_variable
+from commbench.results.ownership import JSON_MARK, WRITTEN_BY
 from commbench.results.paths import env_path, write_atomically
 
 ENV_FORMAT = 1  # the layout of <stem>.env.json
@@ -37,7 +40,6 @@ VARIABLE_NAMES = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 # Variables that number a host or a rank: they differ between hosts by design, so they are kept
 # in the record but neither compared between hosts nor hashed into the fingerprint.
 IDENTITY_VARIABLE = re.compile(r"^HOROVOD_(HOSTNAME|(LOCAL_|CROSS_)?RANK)$")
-_SECRET = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN")
 
 # Record fields that name the host rather than describe it: left out of comparisons and the fingerprint.
 NAMING_FIELDS = ("host", "interface", "interface_source")
@@ -48,10 +50,11 @@ SUBPROCESS_TIMEOUT_S = 10.0
 
 def transport_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The NCCL_*, GLOO_*, HOROVOD_*, TORCH_NCCL_*, TORCH_DISTRIBUTED_*, OMP_NUM_THREADS and
-    CUDA_VISIBLE_DEVICES variables set here, sorted; a value that looks like a secret is hidden."""
+    CUDA_VISIBLE_DEVICES variables set here, sorted, each as commbench/redact.py records it (a
+    secret's name, NCCL_API_KEY, gives `<hidden>`)."""
     environ = os.environ if environ is None else environ
     chosen = {k: v for k, v in environ.items() if k.startswith(VARIABLE_PREFIXES) or k in VARIABLE_NAMES}
-    return {k: ("<hidden>" if _SECRET.search(k) else chosen[k]) for k in sorted(chosen)}
+    return {k: redact_variable(k, chosen[k]) for k in sorted(chosen)}
 
 
 def collect_host(
@@ -325,6 +328,7 @@ def fingerprint(run_layout: Mapping[str, Any], records: Iterable[Mapping[str, An
 def env_document(run_id: str, run_layout: Mapping[str, Any], records: list[Mapping[str, Any]]) -> dict[str, Any]:
     """What <stem>.env.json holds: the fingerprint with what it hashed, every host, their differences."""
     return {
+        JSON_MARK: f"{WRITTEN_BY} {commbench.__version__}",
         "format": ENV_FORMAT,
         "run_id": run_id,
         "fingerprint": fingerprint(run_layout, records),

@@ -67,10 +67,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _watch(item.get_closest_marker("slow") is None)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    _watch(False)
-    if _started:
-        first = _started[0]
-        _started.clear()
-        pytest.fail(f"this test starts a process ({first}) but is not marked @pytest.mark.slow", pytrace=False)
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    if nextitem is None:  # the session's fixtures end now (tests/history's PostgreSQL server stops): not the test's
+        _watch(False)
+    try:
+        return (yield)
+    finally:
+        _watch(False)
+        if _started:
+            first = _started[0]
+            _started.clear()
+            pytest.fail(f"this test starts a process ({first}) but is not marked @pytest.mark.slow", pytrace=False)

@@ -26,12 +26,18 @@ def test_transport_variables_are_chosen_by_prefix_and_secrets_hidden():
         "OMP_NUM_THREADS": "4",
         "CUDA_VISIBLE_DEVICES": "0,1",
         "NCCL_TOKEN": "xyz",
+        "NCCL_API_KEY": "k3y",  # once recorded in clear: KEY was not in provenance's word list
+        "HOROVOD_GLOO_AUTH": "a0th",
+        "TORCH_DISTRIBUTED_CREDENTIAL": "cr3d",
         "PATH": "/bin",
         "TORCH_HOME": "/x",
     }
     chosen = transport_variables(environ)
     assert list(chosen) == sorted(set(environ) - {"PATH", "TORCH_HOME"})
     assert chosen["NCCL_TOKEN"] == "<hidden>"
+    secrets = ("NCCL_TOKEN", "NCCL_API_KEY", "HOROVOD_GLOO_AUTH", "TORCH_DISTRIBUTED_CREDENTIAL")
+    assert all(chosen[name] == "<hidden>" for name in secrets)
+    assert chosen["NCCL_IB_DISABLE"] == "1" and chosen["GLOO_SOCKET_IFNAME"] == "eth0"
 
 
 def _fake_cuda(monkeypatch):
@@ -139,3 +145,34 @@ def test_two_nodes_gather_both_records_once_and_warn_about_the_odd_variable(tmp_
     assert set(frame.fingerprint) == {document["fingerprint"]} and set(frame.env_file) == {"two.env.json"}
     history = tmp_path / "history.sqlite"  # $COMMBENCH_HISTORY (tests/conftest.py), which rank 0 alone opens
     assert history.exists()
+
+
+def test_commbench_env_hides_a_key_named_variable():
+    from click.testing import CliRunner
+
+    from commbench.cli import main
+
+    result = CliRunner(env={"NCCL_API_KEY": "k3y-in-clear", "NCCL_IB_HCA": "mlx5_0"}).invoke(main, ["env"])
+    assert result.exit_code == 0, result.output
+    assert "NCCL_API_KEY=<hidden>" in result.output and "NCCL_IB_HCA=mlx5_0" in result.output
+    assert "k3y-in-clear" not in result.output
+
+
+@pytest.mark.slow
+def test_a_sweep_records_no_secret_variable_in_its_env_file_or_history(tmp_path):
+    """`NCCL_API_KEY=... commbench sweep` once wrote the key in clear to <stem>.env.json and the history."""
+    from tests.support.distributed import commbench
+
+    out = tmp_path / "run.csv"
+    secrets = {"NCCL_API_KEY": "k3y-in-clear", "HOROVOD_AUTH_TOKEN": "t0ken-in-clear"}
+    sweep = commbench(
+        "sweep", "--op", "all_gather", "--sizes", "1K", "-n", "3", "--no-plot", "-o", str(out), env=secrets
+    )
+    assert sweep.returncode == 0, sweep.stderr
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "history.sqlite") as conn:  # $COMMBENCH_HISTORY (tests/conftest.py)
+        filed = repr(conn.execute("SELECT * FROM history_runs").fetchall())
+    recorded = out.with_suffix(".env.json").read_text() + filed
+    assert '"NCCL_API_KEY": "<hidden>"' in out.with_suffix(".env.json").read_text() and "<hidden>" in filed
+    assert not any(value in recorded + sweep.stdout + sweep.stderr for value in secrets.values())

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from commbench.redact import redact, redact_argv
+from commbench.redact import SECRET_WORDS, is_secret_name, redact, redact_argv, redact_variable
 
 
 @pytest.mark.parametrize(
@@ -25,6 +25,17 @@ from commbench.redact import redact, redact_argv
         ("postgresql://cb@host/db?password=hunter2", "postgresql://cb@host/db?password=***", "hunter2"),
         ("host=h password=hunter2 dbname=x", "host=h password=*** dbname=x", "hunter2"),
         ("--history=postgresql://u:p4ss@h/d", "--history=postgresql://u:***@h/d", "p4ss"),
+        # libpq's key=value form: spaces around '=', a quoted value holding a space and a quote
+        ("host=h password = 'two w\\'ords' dbname=x", "host=h password = *** dbname=x", "ords"),
+        ("host=h password='Se@cret 9' dbname=x", "host=h password=*** dbname=x", "cret"),
+        # a secret parameter inside another parameter's value, and a token ending in base64's '='
+        (
+            "--history=postgresql://h/db?password=x1y2&token=abc==",
+            "--history=postgresql://h/db?password=***&token=***",
+            "x1y2",
+        ),
+        ("NCCL_API_KEY=k3y commbench sweep", "NCCL_API_KEY=*** commbench sweep", "k3y"),
+        ("sslkey=/home/u/.key auth_header=Bearer", "sslkey=*** auth_header=***", "Bearer"),
     ],
 )
 def test_every_shape_of_a_password_is_hidden(given, shown, secret):
@@ -41,3 +52,17 @@ def test_a_password_with_a_space_is_hidden_before_the_command_line_is_quoted():
     argv = ["commbench", "sweep", "--history", "postgresql://cb:two words@host/db"]
     joined = shlex.join(redact_argv(argv))
     assert "two" not in joined and "words" not in joined and "postgresql://cb:***@host/db" in joined
+
+
+@pytest.mark.parametrize("word", SECRET_WORDS)
+def test_every_secret_word_names_a_secret_in_any_case_and_as_part_of_a_name(word):
+    for name in (word, word.lower(), f"NCCL_{word}", f"ssl{word.lower()}", f"MY_{word.title()}_FILE"):
+        assert is_secret_name(name), name
+        assert redact_variable(name, "s3cr3t") == "<hidden>"
+        assert "s3cr3t" not in redact(f"{name}=s3cr3t")
+
+
+def test_transport_variables_are_no_secrets_and_a_url_in_a_value_loses_its_password():
+    for name in ("NCCL_IB_HCA", "NCCL_DEBUG", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "GLOO_SOCKET_IFNAME"):
+        assert not is_secret_name(name) and redact_variable(name, "mlx5_0") == "mlx5_0"
+    assert redact_variable("NCCL_DEBUG_FILE", "postgresql://u:pw9@h/d") == "postgresql://u:***@h/d"

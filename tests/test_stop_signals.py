@@ -75,3 +75,34 @@ def test_a_stop_that_lands_in_a_weakref_callback_is_kept_for_the_next_row(routed
     finally:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_sent_while_a_rank_starts_waits_until_it_routes_signals(sig):
+    """A rank started under signals_blocked() (the spawner's) and stopped at once, while its
+    interpreter still starts (--repeat's next launch, stopped): no "Fatal Python error:
+    init_import_site" traceback; the stop arrives once the rank routes it, as an interrupt with its code."""
+    import subprocess
+    import sys
+
+    from commbench.errors import signals_blocked
+
+    child = (
+        "import sys, time\n"
+        "from commbench.errors import interrupted_code, stop_on_signals\n"
+        "time.sleep(0.5)\n"  # the stop arrives during this, as during site's import
+        "try:\n"
+        "    stop_on_signals()\n"
+        "    time.sleep(30)\n"
+        "except KeyboardInterrupt as exc:\n"
+        "    print('stopped', flush=True)\n"
+        "    sys.exit(interrupted_code(exc))\n"
+    )
+    with signals_blocked():
+        proc = subprocess.Popen(
+            [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out.strip(), err) == (128 + sig, "stopped", "")

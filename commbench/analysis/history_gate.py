@@ -70,10 +70,9 @@ def candidate_fingerprint(path: Path, frame: pd.DataFrame) -> str:
     given = [f for f in frame["fingerprint"].unique() if f]
     if given:
         return str(given[0])
-    from commbench.history.importer import environment
+    from commbench.history.importer import fingerprint_of
 
-    cells = pd.read_csv(path, dtype=str, keep_default_na=False)
-    return str(environment(Path(path), cells)["fingerprint"])
+    return fingerprint_of(Path(path))
 
 
 def compare_history(

@@ -31,6 +31,7 @@ from commbench.errors import UserError
 from commbench.provenance import wall_time
 from commbench.results.budget import Budget
 from commbench.results.noise import NOISE_COLUMNS, NOISY, summarise_noise
+from commbench.results.ownership import HTML_GENERATOR
 from commbench.results.paths import write_atomically
 from commbench.results.reader import read_results
 from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO
@@ -131,7 +132,7 @@ def build_report(csv_paths: list[Path], fmt: str = "png", title: str = "commbenc
     body.extend(_model_section(fits, skipped, model_charts))
     body.extend(results)
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'>{HTML_GENERATOR}<title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p>Made by commbench {commbench.__version__} at {stamp} from {len(csv_paths)} file(s). "

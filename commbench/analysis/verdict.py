@@ -21,6 +21,7 @@ import pandas as pd
 
 from commbench.analysis.resolution import Noise, conclusive, critical, resolution
 from commbench.errors import ExitCode, UserError
+from commbench.results.placements import PLACEMENT_PAIRS, PLACEMENT_VAR
 from commbench.results.reader import ROUND_MEANS, ROUND_P50S
 from commbench.results.schema import ROW_KEY, SERIES_KEY, STOPPED
 from commbench.results.stats import (
@@ -53,6 +54,9 @@ TESTS = {
     "U": "Mann-Whitney U on per-iteration samples (both runs kept --raw; one round each)",
     "interval": "each run's 95% interval of the mean (of the p50 for the p50; one round and no raw samples: "
     "sweep with --rounds 3 or more)",
+    "placements": "nccl-tests' out-of-place and in-place times of each size as two samples of one measurement "
+    "(their log difference, pooled over each run's sizes, is one time's noise within a run; drift between runs "
+    "only several runs in the history show: judge against them)",
     "spread": "the runs' own spread (the mean or p50 and the std over iters; schema version 1 files)",
     "history": "the candidate's fastest round against the spread of the history runs' fastest rounds (a t "
     "prediction interval on logs, the spread floored by the pooled spread of the run's series)",
@@ -181,7 +185,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)  # how the candidate was judged, where that is not pairwise
     series_rule: str = "a t-test on the per-size log ratios gives"  # what a series' change must pass
     launches: int = 1  # the candidate's launches pooled (sweep --repeat K)
-    resolution_rule: str = "the two runs' own rounds or intervals"  # what the resolution rests on
+    resolution_rule: str = "the two runs' own rounds, intervals or placements"  # what the resolution rests on
 
     @property
     def inconclusive(self) -> bool:
@@ -267,7 +271,8 @@ def noise_test_columns(metric: str) -> list[str]:
     """The columns of a row that noise_test reads for `metric`: the metric and its estimate's
     (records of these alone: compare of 100,000 rows builds one per row)."""
     e = estimate_of(metric)
-    return list(dict.fromkeys([metric, "status", e.rounds, e.value, e.lo, e.hi, "time_us_std", "iters"]))
+    columns = [metric, "status", e.rounds, e.value, e.lo, e.hi, PLACEMENT_VAR, PLACEMENT_PAIRS, "time_us_std", "iters"]
+    return list(dict.fromkeys(columns))
 
 
 def noise_test(key: tuple, b: Mapping[str, Any], c: Mapping[str, Any], samples: tuple, metric: str) -> Delta:
@@ -297,11 +302,36 @@ def noise_test(key: tuple, b: Mapping[str, Any], c: Mapping[str, Any], samples: 
     elif all(_has_interval(row, e) for row in (b, c)):
         delta.p_value, delta.method = interval_p(_interval(b, e), _interval(c, e)), "interval"
         delta.noise = Noise(math.hypot(*(_interval_se(row, e) for row in (b, c))), math.inf)
+    elif all(row[PLACEMENT_PAIRS] > 0 for row in (b, c)):  # nccl-tests' rows: one time each, two placements
+        change = math.log(c[e.value] / b[e.value])
+        delta.p_value, delta.noise = placements_p(change, _placements(b), _placements(c))
+        delta.method = "placements"
     else:
         spreads = _spread(b, e), _spread(c, e)
         delta.p_value, delta.method = spread_p(*spreads, e.se_factor), "spread"
         delta.noise = Noise(math.hypot(*(_spread_se(s, e) for s in spreads)), math.inf)
     return delta
+
+
+def placements_p(change: float, baseline: tuple[float, int], candidate: tuple[float, int]) -> tuple[float, Noise]:
+    """Two-sided p and noise of the log change between two rows of nccl-tests, each one time, from
+    each run's (variance of one time's log, pairs of placements) (commbench/results/placements.py):
+    the variance pooled over both runs' pairs, the change's standard error that of two single times,
+    a t with the pairs as degrees of freedom. Pairs that never differed give no spread to judge by:
+    p 1 and an infinite noise, so the verdict is inconclusive, never a regression by default."""
+    from scipy.special import stdtr
+
+    (var_b, n_b), (var_c, n_c) = baseline, candidate
+    pairs = n_b + n_c
+    pooled = (var_b * n_b + var_c * n_c) / pairs
+    if not pooled > 0:
+        return 1.0, Noise(math.inf, pairs)
+    se = math.sqrt(2 * pooled)
+    return float(2 * stdtr(pairs, -abs(change) / se)), Noise(se, pairs)
+
+
+def _placements(row: Mapping[str, Any]) -> tuple[float, int]:
+    return float(row[PLACEMENT_VAR]), int(row[PLACEMENT_PAIRS])
 
 
 def _rounds_noise(a: tuple, b: tuple) -> Noise:

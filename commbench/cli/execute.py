@@ -17,10 +17,19 @@ if TYPE_CHECKING:
 
 def execute(cfg: SweepConfig, how: LaunchOptions, repeat: int = 1) -> Outcome:
     """Run the sweep as one rank of a launcher's job, or by spawning local ranks (`repeat` times:
-    --repeat)."""
+    --repeat). The files the command writes itself after the run (cfg.extra_outputs: --json) are
+    planned with the run's outputs and claimed; the outcome's plan holds them, for its caller to
+    write and release."""
     from commbench.launch.start import start_launches
 
     return start_launches(cfg, how, repeat)
+
+
+def charts_beside(plot: bool) -> tuple[str, ...]:
+    """The side file a charted run plans beside its CSV: its charts folder (results/outputs.py)."""
+    from commbench.analysis.charts.render import CHARTS_BESIDE
+
+    return (CHARTS_BESIDE,) if plot else ()
 
 
 def written(outcome: Outcome) -> Path | None:

@@ -54,17 +54,26 @@ def list_runs(location: str, op, fingerprint, host, since, until, last) -> None:
         runs = query(store, op, fingerprint, host, since, until, last)
     finally:
         store.close()
-    click.echo(f"# history {store.label}: {len(runs)} run{'s' if len(runs) != 1 else ''}")
+    _echo(f"# history {store.label}: {len(runs)} run{'s' if len(runs) != 1 else ''}")
     if not runs:
         return
     header = f"{'run':<12}  {'started (UTC)':<19}  {'took':>6}  {'status':<10}  {'fingerprint':<12}  {'kind':<10}  {'n':>4}  {'rows':>5}  {'group':<16}  {'hosts':<20}  command"
-    click.echo(header)
+    _echo(header)
     for r in runs:
-        click.echo(
+        _echo(
             f"{r['run_id']:<12}  {r['started_at'][:19].replace('T', ' '):<19}  {_took(r):>6}  {r['status']:<10}  "
             f"{(r['fingerprint'] or '?'):<12}  {r['kind'] or '':<10}  {r['world_size'] or 0:>4}  {r['rows']:>5}  "
             f"{_group(r):<16}  {_short(r['hosts'] or '', 20):<20}  {redact(r['command'] or '')}"
         )
+
+
+def _echo(line: str, err: bool = False) -> None:
+    """Every line the history commands print: what a history holds (host names, commands, paths)
+    came from files and databases anyone could write, so no character of it may end a line or
+    drive the terminal (commbench/console/lines.py's printable)."""
+    from commbench.console.lines import printable
+
+    click.echo(printable(line), err=err)
 
 
 def _open(location: str | None, create: bool = False):
@@ -75,11 +84,12 @@ def _open(location: str | None, create: bool = False):
 
 
 def _took(run: dict[str, Any]) -> str:
-    if not run["ended_at"] or not run["started_at"]:
+    try:  # a history written by anyone may hold any text, or one time with a zone and one without
+        seconds = (
+            datetime.datetime.fromisoformat(run["ended_at"]) - datetime.datetime.fromisoformat(run["started_at"])
+        ).total_seconds()
+    except (TypeError, ValueError):
         return "-"
-    seconds = (
-        datetime.datetime.fromisoformat(run["ended_at"]) - datetime.datetime.fromisoformat(run["started_at"])
-    ).total_seconds()
     return f"{seconds:.0f}s" if seconds < 600 else f"{seconds / 60:.0f}m"
 
 
@@ -110,29 +120,27 @@ def show(run: str, location: str) -> None:
     finally:
         store.close()
     for key in ("run_id", "kind", "status", "started_at", "ended_at", "fingerprint", "backend", "world_size", "hosts"):
-        click.echo(f"{key:<20} {found[key] if found[key] is not None else '-'}")
-    click.echo(f"{'command':<20} {redact(found['command'] or '')}")
-    click.echo(f"{'csv':<20} {found['source']}")
+        _echo(f"{key:<20} {found[key] if found[key] is not None else '-'}")
+    _echo(f"{'command':<20} {redact(found['command'] or '')}")
+    _echo(f"{'csv':<20} {found['source']}")
     provenance = found["provenance"]
     if provenance.get("from_csv"):
-        click.echo("# environment: only what the CSV says (imported without its .env.json)")
+        _echo("# environment: only what the CSV says (imported without its .env.json)")
     for record in provenance.get("hosts", []):
-        click.echo(f"# host {record.get('host')}")
+        _echo(f"# host {record.get('host')}")
         for line in format_record(record):
-            click.echo(f"  {line}")
+            _echo(f"  {line}")
     for line in provenance.get("differences", []):
-        click.echo(f"# the hosts differ: {line}")
-    click.echo(f"# {len(rows)} rows")
-    click.echo(f"  {'op/variant/phase':<40} {'dtype':<8} {'size':>7} {'p50 us':>10} {'95% interval':>21}  status")
+        _echo(f"# the hosts differ: {line}")
+    _echo(f"# {len(rows)} rows")
+    _echo(f"  {'op/variant/phase':<40} {'dtype':<8} {'size':>7} {'p50 us':>10} {'95% interval':>21}  status")
     for r in rows.itertuples():
         size = "" if r.size_bytes != r.size_bytes else format_size(int(r.size_bytes))
         p50 = "" if r.time_us_p50 != r.time_us_p50 else f"{r.time_us_p50:.4g}"
         interval = "" if r.time_us_p50_lo != r.time_us_p50_lo else f"[{r.time_us_p50_lo:.4g}, {r.time_us_p50_hi:.4g}]"
-        click.echo(
-            f"  {f'{r.op}/{r.variant}/{r.phase}':<40} {r.dtype:<8} {size:>7} {p50:>10} {interval:>21}  {r.status}"
-        )
+        _echo(f"  {f'{r.op}/{r.variant}/{r.phase}':<40} {r.dtype:<8} {size:>7} {p50:>10} {interval:>21}  {r.status}")
     for line in _resolution_lines(location, found, rows):
-        click.echo(line)
+        _echo(line)
 
 
 def _resolution_lines(location: str | None, found: dict[str, Any], rows: Any) -> list[str]:
@@ -241,8 +249,8 @@ def trend(
     check_target(out, overwrite)
     chart = trend_chart(series, chosen, out.stem)
     write_atomically(out, render(chart, fmt))
-    click.echo(f"# {chart.caption}")
-    click.echo(str(out))
+    _echo(f"# {chart.caption}")
+    _echo(str(out))
 
 
 @history.command("import")
@@ -263,7 +271,7 @@ def import_(csvs: tuple[Path, ...], location: str) -> None:
         check_target(Path(location), True, inputs=csvs, flag="--history")
     store = _open(location, create=True)
     try:
-        click.echo(summary(import_csvs(store, list(csvs)), store.label))
+        _echo(summary(import_csvs(store, list(csvs)), store.label))
     finally:
         store.close()
 
@@ -275,7 +283,7 @@ def _without_raw(csvs: tuple[Path, ...]) -> tuple[Path, ...]:
 
     raw = [p for p in csvs if p.name.endswith(".raw.csv")]
     if raw:
-        click.echo(
+        _echo(
             f"# skipped {len(raw)} per-iteration samples file{'s' if len(raw) != 1 else ''} ({raw[0]}"
             f"{', ...' if len(raw) > 1 else ''}): a history holds results rows, from the CSV each belongs to",
             err=True,

@@ -24,8 +24,22 @@ from commbench.cli.options import (
 from commbench.errors import UserError, warn
 
 
+def _trace_paths(_ctx: click.Context, _param: click.Parameter, given: tuple[str, ...]) -> tuple[Path, ...]:
+    from commbench.replay.source import trace_paths
+
+    return trace_paths(given)
+
+
 @click.command()
-@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, type=click.Path(), callback=_trace_paths)
+@click.option(
+    "--trace-limit",
+    "trace_limits",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Raise (or lower) a budget the readers hold each trace file to, e.g. bytes=64G or events=1e9 "
+    "(repeatable; names: bytes, pickle-bytes, events, elements, collectives, event-bytes; docs/replay.md).",
+)
 @click.option(
     "--scale",
     is_flag=True,
@@ -69,6 +83,7 @@ def replay(
     model_csvs: tuple[Path, ...],
     algorithm: str,
     json_path: str | None,
+    trace_limits: tuple[str, ...],
     plot: bool,
     **options: Any,
 ) -> None:
@@ -91,6 +106,7 @@ def replay(
     from commbench.replay.projection import parse_targets, project_step
     from commbench.replay.rank import REPLAY_PROGRAM, ReplayOptions, refuse_unreplayable
     from commbench.replay.source import read_plan
+    from commbench.replay.summary import REPLAY_CHART, REPLAY_CSV
 
     if not traces:
         raise UserError("no trace given: pass the trace files (or a folder of them) a PyTorch job wrote")
@@ -98,15 +114,14 @@ def replay(
     for model_csv in model_csvs:
         if not model_csv.is_file():
             raise UserError(f"--model {model_csv}: no such file; give a CSV that `commbench sweep` wrote")
-    json_file = _json_target(json_path, bool(options.get("overwrite")))
-    source = read_plan(traces)
+    source = read_plan(traces, trace_limits)
     plan = source.plan
     how = pop_launch(options)
     backend = options.get("backend") or _default_backend()
     # A launch too small, or a call the ops cannot issue exactly, is refused before any rank starts.
     refuse_unreplayable(fit(plan, _launch_world(backend, how), scale)[0])
     projections = project_step(plan, model_csvs, targets, algorithm, backend) if targets else []
-    sizes = [max(1, *(c.in_elems * 8 for c, _ in plan.counts))]
+    sizes = [max((c.in_elems * 8 for c, _ in plan.counts), default=1)]
     from commbench.run.config import DTYPES
 
     dtypes = tuple(d for d in dict.fromkeys(c.dtype for c in plan.sequence) if d in DTYPES) or ("float32",)
@@ -117,11 +132,19 @@ def replay(
         program=REPLAY_PROGRAM,
         program_options=ReplayOptions(plan_to_dict(plan), scale, source.recorded_on).to_dict(),
         workload_digest=plan.digest,
+        side_files=(REPLAY_CSV, *([REPLAY_CHART] if plot else [])),
+        inputs=(*source.files, *map(str, model_csvs)),
+        extra_outputs=[(json_path, "--json")] if json_path is not None else [],
         **options,
     )
     outcome = execute(cfg, how)
-    if (csv := written(outcome)) is not None:
-        _report(csv, plan, source.recorded_on, projections, algorithm, plot, json_file, cfg.overwrite)
+    try:
+        if (csv := written(outcome)) is not None:
+            json_file = None if json_path is None else Path(json_path)
+            _report(csv, plan, source.recorded_on, projections, algorithm, plot, json_file, outcome)
+    finally:
+        if outcome.outputs is not None:
+            outcome.outputs.release()
     sys.exit(outcome.code)
 
 
@@ -142,18 +165,6 @@ def _launch_world(backend: str, how: Any) -> int:
     return how.nproc if how.nproc is not None else default_nproc(backend)
 
 
-def _json_target(json_path: str | None, overwrite: bool) -> Path | None:
-    if json_path is None:
-        return None
-    from commbench.results.paths import check_target
-
-    target = Path(json_path).resolve()
-    if not target.parent.is_dir():
-        raise UserError(f"--json {json_path}: give a file in an existing folder")
-    check_target(target, overwrite, flag="--json")
-    return target
-
-
 def _report(
     csv_path: Path,
     plan: Any,
@@ -162,9 +173,10 @@ def _report(
     algorithm: str,
     plot: bool,
     json_file: Path | None,
-    overwrite: bool,
+    outcome: Any,
 ) -> None:
-    """The step line, the verdict, what was not replayed and the projection; the chart and --json."""
+    """The step line, the verdict, what was not replayed and the projection; the chart and --json
+    (planned and claimed with the run's outputs before any rank started: outcome.outputs)."""
     from commbench.replay.projection import projection_lines
     from commbench.replay.summary import read_replay, replay_path, step_line, unmapped_lines, verdict_line
 
@@ -176,7 +188,7 @@ def _report(
     world, backend = first.get("world_size", "?"), first.get("backend_version") or first.get("backend", "")
     lines = []
     if step is not None:
-        lines += [step_line(step, calls), verdict_line(step, plan, int(world), backend.strip(), recorded_on)]
+        lines += [step_line(step, calls), verdict_line(step, plan, int(world), backend.strip(), recorded_on, calls)]
     lines += unmapped_lines(plan)
     if projections:
         lines += projection_lines(projections, algorithm)
@@ -186,14 +198,18 @@ def _report(
         from commbench.replay.chart import write_replay_chart
 
         try:
-            chart = write_replay_chart(csv_path, rows, lines[1].lstrip("# ") if step else str(csv_path), overwrite)
+            chart = write_replay_chart(
+                csv_path, rows, lines[1].lstrip("# ") if step else str(csv_path), outcome.outputs.overwrite
+            )
             click.echo(f"# chart: {chart}")
         except UserError as exc:
             warn(f"no chart: {exc.format_message()}")
     if json_file is not None:
-        from commbench.results.paths import write_atomically
+        import commbench
+        from commbench.results.ownership import JSON_MARK, WRITTEN_BY
 
         document = {
+            JSON_MARK: f"{WRITTEN_BY} {commbench.__version__}",
             "results": str(csv_path),
             "replay": str(replay_path(csv_path)),
             "chart": None if chart is None else str(chart),
@@ -209,5 +225,5 @@ def _report(
                 "rows": [p.as_dict() for p in projections],
             },
         }
-        write_atomically(json_file, json.dumps(document, indent=1) + "\n")
+        outcome.outputs.write(json_file, json.dumps(document, indent=1) + "\n")
         click.echo(f"# json: {json_file}")

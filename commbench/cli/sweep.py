@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from commbench.cli.execute import chart_after, execute
+from commbench.cli.execute import chart_after, charts_beside, execute
 from commbench.cli.op_options import op_option_flags, pop_op_options, pop_variants
 from commbench.cli.options import (
     build_config,
@@ -92,7 +92,9 @@ def sweep(
     )
     op_options, variants = pop_op_options(options), pop_variants(options)
     how = pop_launch(options)
-    cfg = build_config(ops=ops, sizes=chosen, op_options=op_options, variants=variants, **options)
+    cfg = build_config(
+        ops=ops, sizes=chosen, op_options=op_options, variants=variants, side_files=charts_beside(plot), **options
+    )
     outcome = execute(cfg, how, repeat)
     chart_after(outcome, plot, cfg.overwrite)
     sys.exit(outcome.code)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from commbench.cli.execute import chart_after, execute, written
+from commbench.cli.execute import chart_after, charts_beside, execute, written
 from commbench.cli.op_options import op_flag
 from commbench.cli.options import (
     build_config,
@@ -71,7 +71,9 @@ def syncbn(
     if unknown := [s for s in chosen if s not in valid]:
         raise UserError(f"unknown strategy {unknown[0]!r}; valid strategies: {', '.join(valid)}")
     how = pop_launch(options)
-    cfg = build_config(ops=("sync_bn",), sizes=[1], op_options=op_options, variants=chosen, **options)
+    cfg = build_config(
+        ops=("sync_bn",), sizes=[1], op_options=op_options, variants=chosen, side_files=charts_beside(plot), **options
+    )
     outcome = execute(cfg, how, repeat)
     if (csv := written(outcome)) is not None:
         _print_comparison(csv)

@@ -1,5 +1,6 @@
 """`commbench history import`: result CSVs written before the history existed (schema versions 1 and
-2), filed as runs. Idempotent: a run already in the history (by its run id) keeps what it has, so
+2), and nccl-tests' output (its -J files and its text logs, each test of a log a run of its own),
+filed as runs. Idempotent: a run already in the history (by its run id) keeps what it has, so
 importing the same files twice, or a file whose run filed itself live, changes nothing; a run the
 history holds only part of (its database went down mid-run) gets the rows its CSV has beyond them,
 and its status says so (`recovered`, or still `incomplete` / `interrupted` when the CSV says the
@@ -18,8 +19,8 @@ import pandas as pd
 from commbench.history.recorder import COMPLETE, INCOMPLETE, RECOVERED, RunInfo, insert_rows, insert_run
 from commbench.history.store import ROWS, RUNS, History
 from commbench.provenance import differences, env_path, fingerprint, read_env
-from commbench.results import nccl_tests
-from commbench.results.reader import read_cells
+from commbench.results import nccl_tests, nccl_tests_log
+from commbench.results.reader import CSV, JSON, nccl_tests_cells, read_cells, source_kind
 from commbench.results.schema import ROW_KEY, STOPPED, rank_hosts
 
 
@@ -98,7 +99,7 @@ def _run_info(path: Path, rows: pd.DataFrame) -> RunInfo:
     command = column("command")
     words = command.split()
     kind = words[1] if len(words) > 1 and words[1] in ("sweep", "syncbn", "replay") else "sweep"
-    if nccl_tests.is_nccl_tests(path):
+    if source_kind(path) != CSV:
         kind = "nccl-tests"
     stopped = (rows.get("status", pd.Series(dtype=str)) == STOPPED).any() or (
         rows.get("note", pd.Series(dtype=str)).str.contains("stopped after", regex=False).any()  # before `stopped`
@@ -126,11 +127,19 @@ def _ended(document: dict[str, Any]) -> str | None:
     return str(end).replace(" ", "T") if end else None
 
 
+def fingerprint_of(path: Path) -> str:
+    """The fingerprint a file's run is filed under (as `history import` files it), for a file that
+    records none: commbench's CSVs written before fingerprints, and nccl-tests' output."""
+    kind = source_kind(path)
+    cells = pd.read_csv(path, dtype=str, keep_default_na=False) if kind == CSV else nccl_tests_cells(path, kind)
+    return str(environment(Path(path), cells)["fingerprint"])
+
+
 def environment(path: Path, rows: pd.DataFrame) -> dict[str, Any]:
     """The run's <stem>.env.json where it lies beside the CSV; else what the CSV itself says (its
     versions and layout, no host details), with a fingerprint of that, marked `from_csv`; for
-    nccl-tests' JSON, what it says of its hosts, marked `from_nccl_tests`."""
-    if nccl_tests.is_nccl_tests(path):
+    nccl-tests' output, what it says of its hosts, marked `from_nccl_tests`."""
+    if source_kind(path) != CSV:
         return nccl_tests_environment(path, rows)
     named = str(rows["env_file"].iloc[0]) if "env_file" in rows.columns else ""
     candidate = path.with_name(named) if named else env_path(path)
@@ -171,8 +180,10 @@ def environment(path: Path, rows: pd.DataFrame) -> dict[str, Any]:
 
 def nccl_tests_environment(path: Path, rows: pd.DataFrame) -> dict[str, Any]:
     """The provenance of an nccl-tests run: its hosts (devices, NCCL's version, the transport
-    variables of its env) and its layout, fingerprinted as commbench fingerprints its own runs."""
-    found = nccl_tests.environment(path)
+    variables of its env) and its layout, fingerprinted as commbench fingerprints its own runs;
+    `rows` are the run's own (one test of a log that holds several)."""
+    run_id = str(rows["run_id"].iloc[0])
+    found = nccl_tests.environment(path) if source_kind(path) == JSON else nccl_tests_log.environment(path, run_id)
     records = found.pop("hosts")
     per_host = sorted(r["ranks"] for r in records) or [int(float(rows["world_size"].iloc[0] or 0))]
     run_layout = {
@@ -187,7 +198,7 @@ def nccl_tests_environment(path: Path, rows: pd.DataFrame) -> dict[str, Any]:
     }
     return {
         "format": 1,
-        "run_id": str(rows["run_id"].iloc[0]),
+        "run_id": run_id,
         "from_nccl_tests": True,
         "fingerprint": fingerprint(run_layout, records),
         "layout": run_layout,

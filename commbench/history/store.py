@@ -1,7 +1,9 @@
 """The history database: where it is, its schema and migrations, and opening it safely.
 
 A history is a SQLite file (the default, `results/history.sqlite` in the folder commbench runs
-in: one per project folder, whatever folder a run's CSV goes to) or a PostgreSQL database a team shares (`postgresql://user@host:port/db`). Both go through SQLAlchemy Core, one
+in: one per project folder, whatever folder a run's CSV goes to) or a PostgreSQL database a team
+shares, named by a URL (`postgresql://user@host:port/db`, or `postgres://`) or a libpq connection
+string (`host=... dbname=...`: is_url). Both go through SQLAlchemy Core, one
 code path and one set of SQL for both, so the tests that pass on one pass on the other. SQLite
 runs in WAL mode with `BEGIN IMMEDIATE` transactions: a writer takes the write lock when its
 transaction starts, so two runs writing at once wait for each other (up to a minute) instead of
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +60,11 @@ def history_location(requested: str | None) -> str | None:
     if not is_url(target):
         from commbench.results.paths import target_kind
 
+        if redact(target) != target:  # a password (or a token) never becomes a file's name
+            raise UserError(
+                f"--history {redact(target)} holds a secret but is neither a postgresql:// URL nor a libpq "
+                "connection string (host=... dbname=...); give one of those, or a SQLite file name without it"
+            )
         if (kind := target_kind(Path(target), "--history")) not in (None, "file"):
             raise UserError(
                 f"--history {target} is a {kind}; give a file such as {Path(target) / DEFAULT_NAME}"
@@ -64,6 +72,15 @@ def history_location(requested: str | None) -> str | None:
                 else f"--history {target} is a {kind}, not a file; give a SQLite file or a postgresql:// URL"
             )
     return target
+
+
+def history_file(requested: str | None) -> str | None:
+    """The SQLite file a run's history is (so that no output of the run lands on it), or None: no
+    history, or a database URL. Unchecked: history_location refuses what is unusable."""
+    if requested == NO_HISTORY or (requested is not None and not requested.strip()):
+        return None
+    target = requested or str(DEFAULT_LOCATION)
+    return None if is_url(target) else target
 
 
 def history_folder(location: str) -> Path:
@@ -126,7 +143,13 @@ def _without_default(why: str) -> None:
 
 
 def is_url(target: str) -> bool:
-    return "://" in target
+    """Whether a history location names a database, not a SQLite file: a URL (`postgresql://`,
+    `postgres://`, `sqlite://`), or a libpq connection string, which begins `keyword=` (a SQLite file
+    whose name does is given with its folder: ./host=a.sqlite)."""
+    return "://" in target or _CONNINFO.match(target) is not None
+
+
+_CONNINFO = re.compile(r"\s*[A-Za-z_]+\s*=")
 
 
 @dataclass
@@ -158,7 +181,9 @@ def open_history(target: str, create: bool = True, hint: str | None = None) -> H
     """Open (and, when create, make or migrate) the history at a path or URL; every way it can be
     unusable is a one-line UserError: a missing folder, a database that is down, a file that is not
     a history, a history written by a newer commbench."""
-    if is_url(target):
+    if "://" not in target and is_url(target):
+        engine, label = _conninfo_engine(target)
+    elif is_url(target):
         engine, label = _url_engine(target)
     else:
         engine, label = _sqlite_engine(Path(target), create)
@@ -234,6 +259,38 @@ def _url_engine(target: str) -> tuple[Any, str]:
     except ImportError as exc:  # the driver the URL names
         raise UserError(f"{NO_DRIVER} ({exc})") from None
     return engine, label
+
+
+def _conninfo_engine(conninfo: str) -> tuple[Any, str]:
+    """A libpq connection string (`host=db port=5432 dbname=bench user=cb`), read by libpq itself
+    through the driver and handed to it whole; its label names host, port and database only. A
+    string libpq cannot read is refused without quoting it (a password may be what it stumbled on)."""
+    import importlib
+
+    import sqlalchemy
+
+    driver = _pg_driver("postgresql")
+    module = importlib.import_module(driver)
+    try:
+        if driver == "psycopg":
+            params = importlib.import_module("psycopg.conninfo").conninfo_to_dict(conninfo)
+        else:
+            params = importlib.import_module("psycopg2.extensions").parse_dsn(conninfo)
+    except module.Error:
+        raise UserError(
+            "--history is read as a libpq connection string (it begins `keyword=`), which libpq cannot read: "
+            "give key=value pairs of libpq's keywords, a value holding a space in single quotes, or a "
+            "postgresql:// URL"
+        ) from None
+    label = (
+        f"postgresql://{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
+    )
+    engine = sqlalchemy.create_engine(
+        f"postgresql+{driver}://",
+        creator=lambda: module.connect(conninfo, connect_timeout=CONNECT_TIMEOUT_S),
+        pool_pre_ping=True,
+    )
+    return engine, redact(label)
 
 
 def _pg_driver(drivername: str) -> str:

@@ -45,7 +45,7 @@ from commbench.isolate.options import BANDWIDTH_BOUND, PROBE_MAX_S, PROBE_SIZES,
 from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
 from commbench.isolate.schedule import circle_count, circle_rounds
 from commbench.isolate.screens import SCREENS, Adaptive, AllPairs, Bisect, Seen, pair_screen
-from commbench.results.paths import resolve_output, write_atomically
+from commbench.results.paths import default_output, write_atomically
 from commbench.results.writer import CsvAppender
 from commbench.run.agreement import PeerError, agree
 from commbench.run.config import Outcome, SweepConfig
@@ -70,7 +70,7 @@ def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
         error = f"isolate needs torch process groups (gloo, nccl); the {backend.name} backend has none"
     elif lead:
         try:
-            path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, False)
+            path, _ = cfg.outputs().plan(lambda d: default_output(cfg.backend, backend.world_size, d or "results"))
         except UserError as exc:
             error = exc.format_message()
     facts = agree(backend, cfg, error)

@@ -72,6 +72,10 @@ class LaunchOptions:
     master_port: int | None = None
     oversubscribe: bool = False
 
+    def __post_init__(self) -> None:
+        if self.nproc is not None and self.nproc < 1:
+            raise UserError(f"--nproc must be at least 1 (got {self.nproc})")
+
 
 def launched_by_horovodrun(env: Mapping[str, str] | None = None) -> bool:
     """A rank started by horovodrun, mpirun under Horovod, or commbench's Horovod spawner."""

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from commbench.console.display import PROGRESS_MARK, Display, Status
 from commbench.console.lines import say
-from commbench.errors import ExitCode, UserError, interrupted_code, stop_on_signals, warn
+from commbench.errors import ExitCode, UserError, interrupted_code, signals_blocked, stop_on_signals, warn
 from commbench.history.store import check_run_history
 from commbench.launch.env import (
     LAUNCHER_PID_ENV,
@@ -35,7 +35,7 @@ from commbench.launch.env import (
     export_torch_env,
 )
 from commbench.ops import world_error
-from commbench.results.paths import resolve_output
+from commbench.results.paths import default_output
 from commbench.run.config import ONE_RANK_NOTE, Outcome, SweepConfig
 
 GRACE_S = 5.0
@@ -64,8 +64,12 @@ def default_nproc(backend: str) -> int:
 def start(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
     """Run this process as one rank of a launcher's job, or spawn local ranks; returns how it ended.
 
-    Before a rank is spawned, everything this process can know is checked: the output file, the
-    history, the host's cores and memory against the ranks and the sweep, the GPUs against nccl ranks.
+    Before a rank is spawned, everything this process can know is checked: the outputs (the CSV,
+    the files beside it, and the files the command writes itself after the run, claimed for it:
+    results/outputs.py), the history, the host's cores and memory against the ranks and the sweep,
+    the GPUs against nccl ranks. Under a launcher, rank 0 plans its outputs once the ranks meet, so
+    that a refusal stops every rank (run/session.py). The outcome holds the plan where this process
+    made it; the caller releases it.
     """
     from commbench.backends import BACKENDS
     from commbench.launch.worker import run_worker
@@ -82,24 +86,24 @@ def start(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
             # torch's env:// rendezvous reads torchrun's variables; srun and mpirun set their own.
             export_torch_env(launch)
         return run_worker(cfg, launch)
-    if nproc is not None and nproc < 1:
-        raise UserError(f"--nproc must be at least 1 (got {nproc})")
     chosen = nproc is None
     nproc = default_nproc(cfg.backend) if nproc is None else nproc
     # Options that depend on the number of ranks (--root) are checked before any rank starts.
     if (error := world_error(cfg.built_ops(), nproc)) is not None:
         raise UserError(error)
-    path = resolve_output(cfg.output, cfg.backend, nproc, cfg.overwrite, cfg.raw)
-    history = check_run_history(cfg.history)  # refused here in well under a second, not by rank 0
-    _check_host(cfg, nproc, how.oversubscribe)
-    if nproc == 1:
-        why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
-        warn(f"{why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it")
-    # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
-    cfg = dataclasses.replace(cfg, output=str(path.resolve()), history=history)
-    say(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
-    code = info.spawn(cfg, nproc, spawn)  # the transport's own spawner, if it has one, wraps ours
-    return Outcome(code, Path(cfg.output))
+    path, plan = cfg.outputs().plan(lambda folder: default_output(cfg.backend, nproc, folder or "results"))
+    with plan.released_on_error():
+        history = check_run_history(cfg.history)  # refused here in well under a second, not by rank 0
+        _check_host(cfg, nproc, how.oversubscribe)
+        if nproc == 1:
+            why = "1 GPU is visible, so 1 rank runs, and " if chosen else ""
+            warn(f"{why}{ONE_RANK_NOTE}; start 2 or more ranks to measure it")
+        # Every rank gets the absolute path: the ranks' working folder is this one, but say it plainly.
+        # The files this process writes itself are claimed here: rank 0 plans the rest again.
+        cfg = dataclasses.replace(cfg, output=str(path.resolve()), history=history, extra_outputs=())
+        say(f"# starting {nproc} local {cfg.backend} rank{'s' if nproc > 1 else ''}")
+        code = info.spawn(cfg, nproc, spawn)  # the transport's own spawner, if it has one, wraps ours
+    return Outcome(code, Path(cfg.output), plan)
 
 
 def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int) -> Outcome:
@@ -123,18 +127,19 @@ def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int) -> Outcome
     import uuid
 
     group = uuid.uuid4().hex[:12]
-    outcome, worst = None, ExitCode.OK
+    outcome, worst, plan = None, ExitCode.OK, None
     for k in range(1, repeat + 1):
         say(f"# launch {k}/{repeat} (group {group})")
         this = dataclasses.replace(cfg, launch=k, launch_group=group)
         if outcome is not None:  # the later launches append to the CSV the first one created
-            this = dataclasses.replace(this, output=str(outcome.output), overwrite=True, append=True)
+            this = dataclasses.replace(this, output=str(outcome.output), overwrite=True, append=True, extra_outputs=())
         outcome = start(this, how)
+        plan = plan or outcome.outputs  # the first launch's: it holds the claims of the extra outputs
         if outcome.code not in (ExitCode.OK, ExitCode.FAILED):
-            return outcome
+            return dataclasses.replace(outcome, outputs=plan)
         worst = max(worst, outcome.code)
     say(f"# {repeat} launches (group {group}) in {outcome.output}: compare pools them as one candidate")
-    return Outcome(worst, outcome.output)
+    return Outcome(worst, outcome.output, plan)
 
 
 def _check_host(cfg: SweepConfig, nproc: int, oversubscribe: bool) -> None:
@@ -248,15 +253,16 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
         display = Display()
         config = cfg.to_json()
         for rank in range(nproc):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "commbench.launch.worker"],
-                env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
+            with signals_blocked():  # a stop while it starts reaches the rank once it routes signals
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "commbench.launch.worker"],
+                    env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), **(rank_env(rank) if rank_env else {})},
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
             procs.append(proc)
             # The configuration goes in on stdin: the environment and the command line have size
             # limits (a long --sizes list once overflowed them), a pipe has none.

@@ -11,7 +11,7 @@ from commbench.lazy import torch
 from commbench.ops.base import Call, CallsOp
 from commbench.ops.cost import Cost, lg
 from commbench.ops.memory import MemoryCase
-from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point, elements_for
+from commbench.ops.spec import GATHER_FACTOR, GATHERED, OpSpec, Point, Recorded, elements_for
 from commbench.ops.values import chunk_temporaries, contribution, gathered_wrong
 
 if TYPE_CHECKING:
@@ -28,6 +28,16 @@ class AllGather(CallsOp):
         s_definition="S = gathered output bytes = per-rank count x element size x n",
         bus_factor=GATHER_FACTOR,
         variants=("flat", "list", "inplace"),
+        recorded=Recorded(
+            {
+                "allgather": "list",
+                "all_gather": "list",
+                "_allgather_base": "flat",
+                "all_gather_into_tensor": "flat",
+                "allgather_into_tensor": "flat",
+            },
+            GATHERED,
+        ),
         cost=Cost(
             ring=lambda p: (p - 1, (p - 1) / p),
             tree=lambda p: (lg(p), (p - 1) / p),  # recursive doubling

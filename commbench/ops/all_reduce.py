@@ -8,7 +8,7 @@ from commbench.lazy import torch
 from commbench.ops.base import Call, CallsOp
 from commbench.ops.cost import Cost, lg
 from commbench.ops.memory import MemoryCase
-from commbench.ops.spec import REDUCE_FACTOR, OpSpec, Point, elements_for
+from commbench.ops.spec import INPUT, REDUCE_FACTOR, OpSpec, Point, Recorded, elements_for
 from commbench.ops.values import chunk_temporaries, contribution, summed
 
 if TYPE_CHECKING:
@@ -24,6 +24,9 @@ class AllReduce(CallsOp):
         s_definition="S = count x element size",
         bus_factor=REDUCE_FACTOR,
         variants=("flat",),
+        recorded=Recorded(
+            {"allreduce": "flat", "all_reduce": "flat", "allreduce_coalesced": "flat"}, INPUT, reduces=True
+        ),
         cost=Cost(
             ring=lambda p: (2 * (p - 1), 2 * (p - 1) / p),
             tree=lambda p: (2 * lg(p), 2 * (p - 1) / p),  # Rabenseifner

@@ -20,7 +20,7 @@ from commbench.ops.base import Call, CallsOp
 from commbench.ops.cost import Cost, lg
 from commbench.ops.memory import MemoryCase
 from commbench.ops.options import Number, OpOption
-from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point, elements_for
+from commbench.ops.spec import GATHER_FACTOR, INPUT, OpSpec, Point, Recorded, elements_for
 from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
@@ -93,6 +93,18 @@ class AllToAll(CallsOp):
         "uneven: the realised total of the rank's splits)",
         bus_factor=GATHER_FACTOR,
         variants=("single", "list", "uneven"),
+        recorded=Recorded(
+            {
+                "alltoall": "list",
+                "all_to_all": "single",
+                "alltoall_base": "single",
+                "all_to_allv": "single",
+                "alltoallv": "single",
+            },
+            INPUT,
+            even=("single", "list"),
+            same_counts=False,
+        ),
         baseline="single",
         options=(IMBALANCE,),
         cost=Cost(

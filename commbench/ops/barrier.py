@@ -14,7 +14,7 @@ from commbench.ops.args import CollArgs, wait_all
 from commbench.ops.base import Call, CallsOp
 from commbench.ops.cost import Cost, lg
 from commbench.ops.memory import MemoryCase
-from commbench.ops.spec import OpSpec, Point
+from commbench.ops.spec import OpSpec, Point, Recorded
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
@@ -34,6 +34,7 @@ class Barrier(CallsOp):
         s_definition="S = 0",
         bus_factor=None,
         variants=("barrier",),
+        recorded=Recorded({"barrier": "barrier"}, lambda inp, out, n: 0),
         workload_knobs="nothing (the barrier moves no data)",
         cost=Cost(
             tree=lambda p: (lg(p), 0.0),  # dissemination

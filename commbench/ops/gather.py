@@ -9,7 +9,7 @@ from commbench.ops.base import Call
 from commbench.ops.cost import Cost, lg
 from commbench.ops.memory import MemoryCase
 from commbench.ops.rooted import ROOT, RootedOp
-from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point, elements_for
+from commbench.ops.spec import GATHER_FACTOR, GATHERED, OpSpec, Point, Recorded, elements_for
 from commbench.ops.values import chunk_temporaries, contribution, gathered_wrong
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ class Gather(RootedOp):
         s_definition="S = gathered bytes at the root = per-rank count x element size x n",
         bus_factor=GATHER_FACTOR,
         variants=("flat",),
+        recorded=Recorded({"gather": "flat"}, GATHERED, same_counts=False),
         options=(ROOT,),
         cost=Cost(
             tree=lambda p: (lg(p), (p - 1) / p),  # binomial

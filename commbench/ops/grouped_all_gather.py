@@ -14,7 +14,7 @@ from commbench.lazy import torch
 from commbench.ops.base import Call, CallsOp
 from commbench.ops.gradients import TENSORS
 from commbench.ops.memory import MemoryCase
-from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point
+from commbench.ops.spec import GATHER_FACTOR, GATHERED, OpSpec, Point, Recorded
 from commbench.ops.values import Values, chunk_temporaries
 
 if TYPE_CHECKING:
@@ -45,6 +45,13 @@ class GroupedAllGather(CallsOp):
         s_definition="S = total gathered bytes over the K tensors = sum of per-rank elements x element size x n",
         bus_factor=GATHER_FACTOR,
         variants=("separate", "concat", "coalesced", "grouped"),
+        recorded=Recorded(
+            dict.fromkeys(
+                ("allgather_into_tensor_coalesced", "all_gather_into_tensor_coalesced", "allgather_coalesced"),
+                "coalesced",
+            ),
+            GATHERED,
+        ),
         baseline="separate",
         workload_knobs="--max-bytes, --sizes or --tensors",
         options=(TENSORS,),

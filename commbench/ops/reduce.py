@@ -9,7 +9,7 @@ from commbench.ops.base import Call
 from commbench.ops.cost import Cost, lg
 from commbench.ops.memory import MemoryCase
 from commbench.ops.rooted import ROOT, RootedOp
-from commbench.ops.spec import UNIT_FACTOR, OpSpec, Point, elements_for
+from commbench.ops.spec import INPUT, UNIT_FACTOR, OpSpec, Point, Recorded, elements_for
 from commbench.ops.values import chunk_temporaries, contribution, summed
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ class Reduce(RootedOp):
         s_definition="S = count x element size",
         bus_factor=UNIT_FACTOR,
         variants=("flat",),
+        recorded=Recorded({"reduce": "flat"}, INPUT, reduces=True),
         options=(ROOT,),
         cost=Cost(
             tree=lambda p: (lg(p), lg(p)),  # binomial tree

@@ -11,7 +11,7 @@ from commbench.lazy import torch
 from commbench.ops.base import Call, CallsOp
 from commbench.ops.cost import Cost, lg
 from commbench.ops.memory import MemoryCase
-from commbench.ops.spec import GATHER_FACTOR, OpSpec, Point, elements_for
+from commbench.ops.spec import GATHER_FACTOR, INPUT, OpSpec, Point, Recorded, elements_for
 from commbench.ops.values import Values, chunk_temporaries, summed
 
 if TYPE_CHECKING:
@@ -33,6 +33,17 @@ class ReduceScatterBase(CallsOp):
         s_definition="S = full input bytes per rank = shard count x element size x n",
         bus_factor=GATHER_FACTOR,
         variants=("flat", "list", "inplace"),
+        recorded=Recorded(
+            {
+                "reduce_scatter": "list",
+                "_reduce_scatter_base": "flat",
+                "reduce_scatter_tensor": "flat",
+                "reduce_scatter_tensor_coalesced": "flat",
+            },
+            INPUT,
+            even=("flat", "list", "inplace"),
+            reduces=True,
+        ),
         cost=Cost(
             ring=lambda p: (p - 1, (p - 1) / p),
             tree=lambda p: (lg(p), (p - 1) / p),  # recursive halving

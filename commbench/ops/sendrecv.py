@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from commbench.lazy import torch
 from commbench.ops.base import Call, CallsOp
 from commbench.ops.memory import MemoryCase
-from commbench.ops.spec import UNIT_FACTOR, OpSpec, Point, elements_for
+from commbench.ops.spec import INPUT, UNIT_FACTOR, OpSpec, Point, Recorded, elements_for
 from commbench.ops.values import chunk_temporaries, contribution
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class SendRecv(CallsOp):
         s_definition="S = bytes one rank sends = count x element size",
         bus_factor=UNIT_FACTOR,
         variants=("pair", "ring"),
+        recorded=Recorded({"send": "pair", "recv": "pair"}, INPUT, same_counts=False, peer=True),
     )
 
     def unavailable(self, variant: str, backend: Backend) -> str | None:

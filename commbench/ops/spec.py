@@ -31,6 +31,33 @@ UNIT_FACTOR = BusFactor("1", lambda n: 1.0)
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """How a trace's record of one of this op's collectives is issued again (`commbench replay`), in
+    the plain counts every trace format records (ops/ knows nothing of traces or their readers).
+
+    names: the recorded names (record_param_comms' "Collective name", a c10d dispatcher op's, a
+        Flight Recorder entry's) of the collectives this op issues again, each with its variant.
+    s_elements(in_elems, out_elems, n): S in elements from one rank's recorded counts on a group of n.
+    even: the variants whose per-rank input must split evenly over the group.
+    same_counts: every rank records the same counts (an all_to_all's, a gather's, a send's differ).
+    reduces: it reduces, with an op no trace records (sum is assumed).
+    peer: it has a peer rank (send/recv); a root is a RootedOp's (ops/rooted.py).
+    """
+
+    names: Mapping[str, str]
+    s_elements: Callable[[int, int, int], int]
+    even: tuple[str, ...] = ()
+    same_counts: bool = True
+    reduces: bool = False
+    peer: bool = False
+
+
+# S from recorded counts: the input (all_reduce, broadcast...), or the input on every rank gathered.
+INPUT: Callable[[int, int, int], int] = lambda inp, out, n: inp  # noqa: E731
+GATHERED: Callable[[int, int, int], int] = lambda inp, out, n: inp * n  # noqa: E731
+
+
+@dataclass(frozen=True)
 class OpSpec:
     """Everything about an op that is known without running it."""
 
@@ -54,6 +81,8 @@ class OpSpec:
     # The variants that wait for their own collectives inside issue() (a bucketer's flush, a layer
     # that needs its gathered statistics), so non-blocking mode cannot overlap them.
     completes_internally: Callable[[str], bool] = lambda variant: False
+    # How `commbench replay` issues a trace's collectives through this op; None: it replays none.
+    recorded: Recorded | None = None
 
     def window_for(self, variant: str, window_per_sample: int) -> int:
         """Ops per timed sample: the non-blocking window, or 1 where the variant waits inside issue()."""

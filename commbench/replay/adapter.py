@@ -1,7 +1,8 @@
 """A recorded Call issued through commbench's own ops: the op's CollArgs set up with the exact
 element counts the trace recorded, and the op's own calls and check. An op owns one collective
-pattern; this module only says, for each op, which recorded count is its S, and what a rank
-outside the call's group does (it sits the call out).
+pattern, and its replay rule sits on its spec (ops/spec.py's Recorded: the names it issues again,
+its S from the recorded counts, the variants that must split evenly); this module reads those
+rules and says what a rank outside the call's group does (it sits the call out).
 
 Each rank's input count is the recorded truth ("In msg nelems"): an all_gather's output is then n
 times it, a reduce_scatter_base's shard 1/n of it; a scatter's is its output (the root's input is n
@@ -10,59 +11,73 @@ times it). A count the op cannot set up exactly is refused, never rounded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from commbench.lazy import torch
-from commbench.ops import load_op
+from commbench.ops import load_op, registry, spec_of, specs
 from commbench.ops.all_to_all import AllToAll
 from commbench.ops.args import CollArgs
 from commbench.ops.base import IssueOp, Op
-from commbench.ops.spec import Point
+from commbench.ops.rooted import RootedOp
+from commbench.ops.spec import Point, Recorded
 from commbench.replay.record import Call
 
 if TYPE_CHECKING:
     from commbench.backends.base import Backend
 
-# S in elements from a Call on a group of n ranks: each op's s_definition (`commbench list`).
-S_ELEMENTS: dict[str, Callable[[Call, int], int]] = {
-    "all_reduce": lambda c, n: c.in_elems,
-    "broadcast": lambda c, n: c.in_elems,
-    "reduce": lambda c, n: c.in_elems,
-    "sendrecv": lambda c, n: c.in_elems,
-    "all_to_all": lambda c, n: c.in_elems,
-    "reduce_scatter_base": lambda c, n: c.in_elems,
-    "all_gather": lambda c, n: c.in_elems * n,
-    "gather": lambda c, n: c.in_elems * n,
-    "grouped_all_gather": lambda c, n: c.in_elems * n,
-    "scatter": lambda c, n: c.out_elems * n,
-    "barrier": lambda c, n: 0,
-}
-ROOTED = ("broadcast", "reduce", "gather", "scatter")
 PHASE = "comm"  # the phase every op replayed here has (the ops that have others are not replayed)
+
+
+def rule(op: str) -> Recorded | None:
+    """The op's replay rule (its spec's `recorded`: ops/spec.py), None for an op that replays nothing."""
+    spec = spec_of(op)
+    return None if spec is None else spec.recorded
+
+
+@functools.cache
+def recorded_names() -> dict[str, tuple[str, str]]:
+    """Every recorded collective name a registered op issues again -> (op, variant)."""
+    return {
+        name: (spec.name, variant)
+        for spec in specs()
+        if spec.recorded is not None
+        for name, variant in spec.recorded.names.items()
+    }
+
+
+def rooted(op: str) -> bool:
+    """Whether the op has a root rank (a RootedOp: broadcast, reduce, gather, scatter)."""
+    cls = registry().get(op)
+    return cls is not None and issubclass(cls, RootedOp)
+
+
+def s_elements(call: Call, group_size: int) -> int:
+    """S of the call in elements on a group of group_size ranks (its op's rule)."""
+    recorded = rule(call.op)
+    return call.in_elems if recorded is None else recorded.s_elements(call.in_elems, call.out_elems, group_size)
 
 
 def unsupported(call: Call) -> str | None:
     """Why the replay cannot issue this call through an op, or None."""
-    if call.op not in S_ELEMENTS:
-        return f"no replay rule for op {call.op!r} (replayable: {', '.join(S_ELEMENTS)})"
-    if call.op in ROOTED and call.peer is None:
+    if rule(call.op) is None:
+        replayable = ", ".join(spec.name for spec in specs() if spec.recorded is not None)
+        return f"no replay rule for op {call.op!r} (replayable: {replayable})"
+    if rooted(call.op) and call.peer is None:
         return f"{call.op} needs its root, which the trace did not record"
     return None
-
-
-# The ops whose S must split evenly over the group's ranks (their variants that split it evenly).
-EVEN_SPLIT = {"reduce_scatter_base": ("flat", "list", "inplace"), "all_to_all": ("single", "list")}
 
 
 def inexact(call: Call, group_size: int) -> str | None:
     """Why the call's counts cannot be set up exactly on a group of group_size ranks, or None;
     decided from the counts alone, so the launching process refuses before any rank starts."""
     k = group_size
-    if call.op != "barrier" and S_ELEMENTS[call.op](call, k) <= 0:
+    if call.op != "barrier" and s_elements(call, k) <= 0:
         return "it moves no elements"
-    if call.variant in EVEN_SPLIT.get(call.op, ()) and call.in_elems % k:
+    recorded = rule(call.op)
+    if recorded is not None and call.variant in recorded.even and call.in_elems % k:
         return f"{call.in_elems} elements do not split evenly over its {k} ranks"
     uneven = call.op == "all_to_all" and call.variant == "uneven"
     if uneven and (len(call.splits) != k or any(len(row) != k for row in call.splits)):
@@ -72,12 +87,12 @@ def inexact(call: Call, group_size: int) -> str | None:
 
 def s_bytes(call: Call, group_size: int, element_size: int) -> int:
     """S of the call on a group of group_size ranks, in bytes."""
-    return S_ELEMENTS[call.op](call, group_size) * element_size
+    return s_elements(call, group_size) * element_size
 
 
 def op_options(call: Call) -> dict[str, Any]:
     """The options that make the op issue this call: its root, its tensors."""
-    if call.op in ROOTED:
+    if rooted(call.op):
         return {"root": call.peer}
     if call.op == "grouped_all_gather":
         k = max(call.tensors, 1)

@@ -1,6 +1,6 @@
 """The replay's chart: time per step by collective kind, as the trace recorded it beside as replayed
 here (the calls timed one at a time, times their count per step), and the whole step (the sequence
-timed back to back beside the trace's sum)."""
+timed back to back beside the time the trace's calls ran, overlaps merged: not their sum)."""
 
 from __future__ import annotations
 
@@ -54,13 +54,19 @@ def replay_chart(rows: Sequence[Mapping[str, str]], title: str) -> Chart:
     ax.set_title(title, fontsize=10)
     ax.margins(x=0.25)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    caption = "time per step by collective kind: the trace's recorded times beside the replay's p50 x count"
+    caption = (
+        "time per step by collective kind: the trace's recorded times beside the replay's p50 x count; "
+        "the whole step: the time the trace's calls ran, overlaps merged, beside the sequence's p50"
+    )
     return Chart("replay", "replay", fig, caption)
 
 
 def write_replay_chart(csv_path: Path, rows: Sequence[Mapping[str, str]], title: str, overwrite: bool) -> Path:
     """<stem>-replay.png beside the results CSV."""
-    folder = Path(csv_path).parent
+    from commbench.replay.summary import REPLAY_CHART
+    from commbench.results.paths import beside
+
+    target = beside(csv_path, REPLAY_CHART)
     chart = replay_chart(rows, title)
-    chart.name = Path(csv_path).stem + "-replay"
-    return write_charts([chart], folder, "png", overwrite)[0]
+    chart.name = target.stem
+    return write_charts([chart], target.parent, "png", overwrite)[0]

@@ -30,6 +30,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "steps": plan.steps,
         "digest": plan.digest,
         "notes": list(plan.notes),
+        "recorded_wall_us": list(plan.recorded_wall_us),
     }
 
 
@@ -47,4 +48,5 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
         steps=int(data["steps"]),
         digest=str(data["digest"]),
         notes=tuple(data["notes"]),
+        recorded_wall_us=tuple(float(w) for w in data.get("recorded_wall_us", ())),
     )

@@ -1,6 +1,6 @@
 """A job's recorded collectives onto commbench's ops and variants: the Plan the replay issues.
 
-Each recorded name goes to one op and variant (`_OPS`); what cannot be issued goes to
+Each recorded name goes to the op and variant whose spec names it (its Recorded rule, ops/spec.py); what cannot be issued goes to
 Plan.unmapped with its reason, never dropped; what had to be assumed is said in Plan.notes. Several
 ranks' traces are aligned per process group (by Seq, else Comms Id, else the order within the
 group); one rank's trace stands for all when it is the only one."""
@@ -11,41 +11,12 @@ import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+from commbench.errors import UserError
+from commbench.ops.spec import Recorded
+from commbench.replay.adapter import recorded_names, rooted, rule
 from commbench.replay.record import Call, Collective, Plan, Trace, Unmapped
+from commbench.run.config import DTYPES
 
-# the recorded name (record_param_comms' "Collective name", a c10d op's, a Flight Recorder op's)
-# -> (commbench op, variant)
-_OPS: dict[str, tuple[str, str]] = {
-    "allreduce": ("all_reduce", "flat"),
-    "all_reduce": ("all_reduce", "flat"),
-    "allreduce_coalesced": ("all_reduce", "flat"),
-    "broadcast": ("broadcast", "flat"),
-    "reduce": ("reduce", "flat"),
-    "gather": ("gather", "flat"),
-    "scatter": ("scatter", "flat"),
-    "allgather": ("all_gather", "list"),
-    "all_gather": ("all_gather", "list"),
-    "_allgather_base": ("all_gather", "flat"),
-    "all_gather_into_tensor": ("all_gather", "flat"),
-    "allgather_into_tensor": ("all_gather", "flat"),
-    "allgather_into_tensor_coalesced": ("grouped_all_gather", "coalesced"),
-    "all_gather_into_tensor_coalesced": ("grouped_all_gather", "coalesced"),
-    "allgather_coalesced": ("grouped_all_gather", "coalesced"),
-    "reduce_scatter": ("reduce_scatter_base", "list"),
-    "_reduce_scatter_base": ("reduce_scatter_base", "flat"),
-    "reduce_scatter_tensor": ("reduce_scatter_base", "flat"),
-    "reduce_scatter_tensor_coalesced": ("reduce_scatter_base", "flat"),
-    "alltoall": ("all_to_all", "list"),
-    "all_to_all": ("all_to_all", "single"),
-    "alltoall_base": ("all_to_all", "single"),
-    "all_to_allv": ("all_to_all", "single"),
-    "alltoallv": ("all_to_all", "single"),
-    "send": ("sendrecv", "pair"),
-    "recv": ("sendrecv", "pair"),
-    "barrier": ("barrier", "barrier"),
-}
-_REDUCING = {"all_reduce", "reduce", "reduce_scatter_base"}
-_ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 SUM_ASSUMED = "the reduce op is recorded by no trace format: sum assumed"
 OUTSIDE_STEPS = "issued outside the profiler steps (set-up, not part of a step)"
 
@@ -89,7 +60,7 @@ def plan(traces: Sequence[Trace]) -> Plan:
         for call, c in by_step[step]:
             if c.recorded_us is not None:
                 times[call].append(c.recorded_us)
-    if any(call.op in _REDUCING for call in distinct):
+    if any((r := rule(call.op)) is not None and r.reduces for call in distinct):
         notes.append(SUM_ASSUMED)
     notes += [f"{what} ({n} collectives)" for what, n in lossy.items()]
     return Plan(
@@ -142,25 +113,29 @@ def _call(
     """The call that issues c again, or None (c added to unmapped with its reason)."""
     for what in c.lossy:
         lossy[what] += 1
-    if c.name not in _OPS:
+    if c.name not in recorded_names():
         unmapped.append(Unmapped(c, f"{c.name!r} is no collective commbench issues"))
         return None
-    op, variant = _OPS[c.name]
+    op, variant = recorded_names()[c.name]
+    if op != "barrier" and c.dtype not in DTYPES:
+        unmapped.append(Unmapped(c, f"dtype {c.dtype}: commbench's ops carry {', '.join(DTYPES)}"))
+        return None
     if op != "barrier" and not (c.in_elems or c.out_elems):
         unmapped.append(Unmapped(c, "no sizes recorded"))
         return None
     ranks = c.group_ranks or tuple(range(world))
     peer = None
-    if op in _ROOTED or op == "sendrecv":
+    p2p = recorded_rule(op).peer
+    if rooted(op) or p2p:
         peer = _group_rank(c, world, c.peer)
         if peer is None:
-            what = "root" if op in _ROOTED else "peer"
-            if op == "sendrecv":
+            what = "root" if rooted(op) else "peer"
+            if p2p:
                 unmapped.append(Unmapped(c, f"{c.name} with no {what} recorded"))
                 return None
             lossy[f"{what} not recorded: rank 0 of the group assumed"] += 1
             peer = 0
-    if op == "sendrecv":
+    if p2p:
         lossy["send/recv replayed as a pair exchange (each side sends and receives)"] += 1
     splits: tuple[tuple[int, ...], ...] = ()
     if op == "all_to_all" and variant == "single" and (c.in_splits or c.out_splits):
@@ -193,16 +168,55 @@ def _call(
     )
 
 
+def recorded_rule(op: str) -> Recorded:
+    """The replay rule of an op a recorded name mapped to (it has one: recorded_names() holds only those)."""
+    found = rule(op)
+    assert found is not None, op
+    return found
+
+
 def _key(c: Collective, position: int, by: str) -> object:
     return {"seq": c.seq, "comms_id": c.comms_id}.get(by, position)
+
+
+def _disagreement(c: Collective, mate: Collective) -> str | None:
+    """How another rank's record of the collective c differs from c, None where it agrees."""
+    if (mate.name, mate.dtype) != (c.name, c.dtype):
+        return "issued another collective here"
+    if c.group_ranks and mate.group_ranks and mate.group_ranks != c.group_ranks:
+        return "issued it on another group"
+    op = recorded_names().get(c.name, ("", ""))[0]
+    if (r := rule(op)) is not None and r.same_counts and (mate.in_elems, mate.out_elems) != (c.in_elems, c.out_elems):
+        return f"issued it with {mate.in_elems:,} elements, not {c.in_elems:,}"
+    return None
+
+
+class _Agreement:
+    """How many of the reference's collectives each other rank agrees and disagrees on: traces that
+    disagree on most are two jobs' (or two runs'), refused whole; a few disagreements stay unmapped."""
+
+    def __init__(self) -> None:
+        self.agreed: Counter[int] = Counter()
+        self.differ: dict[int, list[str]] = defaultdict(list)
+
+    def check(self, traces: Sequence[Trace]) -> None:
+        by_rank = {t.rank: t for t in traces}
+        for r, whats in self.differ.items():
+            if len(whats) > self.agreed[r]:
+                raise UserError(
+                    f"{traces[0].path} and {by_rank[r].path} disagree on {len(whats)} of their "
+                    f"{len(whats) + self.agreed[r]} common collectives (rank {r} {whats[0]}): traces of two "
+                    "different jobs; give the traces of one job"
+                )
 
 
 def _align(
     traces: Sequence[Trace], unmapped: list[Unmapped], notes: list[str]
 ) -> dict[int, tuple[tuple[int, ...], ...]]:
     """Match each collective of the reference (lowest) rank with the same one on the other ranks of its
-    group; those that disagree or are missing go to unmapped. Returns, for the reference's uneven
-    all_to_alls (by index), the full splits matrix [src][dst] built from every rank's in_splits."""
+    group; those that disagree (op, dtype, group or counts) or are missing go to unmapped, unless
+    most disagree (two jobs, refused). Returns, for the reference's uneven all_to_alls (by index),
+    the full splits matrix [src][dst] built from every rank's in_splits."""
     reference = traces[0]
     by_rank = {t.rank: t for t in traces}
     matrices: dict[int, tuple[tuple[int, ...], ...]] = {}
@@ -210,6 +224,7 @@ def _align(
     for i, c in enumerate(reference.collectives):
         per_group[c.group].append(i)
     used = set()
+    agreement = _Agreement()
     for group, indexes in per_group.items():
         first = reference.collectives[indexes[0]]
         members = [r for r in (first.group_ranks or sorted(by_rank)) if r in by_rank]
@@ -234,15 +249,20 @@ def _align(
                     Unmapped(c, f"not recorded on rank {', '.join(map(str, missing))} (the ranks' traces disagree)")
                 )
                 continue
-            differ = [r for r, m in mates.items() if m is not None and (m.name, m.dtype) != (c.name, c.dtype)]
+            differ = {r: what for r, m in mates.items() if m is not None and (what := _disagreement(c, m))}
+            for r in mates:
+                if r in differ:
+                    agreement.differ[r].append(differ[r])
+                else:
+                    agreement.agreed[r] += 1
             if differ:
-                unmapped.append(
-                    Unmapped(c, f"rank {differ[0]} issued another collective here (the ranks' traces disagree)")
-                )
+                r, what = next(iter(differ.items()))
+                unmapped.append(Unmapped(c, f"rank {r} {what} (the ranks' traces disagree)"))
                 continue
             if c.in_splits and len(members) == len(c.group_ranks or members):
                 rows = {c.rank: c.in_splits, **{r: m.in_splits for r, m in mates.items() if m is not None}}
                 matrices[i] = tuple(rows[r] for r in (c.group_ranks or sorted(rows)))
+    agreement.check(traces)
     keys = {"seq": "Seq / collective_seq_id", "comms_id": "Comms Id", "order": "the order within each group"}
     notes.append(f"{len(traces)} ranks' traces aligned per process group by {', '.join(keys[b] for b in sorted(used))}")
     return matrices

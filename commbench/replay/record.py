@@ -28,6 +28,9 @@ class Collective:
     coalesced: int | None = None  # the id of the coalescing group it was issued in, None alone
     group_desc: str = ""  # "Process Group Description" / pg_desc, "" where absent
     lossy: tuple[str, ...] = ()  # what the reader had to assume or lost ("splits cut at 30", "dtype assumed")
+    # (start, end) of what it took, in µs of the trace's own clock (a kernel's, a Gloo annotation's): where
+    # the trace records when it ran, None elsewhere; what merges a step's overlapping calls (replay/spans.py)
+    recorded_span_us: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,3 +85,7 @@ class Plan:
     steps: int  # profiler steps the sequence was taken from (the counts are per step)
     digest: str  # the traces' combined digest: part of a replay run's fingerprint
     notes: tuple[str, ...] = ()  # assumptions stated in the output (one rank's trace stands for all...)
+    # each step's communication in the trace as the replay's step measures it: the time some call of the
+    # step was running, overlaps merged (spans.step_wall_us), one per step the sequence was taken from
+    # that recorded spans; () where the trace records none
+    recorded_wall_us: tuple[float, ...] = ()

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import csv
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from commbench.replay.adapter import S_ELEMENTS
+from commbench.replay.adapter import s_elements as rule_s_elements
 from commbench.replay.record import Call, Plan
+from commbench.results.ownership import register_header
+from commbench.results.paths import beside
 
 # The columns of <stem>.replay.csv (docs/replay.md). kind: call, step or unmapped.
 REPLAY_COLUMNS = (
@@ -23,8 +25,13 @@ STEP_OP = "step"
 STEP_VARIANT = "sequence"
 
 
+# The files a replay writes beside its results CSV (results/paths.beside's suffixes).
+REPLAY_CSV, REPLAY_CHART = ".replay.csv", "-replay.png"
+register_header(REPLAY_COLUMNS)
+
+
 def replay_path(csv_path: Path) -> Path:
-    return Path(csv_path).with_name(Path(csv_path).stem + ".replay.csv")
+    return beside(csv_path, REPLAY_CSV)
 
 
 def ranks_text(ranks: Iterable[int]) -> str:
@@ -53,8 +60,7 @@ def phase_tags(plan: Plan) -> dict[Call, str]:
 
 def s_elements(call: Call) -> int:
     """The call's S in elements, as its results row's size_bytes counts it (the op's S rule)."""
-    rule = S_ELEMENTS.get(call.op)
-    return call.in_elems if rule is None else rule(call, len(call.group_ranks))
+    return rule_s_elements(call, len(call.group_ranks))
 
 
 def recorded(plan: Plan) -> dict[Call, tuple[float, ...]]:
@@ -173,7 +179,16 @@ def _float(row: Mapping[str, Any] | None, key: str) -> float | None:
 
 
 def recorded_step_us(plan: Plan) -> float | None:
-    """The mapped calls' recorded time per step (None when the trace recorded no times)."""
+    """The step's communication in the trace as the replay's step row measures it here: the time some
+    call of the step ran, overlaps merged, per step (replay/spans.py); None where the trace recorded
+    no spans. Never the calls' times added up: overlapping calls would count twice."""
+    walls = plan.recorded_wall_us
+    return sum(walls) / len(walls) if walls else None
+
+
+def recorded_calls_us(plan: Plan) -> float | None:
+    """The mapped calls' recorded times added up, per step (None when the trace recorded no times):
+    what the calls timed one at a time here compare with, not the step."""
     found = [t for c, _ in plan.counts if (t := recorded_per_step_us(plan, c)) is not None]
     return sum(found) if found else None
 
@@ -203,13 +218,36 @@ def step_line(step: Mapping[str, Any], calls: list[Mapping[str, Any]]) -> str:
     return f"# step: {ms(p50)} (95%: {ms(lo)}-{ms(hi)}) for the sequence issued back to back{alone}"
 
 
-def verdict_line(step: Mapping[str, Any], plan: Plan, world_here: int, backend_here: str, recorded_on: str) -> str:
-    """'step communication here 41.2 ms (95%: 39.8-43.0); in the trace 12.5 ms on 2 ranks of nccl 2.17.1'."""
+def verdict_line(
+    step: Mapping[str, Any],
+    plan: Plan,
+    world_here: int,
+    backend_here: str,
+    recorded_on: str,
+    calls: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """'step communication here 41.2 ms (95%: 39.8-43.0) on 2 ranks of gloo; in the trace 12.5 ms on 2
+    ranks of nccl 2.17.1 (...)': like compared with like, and the line says which. The step here is
+    its calls issued back to back, timed from the first's start to the last's end; the trace's like
+    figure is the time its calls ran, overlaps merged (Plan.recorded_wall_us). Where the plan holds
+    none (a trace that records no spans), only the calls' sums compare: the trace's, and the calls
+    timed one at a time here (`calls`, their rows)."""
     p50, lo, hi = (float(step[k]) / 1e3 for k in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
     here = f"step communication here {digits(p50)} ms (95%: {digits(lo)}-{digits(hi)}) on {world_here} ranks of {backend_here}"
-    was = recorded_step_us(plan)
     where = f" on {plan.world_size} ranks" + (f" of {recorded_on}" if recorded_on else "")
-    trace = f"in the trace {digits(was / 1e3)} ms{where}" if was is not None else f"the trace{where} recorded no times"
+    wall, summed = recorded_step_us(plan), recorded_calls_us(plan)
+    if wall is not None:
+        added = f"; its calls' own times add up to {ms(summed)}" if summed is not None else ""
+        trace = f"in the trace {digits(wall / 1e3)} ms{where} (the time the step's calls ran, overlaps merged, as here{added})"
+    elif summed is not None:
+        alone = [float(c["replayed_us_per_step"]) for c in calls if c.get("replayed_us_per_step") not in (None, "")]
+        mine = f", here {ms(sum(alone))} (each call timed alone)" if alone else ""
+        trace = (
+            f"the trace{where} gives no figure for the step (its calls' spans merged): its calls' times add up to "
+            f"{ms(summed)} a step{mine}"
+        )
+    else:
+        trace = f"the trace{where} recorded no times"
     return f"# {here}; {trace}"
 
 

@@ -1,5 +1,13 @@
-"""Where a run's files go: the default name of a results CSV, its --raw samples file, and the
-checks that refuse an unusable --output before anything is measured."""
+"""Where a run's files go and the one rule every file a command writes obeys: the default name of a
+results CSV, the names of the files beside it (one rule: `beside`), and the checks that refuse an
+unusable target before anything is measured (commbench/results/outputs.py plans a run's targets
+together: no two at one path, none an input, never the history).
+
+The rule: a target is a regular file or a new name in a folder that exists or can be created; a
+folder, a device, a FIFO, a socket or a symbolic link is refused (commbench writes through no
+link: a link's target may be anything, a tracked README as well as a results file); an existing
+file is replaced only with --overwrite, only when commbench wrote it (commbench/results/ownership.py),
+and never when it is one of the command's inputs."""
 
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from commbench.errors import UserError
+from commbench.results.ownership import written_by_commbench
 
 
 def run_tag(env: Mapping[str, str] | None = None) -> str:
@@ -40,26 +49,24 @@ def default_output(backend: str, world_size: int, folder: str | Path = "results"
     return path
 
 
+def beside(path: Path, suffix: str) -> Path:
+    """A file (or folder) beside a results CSV: <stem><suffix>, the one rule every side file's name
+    follows (.env.json, .raw.csv, .replay.csv, .verdict.json, -charts, -replay.png)."""
+    path = Path(path)
+    return path.with_name(path.stem + suffix)
+
+
+RAW, ENV = ".raw.csv", ".env.json"
+
+
 def raw_path(path: Path) -> Path:
-    return path.with_name(path.stem + ".raw.csv")
+    """Where --raw's per-iteration samples live: <stem>.raw.csv."""
+    return beside(path, RAW)
 
 
 def env_path(path: Path) -> Path:
     """Where a run's host records live: <stem>.env.json beside its CSV."""
-    path = Path(path)
-    return path.with_name(path.stem + ".env.json")
-
-
-def resolve_output(requested: str | None, backend: str, world_size: int, overwrite: bool, raw: bool) -> Path:
-    """The CSV a run writes: the user's --output (a folder gets a fresh default name inside it), or
-    a fresh default name in results/; refused when unusable, and so are the files written beside it
-    (the .env.json, and the .raw.csv under --raw), before any rank starts."""
-    path = output_path(requested, lambda folder: default_output(backend, world_size, folder or "results"))
-    check_target(path, overwrite)
-    refuse_busy(path)
-    for beside in (env_path(path), *([raw_path(path)] if raw else [])):
-        check_target(beside, overwrite)
-    return path
+    return beside(path, ENV)
 
 
 def output_path(requested: str | Path | None, default: Callable[[Path | None], Path], flag: str = "--output") -> Path:
@@ -106,11 +113,12 @@ def make_folder(folder: Path) -> None:
         raise UserError(f"cannot create the output folder {folder}: {exc.strerror}") from None
 
 
-def target_kind(path: Path, flag: str) -> str | None:
-    """What is at path, following links: None (nothing), "file" (a regular file), "folder", or what
-    else it is (a device, a FIFO, a socket); a name the system refuses (too long) is one line."""
+def target_kind(path: Path, flag: str, follow: bool = True) -> str | None:
+    """What is at path: None (nothing), "file" (a regular file), "folder", "symbolic link" (where
+    follow is False: a target), or what else it is (a device, a FIFO, a socket); a name the system
+    refuses (too long) is one line. An input or a folder may be reached through a link (follow)."""
     try:
-        mode = os.stat(path).st_mode
+        mode = os.stat(path).st_mode if follow else os.lstat(path).st_mode
     except FileNotFoundError:
         if os.path.islink(path):
             raise UserError(f"{flag} {path} is a symbolic link to nothing; remove it or give another name") from None
@@ -123,19 +131,24 @@ def target_kind(path: Path, flag: str) -> str | None:
         return "file"
     if stat.S_ISDIR(mode):
         return "folder"
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
     return "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "FIFO" if stat.S_ISFIFO(mode) else "socket"
 
 
 def check_target(path: Path, overwrite: bool, inputs: Iterable[Path] = (), flag: str = "--output") -> Path:
-    """May a command write path? The one rule of every command that writes a file: the target is a
-    regular file or a new name in a folder that exists or can be created; a folder, a device, a FIFO
-    or a socket (or a link to one) is refused; an existing file is replaced only with --overwrite,
-    and never when it is one of the command's own inputs. A new file is created and removed to be
-    sure it can be (/proc is writable for root, yet holds no new file; a name can be too long)."""
+    """May a command write path? The module's rule, for one target (a run's targets together:
+    commbench/results/outputs.py). A new file is created and removed to be sure it can be (/proc is
+    writable for root, yet holds no new file; a name can be too long)."""
     path = Path(path)
-    kind = target_kind(path, flag)
+    kind = target_kind(path, flag, follow=False)
     if kind == "folder":
         raise UserError(f"{flag} {path} is a folder; give a file name such as {path / 'run.csv'}")
+    if kind == "symbolic link":
+        raise UserError(
+            f"{flag} {path} is a symbolic link: commbench writes through no link; give the path it points to, "
+            "or another name"
+        )
     if kind not in (None, "file"):
         raise UserError(
             f"{flag} {path} is a {kind}, not a regular file: commbench writes only to files; give a file name"
@@ -147,6 +160,11 @@ def check_target(path: Path, overwrite: bool, inputs: Iterable[Path] = (), flag:
                     raise UserError(f"{flag} {path} is one of this command's inputs; give another file name")
         if not overwrite:
             raise UserError(f"{path} already exists; choose another {flag.split()[0]} or pass --overwrite")
+        if not written_by_commbench(path) and os.path.lexists(path):
+            raise UserError(
+                f"{path} was not written by commbench, and --overwrite replaces only commbench's own earlier "
+                f"outputs; choose another {flag.split()[0]}, or move the file away yourself"
+            )
         if os.access(path, os.W_OK) and os.access(Path(os.path.realpath(path)).parent, os.W_OK | os.X_OK):
             return path
         if os.path.lexists(path):
@@ -155,7 +173,7 @@ def check_target(path: Path, overwrite: bool, inputs: Iterable[Path] = (), flag:
         # the same targets at once); a new name after all.
     make_folder(path.parent)
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666))
         os.unlink(path)
     except FileExistsError:  # made meanwhile by another process checking or writing the same target
         if not overwrite:
@@ -186,10 +204,11 @@ def busy_message(path: Path) -> str:
 
 def write_atomically(path: Path, data: bytes | str) -> Path:
     """Write a whole file under a temporary name in its folder, then rename it over path: an
-    interrupted write (Ctrl-C, a full disk) leaves the old file, never a cut one in its place. A
-    link to a file is written through (the link stays a link). A full disk is said as such."""
+    interrupted write (Ctrl-C, a full disk) leaves the old file, never a cut one in its place. The
+    rename replaces the name itself: a link put there since the target was checked is replaced,
+    never written through. A full disk is said as such."""
     path = Path(path)
-    real = Path(os.path.realpath(path))
+    real = path
     tmp = real.with_name(f".{real.name[:200]}.{secrets.token_hex(4)}.tmp")
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:

@@ -20,11 +20,12 @@ import pandas as pd
 
 from commbench.errors import UserError, warn
 from commbench.redact import redact
-from commbench.results.nccl_tests import is_nccl_tests
-from commbench.results.nccl_tests import read_cells as nccl_tests_cells
+from commbench.results import nccl_tests, nccl_tests_log
 from commbench.results.paths import raw_path
+from commbench.results.placements import PLACEMENT_PAIRS, PLACEMENT_VAR, placement_spread
 from commbench.results.schema import (
     CASE_KEY,
+    CHECKED_CELLS,
     COLUMNS,
     LAYOUT_KEY,
     RAW_COLUMNS,
@@ -33,7 +34,7 @@ from commbench.results.schema import (
     ROW_KEY,
     SCHEMA_VERSION,
 )
-from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO, HEADLINE_ROUNDS
+from commbench.results.stats import HEADLINE_ROUNDS
 from commbench.results.timing import PERF_COUNTER
 
 # What charts, reports and compare actually use. A CSV that has these reads even when the writer
@@ -236,18 +237,6 @@ def _say_skipped(frame: pd.DataFrame) -> None:
         warn(note)
 
 
-# What a cell of a measurement must be: (whole number, smallest, whether the smallest is allowed,
-# what it is). A row holding anything else is named (file, line, column) and left out of every
-# judgement. An empty cell is no measurement (a row the run could not measure), never impossible.
-_TIME = (False, 0, False, "a time (a finite number above 0)")
-_SPREAD = (False, 0, True, "a finite number, 0 or more")
-CHECKED_CELLS = {
-    "size_bytes": (True, 0, True, "a size (a whole number of bytes, 0 or more)"),
-    "world_size": (True, 1, True, "a rank count (a whole number, 1 or more)"),
-    **dict.fromkeys(("time_us_min", "time_us_p50", "time_us_p95", "time_us_max"), _TIME),
-    **dict.fromkeys(("time_us_p50_lo", "time_us_p50_hi", HEADLINE, HEADLINE_LO, HEADLINE_HI), _TIME),
-    **dict.fromkeys(("time_us_std", "busbw_gbps"), _SPREAD),
-}
 MAX_NAMED = 5  # rows named one by one per file; the rest are counted
 
 
@@ -267,18 +256,19 @@ def impossible_cells(frame: pd.DataFrame) -> list[tuple[int, str, str]]:
     """(row position, column, why) for the first impossible cell of each row (CHECKED_CELLS): a time
     that is not a finite positive number, a size that is not a whole number of bytes, NaN, inf."""
     found: dict[int, tuple[str, str]] = {}
-    for column, (whole, smallest, inclusive, meaning) in CHECKED_CELLS.items():
+    for column, rule in CHECKED_CELLS.items():
         if column not in frame.columns:
             continue
         text = frame[column]
         given = text.notna()
-        value = numbers(text)
-        bad_number = given & ~np.isfinite(value.astype(float))
-        low = given & ~bad_number & ((value < smallest) if inclusive else (value <= smallest))
-        fraction = given & ~bad_number & whole & (value % 1 != 0)
-        for position in np.flatnonzero((bad_number | low | fraction).to_numpy()):
+        value = numbers(text).astype(float)
+        bad_number = given & ~np.isfinite(value)
+        low = (value < rule.smallest) if rule.inclusive else (value <= rule.smallest)
+        out_of_range = given & ~bad_number & (low | (value > rule.largest))
+        fraction = given & ~bad_number & rule.whole & (value % 1 != 0)
+        for position in np.flatnonzero((bad_number | out_of_range | fraction).to_numpy()):
             if position not in found:
-                found[position] = (column, f"{text.iloc[position]!r} is not {meaning}")
+                found[position] = (column, f"{text.iloc[position]!r} is not {rule.meaning}")
     return sorted((p, c, why) for p, (c, why) in found.items())
 
 
@@ -292,12 +282,46 @@ def read_cells(path: Path) -> pd.DataFrame:
     return frame
 
 
+JSON, LOG, CSV = "nccl-tests -J file", "nccl-tests log", "results CSV"
+
+
+def source_kind(path: Path) -> str:
+    """What a file given where results are expected holds, by its content (JSON, LOG or CSV): a
+    name ending in .json, or a first character `{` (nccl-tests names its -J file results.json.0
+    when results.json exists), is nccl-tests' JSON; nccl-tests' text output is recognised by its
+    header lines (commbench/results/nccl_tests_log.py), whatever its name (.log, .txt, none);
+    anything else is read as a CSV, whose reader says what is wrong with it."""
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        return JSON
+    try:
+        with path.open("rb") as file:
+            head = file.read(_HEAD_BYTES)
+    except OSError:
+        return CSV  # missing, a folder, unreadable: the CSV reader names it
+    if head.lstrip()[:1] == b"{":
+        return JSON
+    header = head.split(b"\n", 1)[0].decode("utf-8", "replace").split(",")
+    if "run_id" in header or "schema_version" in header:
+        return CSV
+    return LOG if nccl_tests_log.looks_like_log(path) else CSV
+
+
+_HEAD_BYTES = 65536  # enough for a CSV's header line and the start of a JSON document
+
+
+def nccl_tests_cells(path: Path, kind: str) -> pd.DataFrame:
+    """The text cells of an nccl-tests file of either kind (attrs["left_out"]: what was left out)."""
+    return nccl_tests.read_cells(path) if kind == JSON else nccl_tests_log.read_cells(path)
+
+
 def _validated(path: Path) -> pd.DataFrame:
     """read_cells' rows with empty cells missing (NaN), as typed() takes them."""
-    if is_nccl_tests(path):  # nccl-tests' -J results.json: commbench/results/nccl_tests.py checks it
-        frame = nccl_tests_cells(path).replace("", pd.NA)
-        frame.attrs["skipped"] = 0
-        return frame
+    kind = source_kind(path)
+    if kind != CSV:  # nccl-tests' own output: its reader checks every field it uses
+        cells = nccl_tests_cells(path, kind)
+        left_out = cells.attrs["left_out"]
+        return _usable(path, cells.replace("", pd.NA), left_out, len(left_out))
     frame, lines = _read_csv(path, "results file")
     columns = set(frame.columns)
     if columns in (set(RAW_COLUMNS), set(RAW_COLUMNS_V1)):
@@ -318,19 +342,29 @@ def _validated(path: Path) -> pd.DataFrame:
             )
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
-        hint = " (not a commbench results CSV?)" if len(missing) > len(REQUIRED_COLUMNS) // 2 else ""
+        hint = (
+            " (not a commbench results CSV, nor nccl-tests output?)"
+            if len(missing) > len(REQUIRED_COLUMNS) // 2
+            else ""
+        )
         raise UserError(f"{path} lacks required column(s) {', '.join(missing)}{hint}")
     _say_skipped(frame)
     if frame.empty and not frame.attrs["skipped"]:
         raise UserError(f"{path} holds a header but no rows: the run measured nothing")
     impossible = impossible_cells(frame)
-    for position, column, why in impossible[:MAX_NAMED]:
-        warn(f"{path} line {lines[position]}, column {column}: {why}: row left out")
-    if len(impossible) > MAX_NAMED:
-        warn(f"{path}: {len(impossible) - MAX_NAMED} more rows with impossible values left out")
-    skipped = frame.attrs["skipped"] + len(impossible)
+    left_out = [f"line {lines[position]}, column {column}: {why}: row left out" for position, column, why in impossible]
     if impossible:
         frame = frame.drop(index=frame.index[[p for p, _, _ in impossible]]).reset_index(drop=True)
+    return _usable(path, frame, left_out, frame.attrs["skipped"] + len(impossible))
+
+
+def _usable(path: Path, frame: pd.DataFrame, left_out: list[str], skipped: int) -> pd.DataFrame:
+    """The rows kept, after one warning per row left out for an impossible value (MAX_NAMED of them
+    named, the rest counted); a file none of whose rows is usable is refused."""
+    for note in left_out[:MAX_NAMED]:
+        warn(f"{path} {note}")
+    if len(left_out) > MAX_NAMED:
+        warn(f"{path}: {len(left_out) - MAX_NAMED} more rows with impossible values left out")
     if frame.empty:
         raise UserError(f"{path} holds no usable row ({skipped} cut, malformed or impossible: named above)")
     frame.attrs["skipped"] = skipped
@@ -358,6 +392,7 @@ def typed(frame: pd.DataFrame, source: str) -> pd.DataFrame:
             frame[column] = numbers(frame[column])
     frame[ROUND_P50S] = _each_distinct(frame["time_us_p50_rounds"], parse_rounds)  # parsed once, for every judge
     frame[ROUND_MEANS] = _each_distinct(frame[HEADLINE_ROUNDS], parse_rounds)
+    frame[PLACEMENT_VAR], frame[PLACEMENT_PAIRS] = placement_spread(frame)  # nccl-tests' rows' own noise
     frame["group_size"] = frame["group_size"].fillna(frame["world_size"])
     # A file written before commands were redacted may hold a password: no report or chart shows it.
     frame["command"] = _each_distinct(frame["command"], redact)

@@ -6,7 +6,11 @@ readers commbench/results/reader.py.
 
 from __future__ import annotations
 
-from commbench.results.stats import STAT_COLUMNS
+import math
+from dataclasses import dataclass
+
+from commbench.results.ownership import register_header
+from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO, STAT_COLUMNS
 
 SCHEMA_VERSION = 2
 # Versions the readers accept: version 1 lacks the interval and round columns, read as empty.
@@ -56,8 +60,8 @@ LAYOUT_KEY = ("world_size", "group")
 ROW_KEY = (*CASE_KEY, *LAYOUT_KEY)
 # One line over sizes (compare's series, the history's trends).
 SERIES_KEY = tuple(c for c in ROW_KEY if c != "size_bytes")
-RAW_COLUMNS = ("run_id", *CASE_KEY, "round", "iteration", "rank", "time_us")
-RAW_COLUMNS_V1 = tuple(c for c in RAW_COLUMNS if c != "round")
+RAW_COLUMNS = register_header(("run_id", *CASE_KEY, "round", "iteration", "rank", "time_us"))
+RAW_COLUMNS_V1 = register_header(tuple(c for c in RAW_COLUMNS if c != "round"))
 
 
 def key_without(*columns: str) -> tuple[str, ...]:
@@ -72,3 +76,54 @@ def key_without(*columns: str) -> tuple[str, ...]:
 def key_words(columns: tuple[str, ...]) -> str:
     """Key columns as a message names them: (op, variant, ..., size, world size, group)."""
     return "(" + ", ".join(c.removesuffix("_bytes").replace("_", " ") for c in columns) + ")"
+
+
+# -- what a measurement's cell can be ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CellRule:
+    """What a measured value must be to be a measurement: a finite number from `smallest` (above
+    it, unless `inclusive`) up to `largest`, a whole number where `whole`. The readers check every
+    results file's cells (commbench/results/reader.py) and nccl-tests' fields and per-iteration times
+    (commbench/results/nccl_tests.py) against these; a value that breaks one is named and its row
+    left out, never filed, charted or judged. `meaning` names the rule in that message."""
+
+    whole: bool
+    smallest: float
+    inclusive: bool
+    largest: float
+    meaning: str
+
+    def holds(self, value: object) -> bool:
+        """Whether one value (a cell's text, or a JSON number) keeps the rule."""
+        if isinstance(value, bool):
+            return False
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError, OverflowError):
+            return False
+        if not math.isfinite(number) or (self.whole and number % 1):
+            return False
+        above = number >= self.smallest if self.inclusive else number > self.smallest
+        return above and number <= self.largest
+
+
+# The readers hold numbers as float64, exact for whole numbers up to 2^53 (8 PiB: no buffer comes
+# near it); the history stores a world size as an INTEGER (at most 2^31 - 1). A time above a week
+# (commbench's longest --timeout) is no iteration's: such values, as 1e308, overflow every sum.
+LARGEST_WHOLE = 2**53
+LARGEST_WORLD = 2**31 - 1
+LARGEST_TIME_US = 7 * 24 * 3600 * 1e6
+SIZE = CellRule(True, 0, True, LARGEST_WHOLE, "a size (a whole number of bytes, from 0 to 2^53)")
+COUNT = CellRule(True, 0, True, LARGEST_WHOLE, "a count (a whole number, from 0 to 2^53)")
+RANKS = CellRule(True, 1, True, LARGEST_WORLD, "a rank count (a whole number, from 1 to 2^31 - 1)")
+TIME = CellRule(False, 0, False, LARGEST_TIME_US, "a time (a finite number of us above 0, at most a week)")
+SPREAD = CellRule(False, 0, True, math.inf, "a finite number, 0 or more")
+CHECKED_CELLS = {
+    "size_bytes": SIZE,
+    "world_size": RANKS,
+    **dict.fromkeys(("time_us_min", "time_us_p50", "time_us_p95", "time_us_max"), TIME),
+    **dict.fromkeys(("time_us_p50_lo", "time_us_p50_hi", HEADLINE, HEADLINE_LO, HEADLINE_HI), TIME),
+    **dict.fromkeys(("time_us_std", "busbw_gbps"), SPREAD),
+}

@@ -86,7 +86,7 @@ def _locked(path: Path, overwrite: bool, append: bool = False) -> int:
     is created exclusively (a name another run took since it was checked is refused, not
     truncated); an existing one (--overwrite) is truncated only once its lock is held, so a run that
     another is writing is refused with its rows intact. Anything but a regular file is refused."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags if (overwrite or append) and path.exists() else flags | os.O_CREAT | os.O_EXCL, 0o666)
     except FileExistsError:

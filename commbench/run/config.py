@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from commbench.backends import BACKENDS
 from commbench.errors import UserError
 from commbench.results.budget import DEFAULT_MAX_ITERS, DEFAULT_MIN_ITERS, DEFAULT_TIME_PER_SIZE, DEFAULT_WARMUP, Budget
+from commbench.results.outputs import OutputPlan, RunOutputs
 from commbench.run.groups import GROUPS
 from commbench.run.overlap import parse_compute
 
@@ -140,10 +141,18 @@ class SweepConfig:
     # The digest of what the run's workload was read from (`commbench replay`'s traces), part of the
     # run's fingerprint: "" for a sweep, whose workload is its options.
     workload_digest: str = ""
+    # The one writing rule's facts (commbench/results/outputs.py): the files the program's rank 0
+    # writes beside the CSV (paths.beside's suffixes; "-charts/" a folder), and the files the run reads.
+    side_files: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+    # (path, flag) of the files the command writes itself once the run ends (--json): planned and
+    # claimed with the run's outputs by the process that plans them (the spawner, or rank 0).
+    extra_outputs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("ops", "dtypes", "variants"):
+        for name in ("ops", "dtypes", "variants", "side_files", "inputs"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "extra_outputs", tuple((str(p), str(f)) for p, f in self.extra_outputs))
         object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
         if not self.ops:
             raise UserError("no op selected: pass --op NAME (see `commbench list`)")
@@ -221,6 +230,20 @@ class SweepConfig:
         """Ops issued per timed sample: --window in non-blocking mode, else 1."""
         return self.window if self.mode == "nonblocking" else 1
 
+    def outputs(self) -> RunOutputs:
+        """What this run writes and reads, for the plan of its outputs (results/outputs.py)."""
+        from commbench.history.store import history_file
+
+        return RunOutputs(
+            self.output,
+            self.overwrite,
+            self.raw,
+            self.side_files,
+            self.extra_outputs,
+            self.inputs,
+            history_file(self.history),
+        )
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
@@ -233,13 +256,13 @@ class SweepConfig:
     def option_digests(self) -> dict[str, str]:
         """Per-option digests, compared across ranks to catch inconsistent launches.
 
-        `output`, `command` and `history` legitimately differ per rank (only rank 0 writes), so they
-        are left out.
+        `output`, `command`, `history`, `inputs` and `extra_outputs` legitimately differ per rank (only
+        rank 0 writes; each rank names its files from its own folder), so they are left out.
         """
         return {
             key: hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
             for key, value in asdict(self).items()
-            if key not in ("output", "command", "history")
+            if key not in ("output", "command", "history", "inputs", "extra_outputs")
         }
 
 
@@ -255,10 +278,12 @@ def in_range(flag: str, value: float, bounds: tuple[float, float], unit: str = "
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a run ended: its exit code, and the CSV it wrote (None where this process wrote none)."""
+    """How a run ended: its exit code, the CSV it wrote (None where this process wrote none), and
+    the plan of its outputs where this process made it (its claims are the caller's to release)."""
 
     code: int
     output: Path | None = None
+    outputs: OutputPlan | None = None
 
 
 # Each op instance's points, by the sizes asked for: worked out once per op (and ops are built once

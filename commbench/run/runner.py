@@ -108,4 +108,4 @@ def measure_session(session: Session, body: Callable[[], int]) -> Outcome:
                 sink.close()
     if sink:
         sink.finish(wrong_total)
-    return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, session.path)
+    return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, session.path, session.outputs)

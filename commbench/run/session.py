@@ -21,7 +21,8 @@ from commbench.history.store import History, open_run_history
 from commbench.ops import world_error
 from commbench.ops.base import Op
 from commbench.provenance import layout
-from commbench.results.paths import resolve_output
+from commbench.results.outputs import OutputPlan
+from commbench.results.paths import default_output
 from commbench.run.agreement import RunFacts, agree, share_refusal
 from commbench.run.config import ONE_RANK_NOTE, SweepConfig
 from commbench.run.eta import SweepProgress
@@ -50,6 +51,7 @@ class Session:
     sink: Sink | None = None
     path: Path | None = None  # rank 0's CSV
     phases: PhaseClock = dataclasses.field(default_factory=PhaseClock)  # where the time goes (the `# time:` line)
+    outputs: OutputPlan | None = None  # rank 0's plan of its outputs (results/outputs.py), its claims held
 
     @property
     def backend(self) -> Backend:
@@ -86,37 +88,44 @@ def open_session(
     )
     board.start()
     watchdog.arm("agreeing on the configuration across ranks")
-    path = None
+    path, outputs = None, OutputPlan(cfg.overwrite)
     # Every rank checks its own host or device; rank 0 alone owns the output file and the history.
     error = memory_error(ops, cfg, backend, launch.local_world_size)
     if lead and error is None:
         try:
-            path = resolve_output(cfg.output, cfg.backend, backend.world_size, cfg.overwrite, cfg.raw)
+            path, outputs = cfg.outputs().plan(
+                lambda d: default_output(cfg.backend, backend.world_size, d or "results")
+            )
         except UserError as exc:
             error = exc.format_message()
-    facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
-    watchdog.arm(f"creating the --group {cfg.group} process groups")
-    grouping = form_groups(backend, cfg.group, facts.rank_hosts)
-    watchdog.arm("gathering every host's environment")
-    with phases.phase("history"):
-        host_envs = gather_host_envs(backend, cfg.backend, facts.run_id, facts.rank_hosts, launch.master_addr, store)
-    sink, error, history = None, None, None
-    if lead and path is not None:
-        try:
-            # Opened once the ranks agree, so that a refused run leaves no history file behind.
-            with phases.phase("history"):
-                history = open_run_history(cfg.history)
-            agreed = Agreed(facts, grouping, host_envs or [], path)
-            sink = _open_sink(cfg, launch, backend, agreed, history, phases)
-        except UserError as exc:  # a history that cannot be opened; or the name was free when checked, but taken since
-            error = exc.format_message()
-    watchdog.arm("learning whether rank 0 could create its output")
-    share_refusal(backend, error)
-    watchdog.disarm()
-    plan = SweepPlan(cfg, grouping, ops)
-    with phases.phase("progress"):
-        progress = SweepProgress(plan.cases(), cfg.budget, prior=_last_run_prior(plan, history, sink))
-    return Session(cfg, grouping, plan, watchdog, board, progress, sink, path, phases)
+    with outputs.released_on_error():  # a refusal here or by a peer leaves no claim behind
+        facts = agree(backend, cfg, error, lambda n: world_error(ops, n))
+        watchdog.arm(f"creating the --group {cfg.group} process groups")
+        grouping = form_groups(backend, cfg.group, facts.rank_hosts)
+        watchdog.arm("gathering every host's environment")
+        with phases.phase("history"):
+            host_envs = gather_host_envs(
+                backend, cfg.backend, facts.run_id, facts.rank_hosts, launch.master_addr, store
+            )
+        sink, error, history = None, None, None
+        if lead and path is not None:
+            try:
+                # Opened once the ranks agree, so that a refused run leaves no history file behind.
+                with phases.phase("history"):
+                    history = open_run_history(cfg.history)
+                agreed = Agreed(facts, grouping, host_envs or [], path)
+                sink = _open_sink(cfg, launch, backend, agreed, history, phases)
+            except (
+                UserError
+            ) as exc:  # a history that cannot be opened; or the name was free when checked, but taken since
+                error = exc.format_message()
+        watchdog.arm("learning whether rank 0 could create its output")
+        share_refusal(backend, error)
+        watchdog.disarm()
+        plan = SweepPlan(cfg, grouping, ops)
+        with phases.phase("progress"):
+            progress = SweepProgress(plan.cases(), cfg.budget, prior=_last_run_prior(plan, history, sink))
+    return Session(cfg, grouping, plan, watchdog, board, progress, sink, path, phases, outputs)
 
 
 def _open_sink(

@@ -1,12 +1,17 @@
-"""A password typed into a postgresql:// URL reaches no output: a real sweep filing itself in a real
-PostgreSQL server (tests/history/conftest.py), then its CSV, its environment file, the database's
-own tables, `history list`/`show` and the HTML report, searched for the password."""
+"""A password typed into a postgresql:// URL or a libpq connection string reaches no output: a real
+sweep filing itself in a real PostgreSQL server (tests/history/conftest.py), then its CSV, its
+environment file, the database's own tables, `history list`/`show` and the HTML report, searched
+for the password; a connection string is a database, never a file's name."""
 
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
+from commbench.cli import main
 from tests.support.distributed import commbench
+from tests.support.errors import assert_one_line_error
+from tests.support.nccl_tests_json import nccl_tests_file
 
 # A raw '@' in the password (its tail once passed for the host) and a secret query parameter.
 PASSWORD, PARAMETER = "Se@cret9", "T0PSECRET"
@@ -67,3 +72,54 @@ def test_a_csv_written_before_redaction_is_filed_and_reported_without_its_passwo
     assert "cb:***@db.example" in listing.stdout and not _leaks(listing.stdout)
     report = commbench("report", str(out), "-o", str(tmp_path / "report.html"))
     assert report.returncode == 0 and not _leaks((tmp_path / "report.html").read_text()), report.stderr
+
+
+def _conninfo(url: str, password: str) -> str:
+    """A database URL of the test server as libpq's key=value connection string, with a password."""
+    user, rest = url.split("://", 1)[1].split("@", 1)
+    hostport, db = rest.split("/", 1)
+    host, port = hostport.split(":")
+    return f"host={host} port={port} dbname={db} user={user} password='{password}'"
+
+
+@pytest.mark.slow
+def test_a_libpq_connection_string_is_a_postgresql_history_never_a_file(postgres, tmp_path, monkeypatch):
+    """`host=... password=...` as --history or $COMMBENCH_HISTORY once became a SQLite file named
+    after it, password included; it is the PostgreSQL database it names."""
+    import psycopg
+
+    monkeypatch.chdir(tmp_path)
+    url = postgres.create_database()
+    conninfo = _conninfo(url, "Se@cret9 T0PSECRET")  # a quoted password holding a space and an '@'
+    path = nccl_tests_file(tmp_path / "nightly.json")
+    imported = CliRunner().invoke(main, ["history", "import", str(path), "--history", conninfo])
+    assert imported.exit_code == 0 and "# imported 1 run (8 rows)" in imported.output, imported.output
+    label = url.replace("commbench@", "")  # postgresql://127.0.0.1:PORT/DB: host, port and database only
+    assert imported.output.rstrip().endswith(f"into {label}")
+    listing = CliRunner(env={"COMMBENCH_HISTORY": conninfo}).invoke(main, ["history", "list"])
+    assert listing.exit_code == 0 and f"# history {label}: 1 run" in listing.output, listing.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nightly.json"]  # no file named after the string
+    with psycopg.connect(url) as conn:
+        stored = repr(conn.execute("SELECT * FROM history_runs").fetchall())
+    assert not _leaks(imported.output + listing.output + stored)
+    # postgres:// (Heroku's and others' spelling) names the same database.
+    again = CliRunner().invoke(main, ["history", "list", "--history", url.replace("postgresql://", "postgres://")])
+    assert again.exit_code == 0 and ": 1 run" in again.output, again.output
+
+
+@pytest.mark.parametrize(
+    ("history", "fragment"),
+    [
+        ("x password=Se@cret9", "holds a secret but is neither a postgresql:// URL nor a libpq connection string"),
+        ("host=127.0.0.1 bogus=1 password=Se@cret9", "libpq cannot read"),
+        ("host=127.0.0.1 password='Se@cret9", "libpq cannot read"),  # an unclosed quote
+        ("host=127.0.0.1 port=9 dbname=h password=Se@cret9", "cannot use the history postgresql://127.0.0.1:9/h"),
+    ],
+)
+def test_a_history_holding_a_password_is_refused_in_one_line_that_never_shows_it(
+    tmp_path, monkeypatch, history, fragment
+):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["history", "list", "--history", history])
+    assert_one_line_error(result, fragment, exit_code=2)
+    assert not _leaks(result.output) and list(tmp_path.iterdir()) == []

@@ -23,7 +23,7 @@ def _fake_launcher(monkeypatch, codes: list[int], folder: Path) -> list[SweepCon
     given and ends with the next code (the first launch names the CSV, as start() resolves it)."""
     seen: list[SweepConfig] = []
 
-    def fake_start(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
+    def fake_start(cfg: SweepConfig, how: LaunchOptions, extra=()) -> Outcome:
         seen.append(cfg)
         return Outcome(codes[len(seen) - 1], Path(cfg.output) if cfg.append else folder / "resolved.csv")
 

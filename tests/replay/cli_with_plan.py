@@ -11,7 +11,7 @@ from tests.replay import plans
 
 def main() -> None:
     plan = getattr(plans, sys.argv[1])()
-    source.read_plan = lambda paths: source.Source(plan, "nccl 2.17.1")
+    source.read_plan = lambda paths, *_: source.Source(plan, "nccl 2.17.1")
     from commbench.cli import main as commbench
 
     commbench(sys.argv[2:])

@@ -7,7 +7,7 @@ import pytest
 from commbench.errors import UserError
 from commbench.replay.fit import fit, placed, scaled
 from commbench.replay.record import Call
-from commbench.replay.summary import recorded_step_us
+from commbench.replay.summary import recorded_calls_us
 from tests.replay.plans import fsdp_like, tensor_parallel
 
 
@@ -44,7 +44,7 @@ def test_scaling_merges_the_calls_it_makes_identical_with_their_counts_and_times
     assert scaled_plan.counts == ((pair, 3), (gather, 1))
     assert [c.group_ranks for c in scaled_plan.sequence] == [(0, 1)] * 4
     assert dict(scaled_plan.recorded_us)[pair] == (100.0, 101.0, 100.0)
-    assert recorded_step_us(scaled_plan) == recorded_step_us(plan) == 401.0  # nothing recorded is lost
+    assert recorded_calls_us(scaled_plan) == recorded_calls_us(plan) == 401.0  # nothing recorded is lost
 
 
 def test_scaled_all_to_all_splits_fold_the_traffic_of_the_ranks_folded_together() -> None:

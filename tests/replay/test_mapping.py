@@ -3,8 +3,12 @@ recorded collective is not replayed, with their share of the recorded time."""
 
 from __future__ import annotations
 
+import pytest
+
+from commbench.errors import UserError
 from commbench.ops import registry
-from commbench.replay.mapping import _OPS, OUTSIDE_STEPS, plan, unmapped_shares
+from commbench.replay.adapter import recorded_names
+from commbench.replay.mapping import OUTSIDE_STEPS, plan, unmapped_shares
 from commbench.replay.record import Collective, Trace
 
 
@@ -29,7 +33,7 @@ def _trace(rank: int, *cs: Collective, steps: tuple[int, ...] = (1,)) -> Trace:
 
 def test_every_mapped_op_and_variant_is_one_commbench_offers():
     ops = registry()
-    for name, (op, variant) in _OPS.items():
+    for name, (op, variant) in recorded_names().items():
         assert op in ops, name
         assert variant in ops[op].spec.variants, (name, op, variant)
 
@@ -119,3 +123,36 @@ def test_the_sequence_most_steps_issue_is_replayed_and_the_others_named():
     p = plan([_trace(0, *cs, steps=(1, 2, 3))])
     assert [c.op for c in p.sequence] == ["all_reduce"] and p.steps == 2
     assert any("step(s) 1 issue another sequence" in n for n in p.notes)
+
+
+def test_a_dtype_the_ops_cannot_carry_is_listed_not_replayed():
+    p = plan([_trace(0, _c("allreduce", dtype="int16"), _c("allreduce", dtype="bool"), _c("allreduce"))])
+    assert [c.dtype for c in p.sequence] == ["float32"]
+    assert sorted(u.collective.dtype for u in p.unmapped) == ["bool", "int16"]
+    assert all("commbench's ops carry float32" in u.reason for u in p.unmapped)
+
+
+def test_a_collective_whose_counts_or_group_differ_on_another_rank_is_unmapped_with_its_reason():
+    common = [_c("allreduce", 64, seq=i) for i in range(1, 4)]
+    mine = [*common, _c("broadcast", 8, peer=0, seq=4), _c("allreduce", 16, seq=5)]
+    theirs = [
+        *(_c("allreduce", 64, rank=1, seq=i) for i in range(1, 4)),
+        _c("broadcast", 32, peer=0, rank=1, seq=4),
+        _c("allreduce", 16, rank=1, seq=5, group_ranks=(1, 2)),
+    ]
+    p = plan([_trace(0, *mine), _trace(1, *theirs)])
+    assert [c.op for c in p.sequence] == ["all_reduce"] * 3
+    assert [u.reason for u in p.unmapped] == [
+        "rank 1 issued it with 32 elements, not 8 (the ranks' traces disagree)",
+        "rank 1 issued it on another group (the ranks' traces disagree)",
+    ]
+
+
+def test_ranks_whose_traces_disagree_on_most_collectives_are_two_jobs_refused_whole():
+    r0 = [_c("allreduce", n, seq=i) for i, n in enumerate((64, 128, 256))]
+    r1 = [_c("allreduce", 4 * n, rank=1, seq=i) for i, n in enumerate((64, 128, 256))]
+    with pytest.raises(UserError, match=r"r0 and r1 disagree on 3 of their 3 common collectives .*two different jobs"):
+        plan([_trace(0, *r0), _trace(1, *r1)])
+    uneven = [_c("alltoall_base", 6, in_splits=(4, 2), out_splits=(4, 1), seq=1)]
+    other = [_c("alltoall_base", 4, rank=1, in_splits=(1, 3), out_splits=(2, 3), seq=1)]
+    assert plan([_trace(0, *uneven), _trace(1, *other)]).unmapped == ()  # an all_to_all's counts differ by rank

@@ -164,3 +164,99 @@ def test_a_pickle_that_names_a_class_is_refused_never_loaded(tmp_path):
     path.write_bytes(pickle.dumps({"entries": [Path("/etc")]}))
     with pytest.raises(UserError, match=r"not a trace .*names pathlib"):
         load([str(path)])
+
+
+def _gloo_entry(
+    name: str, n: int, seq: int, group: str, *, out: list | None = None, frames: list | None = None
+) -> dict:
+    desc = "default_pg" if group == "0" else "undefined"
+    entry = {**tf.fr_entry(f"gloo:{name}", [[n]], seq, out=out, group=group), "process_group": (group, desc)}
+    return {**entry, "frames": frames} if frames is not None else entry
+
+
+def test_gloo_dumps_recover_each_groups_members_from_the_dumps_that_hold_it(tmp_path):
+    # new_group([r]) for each r: group "1" is rank 0's alone, "2" rank 1's; pg_config names none of them
+    for rank, solo in ((0, "1"), (1, "2")):
+        entries = [_gloo_entry("all_reduce", 128, 1, solo), _gloo_entry("all_gather", 32, 2, solo, out=[[1, 32]])]
+        entries += [_gloo_entry("all_reduce", 100, 1, "0")]
+        tf.flight_recorder(tmp_path / f"rank{rank}.fr.pkl", entries, pg_config=tf.GLOO_PG_CONFIG)
+    traces = load([str(tmp_path)])
+    assert [t.world_size for t in traces] == [2, 2]
+    assert [(c.group, c.group_ranks) for c in traces[0].collectives] == [("1", (0,)), ("1", (0,)), ("0", (0, 1))]
+    assert [(c.group, c.group_ranks) for c in traces[1].collectives] == [("2", (1,)), ("2", (1,)), ("0", (0, 1))]
+    assert any("each group's members are the ranks whose dumps hold its entries" in n for n in traces[0].notes)
+    with pytest.raises(UserError, match=r"give every rank's trace together$"):  # one dump alone cannot tell
+        load([str(tmp_path / "rank0.fr.pkl")])
+
+
+def test_a_gloo_dump_missing_a_members_dump_is_refused_in_one_line(tmp_path):
+    entries = [_gloo_entry("all_gather", 64, 1, "1", out=[[4, 64]]), _gloo_entry("barrier", 0, 1, "0")]
+    for rank in (0, 1):
+        tf.flight_recorder(tmp_path / f"rank{rank}.fr.json", entries, pg_config=tf.GLOO_PG_CONFIG, as_json=True)
+    with pytest.raises(UserError, match=r"group '1' gathers from 4 ranks, but only the dumps of rank 0, 1 hold it"):
+        load([str(tmp_path)])
+
+
+C10D = "/usr/lib/python3/torch/distributed/distributed_c10d.py"
+
+
+def test_a_gloo_reduce_scatter_is_told_from_an_all_reduce_by_its_stack(tmp_path):
+    scatter = [{"filename": C10D, "name": "reduce_scatter_single", "line": 4936},
+               {"filename": "fsdp.py", "name": "foreach_reduce", "line": 619}]  # fmt: skip
+    reduce = [{"filename": C10D, "name": "all_reduce", "line": 3245}, {"filename": "ddp.py", "name": "hook", "line": 9}]
+    entries = [
+        _gloo_entry("all_reduce", 1040, 1, "0", frames=scatter),
+        _gloo_entry("all_reduce", 8, 2, "0", frames=reduce),
+    ]
+    (trace,) = load([str(tf.flight_recorder(tmp_path / "rank0.fr.pkl", entries))])
+    assert [(c.name, c.in_elems, c.out_elems) for c in trace.collectives] == [
+        ("_reduce_scatter_base", 1040, 520),
+        ("allreduce", 8, 8),
+    ]
+    assert any("1 gloo:all_reduce entries read as reduce-scatters" in n for n in trace.notes)
+    bare = [{k: v for k, v in e.items() if k != "frames"} for e in entries]  # a JSON dump keeps none
+    (dumped,) = load([str(tf.flight_recorder(tmp_path / "rank0.fr.json", bare, as_json=True))])
+    assert [c.name for c in dumped.collectives] == ["allreduce", "allreduce"]
+    assert any("a JSON dump keeps no stacks" in n for n in dumped.notes)
+
+
+def test_a_gloo_dump_says_how_many_point_to_point_ops_it_lacks(tmp_path):
+    barrier = {**_gloo_entry("barrier", 0, 1, "0"), "op_id": 17}  # 16 sends and recvs issued, none recorded
+    (trace,) = load([str(tf.flight_recorder(tmp_path / "rank0.fr.pkl", [barrier]))])
+    assert any(
+        n.startswith("Gloo records no send/recv in a Flight Recorder dump: 16 on group '0'") for n in trace.notes
+    )
+    nccl = tf.fr_entry("nccl:all_reduce", [[8]], 1)
+    (trace,) = load([str(tf.flight_recorder(tmp_path / "nccl.fr.pkl", [{**nccl, "op_id": 5}]))])
+    assert not any("send/recv" in n for n in trace.notes)  # NCCL records its point-to-point ops
+
+
+def _event(name: str, rf: int, ts: float, dur: float, dims: list, *, tid: int = 1, dtype: str = "float") -> dict:
+    args = {"Record function id": rf, "Input Dims": dims, "Input type": [dtype]}
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def test_each_gloo_dispatcher_op_gets_the_annotation_that_ran_it_wherever_it_sits(tmp_path):
+    """As Gloo records them (torch 2.13): an all_gather's annotation 3 + 3 x the group's size record
+    functions after its op (chunk, split, narrow...), a reduce-scatter's named gloo:all_reduce 4 after,
+    a run-loop thread's own ops taking ids between, and an async all_reduce's annotation after another's."""
+    events = [
+        tf.step(1, 0.0, 1000.0),
+        _event("c10d::allreduce_", 10, 10.0, 5.0, [[[256]], [], [], [], [], []]),
+        _event("c10d::_allgather_base_", 12, 20.0, 5.0, [[128], [64], [], [], []]),
+        *(_event("aten::narrow", rf, 21.0, 1.0, [[128]]) for rf in range(13, 21)),
+        _event("gloo:all_gather", 21, 30.0, 40.0, [[64]], tid=7),
+        _event("c10d::_reduce_scatter_base_", 22, 80.0, 5.0, [[520], [1040], [], [], [], []]),
+        _event("aten::clone", 23, 81.0, 1.0, [[1040]]),
+        _event("gloo:all_reduce", 26, 90.0, 60.0, [[1040]], tid=8),
+        _event("aten::div_", 27, 151.0, 1.0, [[1040]], tid=8),  # the worker's own op, from the same counter
+        _event("gloo:all_reduce", 28, 95.0, 200.0, [[256]], tid=7),  # the first all_reduce's, run late
+    ]
+    (trace,) = load([str(tf.kineto(tmp_path / "rank0.json", events, backend="gloo"))])
+    got = [(c.name, c.in_elems, c.out_elems, c.recorded_us, c.recorded_span_us) for c in trace.collectives]
+    assert got == [
+        ("allreduce", 256, 256, 200.0, (95.0, 295.0)),
+        ("_allgather_base", 64, 128, 40.0, (30.0, 70.0)),
+        ("_reduce_scatter_base", 1040, 520, 60.0, (90.0, 150.0)),
+    ]
+    assert all(c.dtype == "float32" and c.step == 1 for c in trace.collectives)

@@ -36,7 +36,7 @@ def replay_with(plan_name: str, *args: str) -> subprocess.CompletedProcess[str]:
 def with_plan(monkeypatch: pytest.MonkeyPatch):
     def use(name: str) -> None:
         plan = getattr(plans, name)()
-        monkeypatch.setattr(source, "read_plan", lambda paths: source.Source(plan, "nccl 2.17.1"))
+        monkeypatch.setattr(source, "read_plan", lambda paths, *_: source.Source(plan, "nccl 2.17.1"))
 
     return use
 
@@ -64,7 +64,27 @@ def test_bad_input_is_one_line_and_exit_2(with_plan, tmp_path: Path) -> None:
         "the trace's groups need 4 ranks and this launch has 2",
         "--scale",
     )
-    one_line_error(invoke(main, ["replay", "t.json", "--json", str(tmp_path / "no" / "r.json")]), "existing folder")
+    run = str(tmp_path / "out" / "a.csv")
+    for same in ("a.csv", "a.env.json", "a.replay.csv", "a-replay.png"):  # the run's own outputs
+        one_line_error(
+            invoke(main, ["replay", "t.json", "--nproc", "4", "-o", run, "--json", str(tmp_path / "out" / same)]),
+            "is also where",
+            "one run writes each file once",
+        )
+    history = str(tmp_path / "h.sqlite")
+    one_line_error(
+        invoke(main, ["replay", "t.json", "--nproc", "4", "-o", run, "--history", history, "--json", history]),
+        "is the results history",
+    )
+    for bad in ("0", "-1"):
+        one_line_error(
+            invoke(main, ["replay", "t.json", "--nproc", bad, "--scale"]), f"--nproc must be at least 1 (got {bad})"
+        )
+    (tmp_path / "out" / "a.replay.csv").write_text("my notes\n")  # a leftover beside the CSV, not commbench's
+    one_line_error(
+        invoke(main, ["replay", "t.json", "--nproc", "4", "-o", run, "--overwrite"]), "was not written by commbench"
+    )
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.replay.csv"]  # before any rank started
     with_plan("uneven_shards")
     one_line_error(
         invoke(main, ["replay", "t.json", "--nproc", "2", "-o", f"{tmp_path}/"]),
@@ -82,7 +102,10 @@ def test_a_plan_replayed_on_two_gloo_ranks_through_the_spawner(tmp_path: Path) -
     assert first.returncode == 0, first.stderr + first.stdout
     lines = first.stdout.splitlines()
     verdict = next(line for line in lines if line.startswith("# step communication here "))
-    assert verdict.endswith("; in the trace 0.601 ms on 2 ranks of nccl 2.17.1")
+    assert verdict.endswith(
+        "; in the trace 0.480 ms on 2 ranks of nccl 2.17.1 (the time the step's calls ran, overlaps merged, "
+        "as here; its calls' own times add up to 0.601 ms)"
+    )
     assert " on 2 ranks of gloo " in verdict
     assert any(line.startswith("# step: ") and "6 distinct" not in line for line in lines)
     assert (

@@ -10,6 +10,7 @@ from commbench.replay.summary import (
     digits,
     ms,
     phase_tags,
+    recorded_calls_us,
     recorded_step_us,
     step_line,
     step_row,
@@ -40,18 +41,31 @@ def test_a_call_row_holds_its_count_recorded_and_replayed_times() -> None:
     assert call_row(plan, ALL_TO_ALL, 1, None)["status"] == "not run"
 
 
-def test_the_step_is_recorded_as_the_mapped_calls_sum_per_step() -> None:
+def test_the_step_in_the_trace_is_the_time_its_calls_ran_and_their_sum_a_second_figure() -> None:
     plan = plan_of([ALL_GATHER, ALL_GATHER, BROADCAST], steps=2)  # 4 gathers and 2 broadcasts over 2 steps
-    assert recorded_step_us(plan) == (100 + 101 + 102 + 103) / 2 + (100 + 101) / 2
-    assert step_row(plan, MEASURED)["replayed_us_per_step"] == 41200.0
+    summed = (100 + 101 + 102 + 103) / 2 + (100 + 101) / 2
+    assert recorded_calls_us(plan) == summed
+    assert recorded_step_us(plan) is None  # no spans recorded: no step to set beside the step here
+    assert step_row(plan, MEASURED)["recorded_us_per_step"] is None
+    merged = dataclasses.replace(plan, recorded_wall_us=(250.0, 350.0))  # each step's calls overlapping
+    assert recorded_step_us(merged) == 300.0 < summed
+    assert step_row(merged, MEASURED)["recorded_us_per_step"] == 300.0
+    assert step_row(merged, MEASURED)["replayed_us_per_step"] == 41200.0
 
 
-def test_the_verdict_line_reads_as_the_issue_asks() -> None:
-    plan = plan_of([ALL_GATHER] * 100)  # recorded 100..199 us: 14.95 ms per step
+def test_the_verdict_line_compares_like_with_like_and_says_which() -> None:
+    plan = dataclasses.replace(plan_of([ALL_GATHER] * 100), recorded_wall_us=(12500.0,))  # calls: 14.95 ms
     line = verdict_line(MEASURED, plan, 2, "gloo (torch 2.13.0+cpu)", "nccl 2.17.1")
     assert line == (
         "# step communication here 41.2 ms (95%: 39.8-43.0) on 2 ranks of gloo (torch 2.13.0+cpu); "
-        "in the trace 14.9 ms on 2 ranks of nccl 2.17.1"
+        "in the trace 12.5 ms on 2 ranks of nccl 2.17.1 (the time the step's calls ran, overlaps merged, as here; "
+        "its calls' own times add up to 14.9 ms)"
+    )
+    sums = plan_of([ALL_GATHER] * 100)  # times but no spans (a Flight Recorder dump with duration_ms)
+    calls = [{"replayed_us_per_step": "1500"}, {"replayed_us_per_step": "500"}]
+    assert verdict_line(MEASURED, sums, 2, "gloo", "nccl 2.17.1", calls).endswith(
+        "; the trace on 2 ranks of nccl 2.17.1 gives no figure for the step (its calls' spans merged): "
+        "its calls' times add up to 14.9 ms a step, here 2.00 ms (each call timed alone)"
     )
     untimed = dataclasses.replace(plan_of([ALL_GATHER]), recorded_us=())
     assert verdict_line(MEASURED, untimed, 2, "gloo", "").endswith("; the trace on 2 ranks recorded no times")

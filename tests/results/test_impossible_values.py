@@ -1,5 +1,5 @@
-"""Result files with impossible values (a time negative, zero, NaN or inf; a size that is no whole
-number of bytes) and rows cut in the middle of a file: each such row is named (file, line, column),
+"""Result files with impossible values (a time negative, zero, NaN, inf or beyond a week; a size that
+is no whole number of bytes or beyond 2^53) and rows cut in the middle of a file: each such row is named (file, line, column),
 left out of every judgement (compare, plot, report, model, history import), the rows after it are
 read, and a compare says how many rows it could not judge. Never a traceback, never a silent pass."""
 
@@ -30,6 +30,8 @@ IMPOSSIBLE = {  # name: (line, column, cell)
     "NaN time": (5, "time_us_p50", "nan"),
     "inf time": (5, "time_us_max", "inf"),
     "text for a time": (6, "time_us_min", "fast"),
+    "a size beyond 2^53": (4, "size_bytes", "1e30"),  # once an OverflowError from SQLite
+    "a time beyond a week": (6, "time_us_max", "1e308"),
 }
 
 
@@ -95,9 +97,10 @@ def test_plot_report_and_model_leave_an_impossible_row_out(runs, tmp_path, comma
     _named_once(result.output, bad, 3, "time_us_p50")
 
 
-def test_history_import_files_only_the_possible_rows(runs, tmp_path):
+@pytest.mark.parametrize("size", ["1.5K", "-8", "8.5", "1000000000000000000000000000000"])
+def test_history_import_files_only_the_possible_rows(runs, tmp_path, size):
     _, cand = runs
-    bad = _with_cell(cand, tmp_path / "bad.csv", 4, "size_bytes", "1.5K")
+    bad = _with_cell(cand, tmp_path / "bad.csv", 4, "size_bytes", size)
     result = CliRunner().invoke(main, ["history", "import", str(bad), "--history", str(tmp_path / "h.sqlite")])
     assert result.exit_code == 0, result.output
     _named_once(result.output, bad, 4, "size_bytes")

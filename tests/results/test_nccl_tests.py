@@ -100,7 +100,7 @@ def test_every_reduction_of_an_op_o_all_run_is_a_variant_of_its_own(tmp_path: Pa
     ("content", "message"),
     [
         ("{not json", "is not valid JSON"),
-        ('{"results": [], "version": 1}', "nccl-tests JSON version 1; this commbench reads 2, 3"),
+        ('{"results": [], "version": 4}', "nccl-tests JSON version 4; this commbench reads 1, 2, 3"),
         ('{"config": {}}', "not nccl-tests' -J output"),
         ('{"version": 3, "args": ["./hypercube_perf"], "results": [{}]}', "'hypercube_perf' has no commbench op"),
         ('{"version": 3, "args": ["./all_gather_perf"], "results": []}', "holds no results"),

@@ -1,6 +1,7 @@
 """The one rule of every file a command writes (commbench/results/paths.py) and the results CSV's
-writer (commbench/results/writer.py): never a device, a FIFO or a folder, never an input, an existing
-file only when asked; whole files or none; one writer at a time; a full disk said as such.
+writer (commbench/results/writer.py): never a device, a FIFO, a folder or a symbolic link, never an
+input, an existing file only when asked and only commbench's own; whole files or none; one writer at
+a time; a full disk said as such.
 
 Run as root, as cluster users often are in containers. A FIFO and symbolic links in a temporary
 folder stand for device nodes: no test touches /dev or a tracked file.
@@ -37,36 +38,38 @@ def test_what_cannot_be_a_file_is_refused_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "dangling.csv").symlink_to(tmp_path / "nothing")
     for overwrite in (False, True):  # --overwrite changes none of these
         _refused("is a FIFO, not a regular file", fifo, overwrite)
-        _refused("is a FIFO, not a regular file", tmp_path / "to-fifo.csv", overwrite)
         _refused("is a folder", tmp_path / "folder", overwrite)
-        _refused("is a folder", tmp_path / "to-folder.csv", overwrite)
-        _refused("symbolic link to nothing", tmp_path / "dangling.csv", overwrite)
+        for link in ("to-fifo.csv", "to-folder.csv", "dangling.csv"):
+            _refused("is a symbolic link: commbench writes through no link", tmp_path / link, overwrite)
         _refused("File name too long", tmp_path / ("x" * 300 + ".csv"), overwrite)
     assert fifo.is_fifo() and not (tmp_path / "nothing").exists()
     with pytest.raises(UserError, match="--output - is not supported"):
         output_path("-", lambda folder: tmp_path / "default.csv")
 
 
-def test_an_existing_file_only_with_overwrite_and_never_an_input(tmp_path: Path) -> None:
+def test_an_existing_file_only_with_overwrite_only_commbenchs_and_never_an_input(tmp_path: Path) -> None:
     run = tmp_path / "run.csv"
-    run.write_text("precious\n")
-    (tmp_path / "link.csv").symlink_to(run)
+    run.write_text("schema_version,run_id,timestamp\n2,abc,now\n")
     _refused("already exists; choose another --output or pass --overwrite", run, False)
     assert check_target(run, True) == run
-    for given in (run, tmp_path / "link.csv"):  # the input itself, or a link to it
-        _refused("is one of this command's inputs", given, True, inputs=[run])
+    _refused("is one of this command's inputs", run, True, inputs=[run])
+    precious = tmp_path / "notes.csv"
+    precious.write_text("precious\n")
+    _refused("was not written by commbench, and --overwrite replaces only commbench's own", precious, True)
     assert check_target(tmp_path / "new" / "a.csv", False) == tmp_path / "new" / "a.csv"
     assert not (tmp_path / "new" / "a.csv").exists()  # checked by creating it, then removed
-    assert run.read_text() == "precious\n"
+    assert precious.read_text() == "precious\n"
 
 
-def test_a_whole_file_or_none_and_a_link_written_through(tmp_path: Path, monkeypatch) -> None:
+def test_a_whole_file_or_none_and_a_link_replaced_never_written_through(tmp_path: Path, monkeypatch) -> None:
     good = tmp_path / "chart.png"
     good.write_bytes(b"old chart")
     link = tmp_path / "latest.png"
     link.symlink_to(good)
-    write_atomically(link, b"new chart")
-    assert link.is_symlink() and good.read_bytes() == b"new chart"
+    write_atomically(link, b"new chart")  # a link put at a checked name since: the name is written
+    assert not link.is_symlink() and link.read_bytes() == b"new chart" and good.read_bytes() == b"old chart"
+    link.unlink()
+    write_atomically(good, b"new chart")
 
     real_write = os.write
 
@@ -80,7 +83,7 @@ def test_a_whole_file_or_none_and_a_link_written_through(tmp_path: Path, monkeyp
     with pytest.raises(UserError, match=r"No space left on device \(.*chart.png is left as it was\)"):
         write_atomically(good, b"a chart the disk has no room for")
     assert good.read_bytes() == b"new chart"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["chart.png", "latest.png"]  # no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chart.png"]  # no temporary left
 
 
 def test_a_results_file_has_one_writer_at_a_time(tmp_path: Path) -> None:
@@ -124,7 +127,7 @@ def test_ranks_checking_one_target_at_once_do_not_refuse_each_other(tmp_path: Pa
     look and the probe, is no reason to refuse (it was: "permission denied", and the job stopped)."""
     target = tmp_path / "verdict.json"
     real_kind = paths.target_kind
-    seen = lambda path, flag: "file" if Path(path) == target else real_kind(path, flag)  # noqa: E731
+    seen = lambda path, flag, **kw: "file" if Path(path) == target else real_kind(path, flag, **kw)  # noqa: E731
     monkeypatch.setattr(paths, "target_kind", seen)  # a peer's probe of the name, seen, then gone
     assert check_target(target, overwrite=True, flag="--json") == target and not target.exists()
     monkeypatch.setattr(paths, "target_kind", real_kind)

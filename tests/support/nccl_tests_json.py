@@ -1,6 +1,7 @@
 """nccl-tests' `-J` results files, built by the tests from the schema nccl-tests writes.
 
-The layout follows JSON_FILE_VERSION 3 of nccl-tests' src/util.cu (jsonOutputInit,
+The layout follows JSON_FILE_VERSION 3 of nccl-tests' src/util.cu (version 1, with its footer's
+misspelt keys, when asked) (jsonOutputInit,
 writeDeviceReport, writeBenchmarkLine*, writePerIterReport, writeResultFooter): `version`,
 `start_time`, `args`, `env`, `nccl_version`, `config` (with `devices[]`), `results[]` (each with
 `size`, `count`, `type`, `redop`, `root`, `out_of_place`, `in_place` and, with per-iteration
@@ -14,6 +15,7 @@ from __future__ import annotations
 import datetime
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +79,12 @@ def nccl_tests_file(
         },
         "results": results,
         "out_of_bounds": {"count": 0, "okay": "true"},
-        "average_bus_bandwidth": {"bandwidth": 1.0, "okay": "unchecked"},
+        # Version 1 (nccl-tests v2.17.3 to v2.19.1) spells these two keys so; later versions do not.
+        **(
+            {"average_bus_bandwidith": {"bandwidith": 1.0, "okay": "unchecked"}}
+            if version == 1
+            else {"average_bus_bandwidth": {"bandwidth": 1.0, "okay": "unchecked"}}
+        ),
         "errors": [],
         "end_time": str(datetime.datetime.fromisoformat(start) + datetime.timedelta(seconds=7)),
     }
@@ -111,3 +118,12 @@ def _result(size: int, n: int, program: str, factor: float, per_iter: bool, rng:
     out["actual_iterations"] = iters
     out["experiment_name"] = ""
     return out
+
+
+def changed_file(path: Path, change: Callable[[dict[str, Any]], Any], **options: Any) -> Path:
+    """nccl_tests_file(path, **options), then change(document) applied to it in place: a file
+    nccl-tests could not have written, or a hostile colleague could."""
+    document = json.loads(nccl_tests_file(path, **options).read_text())
+    change(document)
+    path.write_text(json.dumps(document))
+    return path

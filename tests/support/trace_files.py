@@ -110,10 +110,16 @@ def fr_entry(
     return entry
 
 
-def flight_recorder(path: Path, entries: list[dict], *, ranks: str = "[0, 1]", as_json: bool = False) -> Path:
+# what ProcessGroupGloo writes as pg_config once a job has made a second group (torch 2.13)
+GLOO_PG_CONFIG = {"": {"name": "", "desc": "", "ranks": "[]"}}
+
+
+def flight_recorder(
+    path: Path, entries: list[dict], *, ranks: str = "[0, 1]", as_json: bool = False, pg_config: Any = None
+) -> Path:
     dump = {
         "version": "2.10",
-        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": ranks}},
+        "pg_config": pg_config or {"0": {"name": "0", "desc": "default_pg", "ranks": ranks}},
         "pg_status": {"0": {"last_enqueued_collective": len(entries)}},
         "comm_lib_version": "",
         "entries": entries,

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import commbench
 from commbench.errors import UserError
-from commbench.results.paths import check_target, make_folder, write_atomically
+from commbench.results.ownership import WRITTEN_BY
+from commbench.results.paths import beside, check_target, make_folder, write_atomically
 
 if TYPE_CHECKING:  # matplotlib is imported where a chart is drawn: naming a chart folder stays cheap
     from matplotlib.figure import Figure
@@ -29,10 +31,12 @@ class Chart:
     notes: tuple[str, ...] = ()  # what the chart lets a reader conclude (a speedup chart's verdicts)
 
 
+CHARTS_BESIDE = "-charts/"  # a run's charts folder, as paths.beside names it (a folder: the slash)
+
+
 def charts_folder(csv_path: Path) -> Path:
     """Where `commbench sweep` puts a run's charts: <csv stem>-charts/ beside the CSV."""
-    csv_path = Path(csv_path)
-    return csv_path.with_name(csv_path.stem + "-charts")
+    return beside(csv_path, CHARTS_BESIDE.rstrip("/"))
 
 
 def write_charts(charts: list[Chart], out_dir: Path, fmt: str, overwrite: bool = False) -> list[Path]:
@@ -44,15 +48,17 @@ def write_charts(charts: list[Chart], out_dir: Path, fmt: str, overwrite: bool =
 
 
 def refuse_existing(paths: list[Path], overwrite: bool, inputs: tuple[Path, ...] = ()) -> None:
-    """Before anything is drawn: every chart file may be written (commbench/results/paths.py's
-    rule), and without overwrite none of them exists yet; one line names how many do."""
-    existing = [p for p in paths if check_target(p, True, inputs, flag="chart") and p.exists()]
+    """Before anything is drawn: without overwrite none of the chart files exists yet (one line
+    names how many do), and every one may be written (commbench/results/paths.py's rule)."""
+    existing = [p for p in paths if os.path.lexists(p)]
     if existing and not overwrite:
         more = f" and {len(existing) - 1} more" if len(existing) > 1 else ""
         raise UserError(
             f"{existing[0]}{more} already exist{'s' if len(existing) == 1 else ''}; pass --overwrite to replace them, "
             "or -o another folder"
         )
+    for path in paths:
+        check_target(path, overwrite, inputs, flag="chart")
 
 
 def ensure_folder(folder: Path) -> Path:
@@ -83,5 +89,7 @@ def render(chart: Chart, fmt: str) -> bytes:
     if fmt == "png" and figure.get_layout_engine() is None:
         figure.dpi = DPI
         tight = figure.get_tightbbox(canvas.get_renderer()).padded(rcParams["savefig.pad_inches"])
-    figure.savefig(buf, format=fmt, dpi=DPI, bbox_inches=tight, **extra)
+    # Signed as commbench's, so that --overwrite may replace it later (results/ownership.py).
+    signed = {"metadata": {"Software" if fmt == "png" else "Creator": f"{WRITTEN_BY} {commbench.__version__}"}}
+    figure.savefig(buf, format=fmt, dpi=DPI, bbox_inches=tight, **extra, **signed)
     return buf.getvalue()

@@ -16,10 +16,14 @@ from commbench.replay.readers.fields import (
     DispatcherOp,
     arg,
     as_int,
+    count,
     count_tensors,
     dtype_name,
     int_list,
     numel,
+    rank_count,
+    rank_list,
+    strided_ranks,
 )
 from commbench.replay.record import Collective
 
@@ -110,14 +114,14 @@ def comms_ops(
 
 
 def _group_ranks(
-    a: dict[str, Any], f: CommsFields, groups: Mapping[str, tuple[int, ...]], lossy: list[str]
+    a: dict[str, Any], f: CommsFields, groups: Mapping[str, tuple[int, ...]], lossy: list[str], name: str
 ) -> tuple[int, ...]:
-    ranks, cut = int_list(a.get(f.group_ranks)) if f.group_ranks else ((), False)
-    size = as_int(a.get(f.group_size))
+    ranks, cut = rank_list(a.get(f.group_ranks), f"{name}'s {f.group_ranks!r}") if f.group_ranks else ((), False)
+    size = rank_count(a.get(f.group_size), f"{name}'s {f.group_size!r}")
     start, stride = as_int(a.get(f.rank_start)), as_int(a.get(f.rank_stride))
     if cut or not ranks:
         if size and start is not None and stride:
-            return tuple(start + i * stride for i in range(size))
+            return strided_ranks(start, stride, size, f"{name}'s {f.rank_start!r} and {f.rank_stride!r}")
         if (known := groups.get(str(a.get(f.group)))) is not None:
             return known
         if cut:
@@ -134,22 +138,23 @@ def comms_collective(
     **extra: Any,
 ) -> Collective:
     """The collective one record_param_comms op recorded; groups: the ranks of the groups the trace
-    names elsewhere, for a rank list it cut; extra: the Collective's fields only the format has."""
+    names elsewhere, for a rank list it cut; extra: the Collective's fields only the format has.
+    A count, split or rank that no job records is Damaged (fields.py's bounds)."""
     lossy: list[str] = []
-    in_splits, in_cut = int_list(a.get(f.in_splits))
-    out_splits, out_cut = int_list(a.get(f.out_splits))
+    in_splits, in_cut = int_list(a.get(f.in_splits), f"{name}'s {f.in_splits!r}")
+    out_splits, out_cut = int_list(a.get(f.out_splits), f"{name}'s {f.out_splits!r}")
     if in_cut or out_cut:
         lossy.append("splits cut at 30 entries")
     dtype = dtype_name(str(a.get("dtype", "")))
     if dtype is None:
         lossy.append(f"dtype {a.get('dtype')!r} unknown (float32 assumed)")
     peer = as_int(a.get(f.dst) if name == "send" else a.get(f.src))
-    ranks = _group_ranks(a, f, groups or {}, lossy)
+    ranks = _group_ranks(a, f, groups or {}, lossy, name)
     return Collective(
         name=name,
         dtype=dtype or "float32",
-        in_elems=as_int(a.get(f.in_elems)) or 0,
-        out_elems=as_int(a.get(f.out_elems)) or 0,
+        in_elems=count(a.get(f.in_elems), f"{name}'s {f.in_elems!r}") or 0,
+        out_elems=count(a.get(f.out_elems), f"{name}'s {f.out_elems!r}") or 0,
         group=str(a.get(f.group, "")),
         group_ranks=ranks,
         rank=rank,
@@ -171,14 +176,13 @@ def dispatcher_note(sizes_from: str) -> str:
 
 def dispatcher_collective(
     spec: DispatcherOp,
-    shapes: list[Any],
-    values: list[Any],
+    shapes: Any,
+    values: Any,
     dtype: str | None,
     group: str,
     ranks: tuple[int, ...],
     rank: int,
     lost: tuple[str, ...] = (),
-    recorded_us: float | None = None,
 ) -> Collective:
     """The collective one c10d dispatcher op stands for, from its inputs' shapes and values (its
     schema's positions, spec) on the default group; lost: what the format did not record."""
@@ -190,8 +194,8 @@ def dispatcher_collective(
     in_splits: tuple[int, ...] = ()
     out_splits: tuple[int, ...] = ()
     if spec.splits:
-        out_splits = int_list(arg(values, spec.splits[0]))[0]
-        in_splits = int_list(arg(values, spec.splits[1]))[0]
+        out_splits = int_list(arg(values, spec.splits[0]), f"{spec.name}'s output split sizes")[0]
+        in_splits = int_list(arg(values, spec.splits[1]), f"{spec.name}'s input split sizes")[0]
     root = as_int(arg(values, spec.root)) if spec.root is not None else None
     if spec.root is not None and root is None:
         lossy.append("root/peer not recorded")
@@ -199,15 +203,14 @@ def dispatcher_collective(
     return Collective(
         name=spec.name,
         dtype=dtype or "float32",
-        in_elems=numel(in_shape),
-        out_elems=numel(out_shape),
+        in_elems=numel(in_shape, f"{spec.name}'s input shape"),
+        out_elems=numel(out_shape, f"{spec.name}'s output shape"),
         group=group,
         group_ranks=tuple(ranks),
         rank=rank,
         in_splits=in_splits,
         out_splits=out_splits,
         peer=peer,
-        recorded_us=recorded_us,
-        coalesced=count_tensors(in_shape) if "coalesced" in spec.name else None,
+        coalesced=count_tensors(in_shape, f"{spec.name}'s input shape") if "coalesced" in spec.name else None,
         lossy=tuple(lossy),
     )
