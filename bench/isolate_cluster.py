@@ -106,7 +106,7 @@ def compare(case: str, runs: int, seed: int, chart: Path | None) -> None:
                     if found != expected:
                         print(verdict_lines(text), file=sys.stderr)
                     if chart is not None and screen == "adaptive" and run == runs - 1:
-                        print(f"# chart: {draw(verdict, chart)}")
+                        print(f"# chart: {draw(verdict, chart, overwrite=True)}")
                 ratios.append(
                     (times["adaptive"][0] / times["all-pairs"][0], times["adaptive"][1] / times["all-pairs"][1])
                 )
@@ -150,7 +150,7 @@ def throttled(runs: int, chart: Path | None) -> None:
                 print(verdict_lines(text))
                 print(f"compute probe {seconds.probe:.2f} s, re-timings {seconds.retimings:.2f} s")
                 if chart is not None and run == runs - 1:
-                    print(f"chart: {draw(verdict, chart)}")
+                    print(f"chart: {draw(verdict, chart, overwrite=True)}")
     finally:
         FABRIC.down()
     print(f"\nthrottled rank named in {named_} of {runs} runs")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,6 +21,9 @@ from commbench.cli.options import (
 from commbench.errors import UserError, warn
 from commbench.isolate.screens import DEFAULT_SCREEN, SCREENS
 from commbench.units import parse_size
+
+if TYPE_CHECKING:
+    from commbench.results.outputs import OutputPlan
 
 
 @click.command()
@@ -93,26 +97,21 @@ def isolate(
       srun -N 8 --ntasks-per-node 8 commbench isolate --backend nccl
     """
     from commbench.isolate.options import ISOLATE_PROGRAM, PROBE_SIZES, IsolateOptions
+    from commbench.isolate.report import ISOLATE_CHART, VERDICT_JSON
 
     chosen = parse_size(size) if size is not None else None
-    json_file = str(Path(json_path).resolve()) if json_path is not None else None
-    if json_file is not None:
-        from commbench.results.paths import check_target
-
-        if not Path(json_file).parent.is_dir():
-            raise UserError(f"--json {json_path}: give a file in an existing folder")
-        check_target(Path(json_file), bool(options.get("overwrite")), flag="--json")
     opts = IsolateOptions(
         size=chosen,
         threshold=threshold if threshold is not None else 0.2,
         bisect=bisect,
-        json=json_file,
         screen=screen,
         rails=rails,
     )
     # The node sweep runs on the launch a sweep makes; what the launcher checks before ranks start
     # (the op's rank count, the host's cores and memory) sees its exchange: sendrecv of float32
-    # (isolate/exchanges.py's), up to the largest size it may take.
+    # (isolate/exchanges.py's), up to the largest size it may take. Its outputs are planned with
+    # the CSV before any rank starts (results/outputs.py): the verdict file and the chart beside
+    # it, and --json, which this process claims and writes once the ranks are done.
     how = pop_launch(options)
     cfg = build_config(
         ops=("sendrecv",),
@@ -120,20 +119,38 @@ def isolate(
         dtypes=("float32",),
         program=ISOLATE_PROGRAM,
         program_options=opts.to_dict(),
+        side_files=(VERDICT_JSON, *([ISOLATE_CHART] if plot else [])),
+        extra_outputs=[(json_path, "--json")] if json_path is not None else [],
         **options,
     )
     outcome = execute(cfg, how)
-    if plot and (csv := written(outcome)) is not None:
-        _chart(csv)
+    try:
+        if (csv := written(outcome)) is not None and outcome.outputs is not None:
+            _after(csv, plot, json_path, outcome.outputs)
+    finally:
+        if outcome.outputs is not None:
+            outcome.outputs.release()
     sys.exit(outcome.code)
 
 
-def _chart(csv_path: Path) -> None:
-    """The matrix and score chart beside the CSV; a failure to draw is a warning, never the verdict."""
-    from commbench.isolate.report import draw, read_verdict
+def _after(csv_path: Path, plot: bool, json_path: str | None, outputs: OutputPlan) -> None:
+    """What this process writes from the verdict file rank 0 left beside the CSV: --json, claimed
+    when planned, and the chart; a failure to draw is a warning, never the verdict."""
+    from commbench.isolate.report import draw_beside, read_verdict, verdict_path
 
+    if json_path is not None:
+        try:
+            document = verdict_path(csv_path).read_bytes()
+        except OSError as exc:
+            raise UserError(
+                f"--json {json_path}: cannot read the verdict {verdict_path(csv_path)}: {exc.strerror}"
+            ) from None
+        outputs.write(Path(json_path), document)
+        click.echo(f"# json: {json_path}")
+    if not plot:
+        return
     try:
-        out = draw(read_verdict(csv_path), csv_path.with_name(csv_path.stem + "-isolate.png"))
+        out = draw_beside(read_verdict(csv_path), csv_path, outputs.overwrite)
     except UserError as exc:
         warn(f"no chart: {exc.format_message()}")
         return

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from commbench.isolate.verdict import Bar
+from commbench.results.ownership import JSON_MARK, WRITTEN_BY
 
 
 class Measured(NamedTuple):
@@ -168,11 +169,14 @@ class Verdict:
         return bool(self.flagged_hosts or self.flagged_links or self.flagged_rails or self.flagged_ranks)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The verdict file's document, led by the mark that makes it commbench's (results/ownership.py)."""
+        import commbench
+
+        return {JSON_MARK: f"{WRITTEN_BY} {commbench.__version__}", **dataclasses.asdict(self)}
 
     @classmethod
     def from_json(cls, data: Any) -> Verdict:
-        """The verdict a file holds; ValueError (naming the field) when it is not one."""
+        """The verdict a file holds (its mark is not a field); ValueError (naming the field) when it is not one."""
         return _load(cls, data, "verdict")
 
 

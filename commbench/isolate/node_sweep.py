@@ -14,7 +14,6 @@ import time
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import commbench
@@ -45,9 +44,10 @@ from commbench.isolate.options import BANDWIDTH_BOUND, PROBE_MAX_S, PROBE_SIZES,
 from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
 from commbench.isolate.schedule import circle_count, circle_rounds
 from commbench.isolate.screens import SCREENS, Adaptive, AllPairs, Bisect, Seen, pair_screen
+from commbench.results.outputs import OutputPlan
 from commbench.results.paths import default_output, write_atomically
 from commbench.results.writer import CsvAppender
-from commbench.run.agreement import PeerError, agree
+from commbench.run.agreement import PeerError, RunFacts, agree
 from commbench.run.config import Outcome, SweepConfig
 from commbench.run.failures import CollectiveFailure, first_sentence
 from commbench.run.heartbeat import Heartbeat, because, connect_store
@@ -60,66 +60,83 @@ GLOO_IFNAME_ENV = "GLOO_SOCKET_IFNAME"
 
 
 def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
-    """Run the node sweep on this rank; the outcome's code is 1 when anything was flagged, else 0."""
+    """Run the node sweep on this rank; the outcome's code is 1 when anything was flagged, else 0.
+    Rank 0 plans its outputs (results/outputs.py) before the ranks agree, so that a refusal stops
+    every rank; the outcome holds that plan, with --json claimed where this process is the command's
+    (under a launcher), for the command to write the verdict into and release."""
     opts = IsolateOptions.from_dict(cfg.program_options)
     lead = backend.rank == 0
     board, watchdog = _board(cfg, launch, backend)
     watchdog.arm("agreeing on the configuration across ranks")
-    path, error = None, None
+    path, error, outputs = None, None, OutputPlan(cfg.overwrite)
     if not backend.torch_process_group:
         error = f"isolate needs torch process groups (gloo, nccl); the {backend.name} backend has none"
     elif lead:
         try:
-            path, _ = cfg.outputs().plan(lambda d: default_output(cfg.backend, backend.world_size, d or "results"))
+            path, outputs = cfg.outputs().plan(
+                lambda d: default_output(cfg.backend, backend.world_size, d or "results")
+            )
         except UserError as exc:
             error = exc.format_message()
-    facts = agree(backend, cfg, error)
-    watchdog.disarm()
-    cluster = Cluster.of(facts.rank_hosts)
-    if (refusal := sweep_refusal(cluster, opts, cfg.backend)) is not None:
-        if lead:
-            raise UserError(refusal)
-        raise PeerError(refusal)
-    if interfaces := rail_interfaces(opts.rails):
-        # The exchanges' process groups, created from here on, bind local rank g's sockets to rail g.
-        os.environ[GLOO_IFNAME_ENV] = interfaces[cluster.local_index(backend.rank)]
-    writer = CsvAppender(path, COLUMNS, overwrite=cfg.overwrite) if lead and path is not None else None
-    base = {"run_id": facts.run_id, "backend": cfg.backend, "world_size": backend.world_size}
-    sweep = NodeSweep(cfg, opts, backend, cluster, watchdog, writer, base)
-    board.hosts = tuple(facts.rank_hosts)
-    try:
-        verdict = sweep.run()
-    except RuntimeError as exc:  # a transport error: a peer died mid-screen; name it, as a timeout would
-        watchdog.disarm()
-        detail = board.named(because(bounded(board.diagnose, board.diagnosis_s), "a transport error"))
-        board.finish(f"failed in {watchdog.label}")
-        raise CollectiveFailure(
-            f"rank {backend.rank}: {watchdog.label} failed: {first_sentence(exc)}; {detail}"
-        ) from exc
-    finally:
-        board.finish("finished")
-        if writer is not None:
-            writer.close()
-    if lead and path is not None:
-        verdict = replace(verdict, csv=str(path))
-        text = json.dumps(verdict.to_json(), indent=1)
-        write_atomically(verdict_path(path), text)
-        if opts.json:
-            write_atomically(Path(opts.json), text)
-        say(format_verdict(verdict))
-        say(f"# done: results in {path}, verdict in {verdict_path(path)}")
+    with outputs.released_on_error():  # a refusal here or by a peer, a failed exchange: no claim left behind
+        facts, cluster = _agreed(cfg, opts, backend, watchdog, error)
+        writer = CsvAppender(path, COLUMNS, overwrite=cfg.overwrite) if lead and path is not None else None
+        base = {"run_id": facts.run_id, "backend": cfg.backend, "world_size": backend.world_size}
+        board.hosts = tuple(facts.rank_hosts)
+        verdict = _measured(NodeSweep(cfg, opts, backend, cluster, watchdog, writer, base), board)
+        if lead and path is not None:
+            verdict = replace(verdict, csv=str(path))
+            write_atomically(verdict_path(path), json.dumps(verdict.to_json(), indent=1))
+            say(format_verdict(verdict))
+            say(f"# done: results in {path}, verdict in {verdict_path(path)}")
     code = ExitCode.FAILED if verdict.flagged or verdict.wrong else ExitCode.OK
     if code == ExitCode.FAILED and under_torchrun(launch):
         # torchrun reports any rank's non-zero exit as a crash (a ChildFailedError traceback on every
         # node, "the job failed"): a finding is not one. The verdict file carries it instead.
         if lead:
-            where = opts.json or (verdict_path(path) if path is not None else "the verdict file")
+            where = verdict_path(path) if path is not None else "the verdict file"
             say(
                 f"# isolate: exit code 0 under torchrun (it turns a rank's exit 1 into a crash report); "
                 f"the finding is in {where}: flagged_hosts, flagged_links, flagged_rails, flagged_ranks"
             )
         code = ExitCode.OK
-    return Outcome(code, path)
+    return Outcome(code, path, outputs if lead else None)
+
+
+def _agreed(
+    cfg: SweepConfig, opts: IsolateOptions, backend: Backend, watchdog: Watchdog, error: str | None
+) -> tuple[RunFacts, Cluster]:
+    """The ranks agree (an error, rank 0's or any rank's, stops them all) on a cluster the options
+    can sweep; each rank's exchanges then bind to its rail's interface (--rails)."""
+    facts = agree(backend, cfg, error)
+    watchdog.disarm()
+    cluster = Cluster.of(facts.rank_hosts)
+    if (refusal := sweep_refusal(cluster, opts, cfg.backend)) is not None:
+        if backend.rank == 0:
+            raise UserError(refusal)
+        raise PeerError(refusal)
+    if interfaces := rail_interfaces(opts.rails):
+        # The exchanges' process groups, created from here on, bind local rank g's sockets to rail g.
+        os.environ[GLOO_IFNAME_ENV] = interfaces[cluster.local_index(backend.rank)]
+    return facts, cluster
+
+
+def _measured(sweep: NodeSweep, board: Board) -> Verdict:
+    """The sweep's verdict; a peer that dies mid-screen is named by rank and host, as a timeout would be."""
+    watchdog = sweep.watchdog
+    try:
+        return sweep.run()
+    except RuntimeError as exc:  # a transport error
+        watchdog.disarm()
+        detail = board.named(because(bounded(board.diagnose, board.diagnosis_s), "a transport error"))
+        board.finish(f"failed in {watchdog.label}")
+        raise CollectiveFailure(
+            f"rank {sweep.backend.rank}: {watchdog.label} failed: {first_sentence(exc)}; {detail}"
+        ) from exc
+    finally:
+        board.finish("finished")
+        if sweep.writer is not None:
+            sweep.writer.close()
 
 
 class Board(Heartbeat):

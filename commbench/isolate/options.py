@@ -34,7 +34,6 @@ class IsolateOptions:
     threshold: float = DEFAULT_THRESHOLD
     k: float = NOISE_K
     bisect: bool = False
-    json: str | None = None
     screen: str = DEFAULT_SCREEN
     rails: str | None = None
 

@@ -1,5 +1,7 @@
 """What a node sweep leaves behind: its CSV columns, the verdict file beside the CSV, the console
-verdict and the chart (host x host bandwidth matrix and per-host scores against the bar)."""
+verdict and the chart (host x host bandwidth matrix and per-host scores against the bar). Each is
+one of commbench's own outputs (results/ownership.py): the CSV's header is registered, the verdict
+file starts with its `written_by` mark (findings.py) and the chart is signed when rendered."""
 
 from __future__ import annotations
 
@@ -7,34 +9,41 @@ import json
 from pathlib import Path
 from typing import Any
 
+from commbench.analysis.charts.render import FORMATS, Chart, write_charts
 from commbench.errors import UserError
 from commbench.isolate.findings import Evidence, Verdict
+from commbench.results.ownership import register_header
+from commbench.results.paths import beside
 from commbench.units import format_number as number
 
-COLUMNS = (
-    "run_id",
-    "kind",  # host_pair, local_pair, confirm_host, confirm_local
-    "round",
-    "host_a",
-    "host_b",
-    "ranks_a",
-    "ranks_b",
-    "size_bytes",
-    "iters",
-    "time_us_p50",
-    "time_us_p50_lo",
-    "time_us_p50_hi",
-    "busbw_gbps",
-    "wrong",
-    "backend",
-    "world_size",
-    "rail",  # the local rank index of a rail's row (--rails); empty for a row of the whole pair
+COLUMNS = register_header(
+    (
+        "run_id",
+        "kind",  # host_pair, local_pair, confirm_host, confirm_local
+        "round",
+        "host_a",
+        "host_b",
+        "ranks_a",
+        "ranks_b",
+        "size_bytes",
+        "iters",
+        "time_us_p50",
+        "time_us_p50_lo",
+        "time_us_p50_hi",
+        "busbw_gbps",
+        "wrong",
+        "backend",
+        "world_size",
+        "rail",  # the local rank index of a rail's row (--rails); empty for a row of the whole pair
+    )
 )
+# The files beside the CSV (paths.beside): the verdict rank 0 writes, the chart --plot draws.
+VERDICT_JSON, ISOLATE_CHART = ".verdict.json", "-isolate.png"
 
 
 def verdict_path(csv_path: Path) -> Path:
     """The verdict file beside the CSV: <stem>.verdict.json."""
-    return csv_path.with_name(csv_path.stem + ".verdict.json")
+    return beside(csv_path, VERDICT_JSON)
 
 
 def read_verdict(csv_path: Path) -> Verdict:
@@ -156,14 +165,27 @@ def _compute(v: Verdict) -> list[str]:
     return lines
 
 
-def draw(v: Verdict, out: Path) -> Path:
-    """The host x host bandwidth matrix (flagged hosts and links marked) beside the per-host scores
-    with the cut drawn; one PNG or SVG."""
-    import matplotlib
+def draw(v: Verdict, out: Path, overwrite: bool = False) -> Path:
+    """The verdict's chart written to out (.png or .svg), whole or not at all, signed as commbench's
+    (charts/render.py); an existing file is replaced only with overwrite, and only if commbench's."""
+    out = Path(out)
+    fmt = out.suffix.lstrip(".")
+    if fmt not in FORMATS:
+        raise UserError(f"{out}: a chart is a .png or .svg file; give one of those names")
+    return write_charts([isolate_chart(v, out.stem)], out.parent, fmt, overwrite)[0]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def draw_beside(v: Verdict, csv_path: Path, overwrite: bool = False) -> Path:
+    """--plot's chart: <stem>-isolate.png beside the CSV, planned with the run's outputs."""
+    return draw(v, beside(csv_path, ISOLATE_CHART), overwrite)
+
+
+def isolate_chart(v: Verdict, stem: str) -> Chart:
+    """The host x host bandwidth matrix (flagged hosts and links marked) beside the per-host scores
+    with the cut drawn, and every rank's compute rate."""
     import numpy as np
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     hosts = v.hosts
@@ -172,9 +194,8 @@ def draw(v: Verdict, out: Path) -> Path:
     matrix = np.full((n, n), np.nan)
     for m in v.host.pairs:
         matrix[index[m.a], index[m.b]] = matrix[index[m.b], index[m.a]] = m.value
-    fig, (left, right, compute) = plt.subplots(
-        1, 3, figsize=(11 + 0.35 * n, 3.6 + 0.2 * n), gridspec_kw={"width_ratios": [1.3, 1, 1]}
-    )
+    fig = Figure(figsize=(11 + 0.35 * n, 3.6 + 0.2 * n))
+    left, right, compute = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.3, 1, 1]})
     image = left.imshow(matrix, cmap="viridis", vmin=0)
     fig.colorbar(image, ax=left, label="GB/s each way")
     ticks = range(n)
@@ -185,10 +206,10 @@ def draw(v: Verdict, out: Path) -> Path:
         for spine in (left.get_xticklabels()[i], left.get_yticklabels()[i]):
             spine.set_color("red")
             spine.set_fontweight("bold")
-        left.add_patch(plt.Rectangle((-0.5, i - 0.5), n, 1, fill=False, edgecolor="red", linewidth=2))
+        left.add_patch(Rectangle((-0.5, i - 0.5), n, 1, fill=False, edgecolor="red", linewidth=2))
     for a, b in v.host.flagged_links:
         for i, j in ((index[a], index[b]), (index[b], index[a])):
-            left.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="orange", linewidth=2.5))
+            left.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="orange", linewidth=2.5))
     if n <= 12:
         for i in range(n):
             for j in range(n):
@@ -211,12 +232,10 @@ def draw(v: Verdict, out: Path) -> Path:
     right.set_xlabel("host score (GB/s)")
     right.legend(fontsize=7, loc="lower right")
     right.set_title(f"host scores\n(below the cut: a suspect; threshold {v.threshold:.0%})", fontsize=9)
-    right.xaxis.set_major_locator(MaxNLocator(nbins=4))  # a few short ticks that never run together
     _compute_panel(compute, v)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    caption = "host pair bandwidth, host scores against the cut, and every rank's compute rate"
+    return Chart(stem, "isolate", fig, caption)
 
 
 def _compute_panel(ax: Any, v: Verdict) -> None:

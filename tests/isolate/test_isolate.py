@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import statistics
-from itertools import combinations, pairwise
+from itertools import combinations
 
 import pandas as pd
 import pytest
@@ -15,10 +14,8 @@ import pytest
 from commbench.backends.job import Launch
 from commbench.isolate.cluster import Cluster
 from commbench.isolate.exchanges import PROBE_WINDOW_S, _window_sample
-from commbench.isolate.findings import Verdict
 from commbench.isolate.judge import compute_reference
 from commbench.isolate.node_sweep import under_torchrun
-from commbench.isolate.report import draw, format_verdict
 from commbench.isolate.schedule import byes, circle_rounds, pack
 from commbench.isolate.verdict import (
     confirmed_link,
@@ -31,6 +28,7 @@ from commbench.isolate.verdict import (
     robust_bar,
     suspects,
 )
+from commbench.results.ownership import written_by_commbench
 from tests.support.distributed import commbench, run_ranks
 from tests.support.errors import assert_one_line_error
 from tests.support.fake_hosts import ranks_on_fake_hosts, run_on_fake_hosts
@@ -166,11 +164,11 @@ def test_isolate_on_one_host_exits_2_with_one_line(tmp_path):
     [
         (["--threshold", "120%"], "--threshold"),
         (["--size", "4"], "--size"),
-        (["--json", "/nonexistent/x.json"], "--json"),
+        (["--json", "/nonexistent/x.json"], "/nonexistent"),
     ],
 )
-def test_bad_isolate_options_are_one_line_errors(args, message):
-    result = commbench("isolate", *args, timeout=60)
+def test_bad_isolate_options_are_one_line_errors(args, message, tmp_path):
+    result = commbench("isolate", *args, timeout=60, cwd=tmp_path)  # a refused run may leave results/ there
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr
 
@@ -273,81 +271,6 @@ def test_a_probe_sample_spans_quota_periods_so_a_throttled_rank_reads_slow():
     assert per_matmul_us > 4 * kernel.run_s * 1e6
 
 
-def _verdict_json() -> dict:
-    hosts = ["n1", "n2", "n3", "n4"]
-    pairs = [
-        [a, b, 0.25 if "n4" in (a, b) else (0.4 if {a, b} == {"n1", "n2"} else 1.0)] for a, b in combinations(hosts, 2)
-    ]
-    bar = {"median": 1.0, "mad": 0.0, "margin": 0.2, "cut": 0.8}
-    return {
-        "hosts": hosts,
-        "ranks": {str(i): f"{h}:0" for i, h in enumerate(hosts)},
-        "size_bytes": 131072,
-        "latency_bytes": 8,
-        "threshold": 0.2,
-        "k": 3.0,
-        "screen": "all-pairs",
-        "rounds": {"screen": 3, "confirmation": 4, "local": 0, "bisect": 0},
-        "rounds_used": 7,
-        "round_seconds": [1.0] * 7,
-        "host": {
-            "scores": {"n1": 1.0, "n2": 1.0, "n3": 1.0, "n4": 0.25},
-            "bar": bar,
-            "suspects": ["n4"],
-            "confirmations": {
-                "n4": {"pairs": [["n1", "n4", 0.25], ["n2", "n4", 0.26]], "references": [["n1", "n2", 0.98]]}
-            },
-            "link_bar": {"median": 1.0, "mad": 0.0, "margin": 0.2, "cut": 0.8},
-            "link_suspects": [["n1", "n2", 0.4]],
-            "link_confirmations": {
-                "n1-n2": {"pairs": [["n1", "n2", 0.41]], "references": [["n1", "n3", 1.0], ["n2", "n3", 1.0]]}
-            },
-            "pairs": pairs,
-            "flagged": ["n4"],
-            "flagged_links": [["n1", "n2"]],
-        },
-        "local": None,
-        "compute": {
-            "gflops": {"n1:0": 10.0, "n2:0": 10.0, "n3:0": 2.0, "n4:0": 10.0},
-            "flops": 2e9,
-            "bar": {"median": 10.0, "mad": 0.0, "margin": 2.0, "cut": 8.0},
-            "suspects": [2],
-            "reference": 0,
-            "window_s": 0.2,
-            "samples": 5,
-            "seconds": {"probe": 1.0, "retimings": 2.0},
-            "beside_gflops": {"2": [[5.0, 20.0], [6.0, 19.0]]},
-            "flagged": [2],
-        },
-        "bisect": None,
-        "flagged_hosts": ["n4"],
-        "flagged_links": [["n1", "n2"]],
-        "flagged_rails": [],
-        "flagged_ranks": [2],
-        "wrong": 0,
-    }
-
-
-def _verdict() -> Verdict:
-    return Verdict.from_json(_verdict_json())
-
-
-def test_the_verdict_names_each_culprit_with_its_evidence(tmp_path):
-    text = format_verdict(_verdict())
-    lines = [" ".join(line.split()) for line in text.splitlines()]
-    assert "n4 0.25 GB/s -75% SLOW HOST (re-measured n1-n4 0.25, n2-n4 0.26 GB/s against n1-n2 0.98)" in lines
-    assert "n3 1 GB/s +0% ok" in lines
-    assert "link n1-n2: 0.40 of what both reach elsewhere" in text and "SLOW LINK" in text
-    assert "n3:0: 2 GFLOP/s; re-timed beside n1:0: 5 vs 20, 6 vs 19: COMPUTE STRAGGLER" in text
-    assert text.splitlines()[-1] == "# isolate: 1 slow host(s): n4; 1 slow link(s): n1-n2; 1 slow rank(s): n3:0"
-    png = draw(_verdict(), tmp_path / "m.png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # What --json writes reads back as the same verdict, and holds the file's keys as they were.
-    written = json.loads(json.dumps(_verdict().to_json()))
-    assert Verdict.from_json(written) == _verdict()
-    assert written["host"]["confirmations"]["n4"]["pairs"] == [["n1", "n4", 0.25], ["n2", "n4", 0.26]]
-
-
 @pytest.mark.slow
 def test_isolate_end_to_end_on_hosts_named_by_commbench_host(tmp_path):
     """Two hosts of two ranks each over loopback, named through COMMBENCH_HOST (no root needed):
@@ -370,7 +293,15 @@ def test_isolate_end_to_end_on_hosts_named_by_commbench_host(tmp_path):
     assert sorted(zip(local.host_a, local.host_b)) == [("h0:0", "h0:1")] * 2 + [("h1:0", "h1:1")] * 2
     assert (rows.wrong == 0).all() and (rows.time_us_p50_lo <= rows.time_us_p50).all()
     assert (tmp_path / "iso-isolate.png").exists() and (tmp_path / "iso.verdict.json").exists()
-    assert results[0].stdout.splitlines()[-2].startswith("# done: results in")
+    # Rank 0 leaves the verdict beside the CSV; the command (rank 0's process, under a launcher)
+    # writes --json, claimed when planned, and the chart from it: commbench's own files, both.
+    tail = results[0].stdout.splitlines()[-3:]
+    assert tail[0].startswith("# done: results in") and tail[1:] == [
+        f"# json: {tmp_path / 'v.json'}",
+        f"# chart: {tmp_path / 'iso-isolate.png'}",
+    ]
+    assert (tmp_path / "v.json").read_bytes() == (tmp_path / "iso.verdict.json").read_bytes()
+    assert written_by_commbench(tmp_path / "v.json") and written_by_commbench(tmp_path / "iso-isolate.png")
 
 
 def _rounds_in_turn(backend, partitions):
@@ -395,38 +326,3 @@ def test_a_round_that_forms_the_last_rounds_groups_keeps_them():
     for created, seen in results:
         assert created == 3  # same (kept twice), other, same again
         assert seen == [[((0, 1), 0), ((2, 3), 0)]] * 3 + [[((0, 2), 0), ((1, 3), 0)], [((0, 1), 0), ((2, 3), 0)]]
-
-
-def _tiny_verdict() -> Verdict:
-    """Scores as a loaded cluster's small exchanges give them: GB/s in the ten-thousandths."""
-    v = _verdict_json()
-    v["host"]["scores"] = {"n1": 0.000288, "n2": 0.000291, "n3": 0.000279, "n4": 0.000071}
-    v["host"]["bar"] = {"median": 0.000284, "mad": 0.0000288, "margin": 0.0000568, "cut": 0.000227}
-    v["host"]["pairs"] = [[a, b, bw / 3500] for a, b, bw in v["host"]["pairs"]]
-    return Verdict.from_json(v)
-
-
-def test_the_console_verdict_never_writes_an_exponent():
-    text = format_verdict(_tiny_verdict())
-    assert "MAD 0.0000288" in text and "median 0.000284" in text and "n4 0.000071 GB/s" in " ".join(text.split())
-    assert not re.search(r"\de[-+]\d", text), text
-
-
-def test_the_score_axis_ticks_do_not_run_together(tmp_path, monkeypatch):
-    """Look at the chart: its score axis, a narrow panel, once wrote 8 long tick labels over each other."""
-    import matplotlib.figure
-
-    drawn = []
-    save = matplotlib.figure.Figure.savefig
-    monkeypatch.setattr(
-        matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (drawn.append(fig), save(fig, *a, **k))
-    )
-    draw(_tiny_verdict(), tmp_path / "tiny.png")
-    (fig,) = drawn
-    (axis,) = [ax.xaxis for ax in fig.axes if ax.get_xlabel() == "host score (GB/s)"]
-    fig.canvas.draw()
-    low, high = axis.axes.get_xlim()
-    labels = [t for t in axis.get_ticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
-    boxes = sorted((t.get_window_extent() for t in labels), key=lambda b: b.x0)
-    assert len(boxes) >= 2 and all(a.x1 < b.x0 for a, b in pairwise(boxes)), [t.get_text() for t in labels]
-    assert not [t.get_text() for t in labels if "e" in t.get_text()] and not axis.get_offset_text().get_text()
