@@ -12,7 +12,7 @@ from typing import Protocol
 
 from commbench.isolate.findings import Cut, Evidence, LevelFindings, Measured, Rail, RailCheck
 from commbench.isolate.schedule import pack
-from commbench.isolate.screens import Adaptive, AllPairs, Seen
+from commbench.isolate.screens import PairScreen, Seen
 from commbench.isolate.verdict import (
     Bar,
     Confirmation,
@@ -83,7 +83,7 @@ class Screened:
     confirmation_rounds: int
 
 
-def screen_level(level: Level, screen: AllPairs | Adaptive, measure: Measure, threshold: float, k: float) -> Screened:
+def screen_level(level: Level, screen: PairScreen, measure: Measure, threshold: float, k: float) -> Screened:
     """The screen's rounds, then the verdict over every pair it met; while the verdict is in doubt
     and the screen can go on, it is widened (more rounds) and the verdict reached again."""
     seen = Seen(len(level.nodes))

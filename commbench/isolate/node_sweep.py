@@ -42,8 +42,8 @@ from commbench.isolate.findings import (
 from commbench.isolate.judge import Level, Measure, Pair, RailBw, judge_compute, judge_level, screen_level
 from commbench.isolate.options import BANDWIDTH_BOUND, PROBE_MAX_S, PROBE_SIZES, IsolateOptions
 from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
-from commbench.isolate.schedule import circle_count, circle_rounds
-from commbench.isolate.screens import SCREENS, Adaptive, AllPairs, Bisect, Seen, pair_screen
+from commbench.isolate.schedule import circle_rounds
+from commbench.isolate.screens import SCREENS, Bisect, Seen, pair_screen
 from commbench.results.outputs import OutputPlan
 from commbench.results.paths import default_output, write_atomically
 from commbench.results.writer import CsvAppender
@@ -209,7 +209,7 @@ class NodeSweep:
         screen = pair_screen(opts.screen, len(c.hosts), zlib.crc32(str(self.base["run_id"]).encode()))
         self.say(
             f"# commbench {commbench.__version__} isolate: {len(c.hosts)} hosts x {c.local_size} rank(s), "
-            f"backend {self.cfg.backend}, screen {screen.name} ({_plan(screen)})"
+            f"backend {self.cfg.backend}, screen {screen.name} ({screen.plan()})"
             + (f", {c.local_size} rails" if self.rails else "")
         )
         start = time.perf_counter()
@@ -410,14 +410,6 @@ class NodeSweep:
             BisectStep([[c.hosts[h] for h in part] for part in halves], list(times), result)
             for halves, times, result in screen.steps(seen)
         ]
-
-
-def _plan(screen: AllPairs | Adaptive) -> str:
-    """What the screen will run, in words, for the run's first line."""
-    everything = circle_count(screen.hosts)
-    if isinstance(screen, Adaptive):
-        return f"{min(screen.per_widening, everything)} rounds of host pairs, more while in doubt; all pairs take {everything}"
-    return f"{everything} rounds of host pairs"
 
 
 def sweep_refusal(cluster: Cluster, opts: IsolateOptions, backend: str) -> str | None:

@@ -52,6 +52,17 @@ class Screen(Protocol):
     def next_round(self, seen: Seen) -> list[Group] | None: ...
 
 
+class PairScreen(Screen, Protocol):
+    """A screen of host pairs, made from the host count and the run's seed (SCREENS)."""
+
+    @property
+    def hosts(self) -> int: ...
+
+    def plan(self) -> str:
+        """What it will run, in words, for the run's first line."""
+        ...
+
+
 @dataclass(frozen=True)
 class AllPairs:
     """Every pair of hosts once, N/2 pairs a round: N-1 rounds, and every link is measured."""
@@ -63,6 +74,9 @@ class AllPairs:
     @staticmethod
     def refusal(hosts: int) -> str | None:
         return None
+
+    def plan(self) -> str:
+        return f"{circle_count(self.hosts)} rounds of host pairs"
 
     def next_round(self, seen: Seen) -> list[Group] | None:
         done = len(seen.rounds)
@@ -86,6 +100,10 @@ class Adaptive:
     @property
     def per_widening(self) -> int:
         return max(2, math.ceil(math.log2(self.hosts)))
+
+    def plan(self) -> str:
+        everything = circle_count(self.hosts)
+        return f"{min(self.per_widening, everything)} rounds of host pairs, more while in doubt; all pairs take {everything}"
 
     def order(self) -> list[int]:
         hosts = list(range(self.hosts))
@@ -145,11 +163,11 @@ def _pair(a: int, b: int) -> Group:
     return (a, b) if a < b else (b, a)
 
 
-# The pair screens `--screen` names; the first is the default.
+# The pair screens `--screen` names (its choices, IsolateOptions' check); the first is the default.
 SCREENS: dict[str, type[AllPairs] | type[Adaptive]] = {Adaptive.name: Adaptive, AllPairs.name: AllPairs}
 DEFAULT_SCREEN = next(iter(SCREENS))
 
 
-def pair_screen(name: str, hosts: int, seed: int) -> AllPairs | Adaptive:
+def pair_screen(name: str, hosts: int, seed: int) -> PairScreen:
     """The pair screen called `name` over `hosts` hosts (IsolateOptions has checked the name)."""
     return SCREENS[name](hosts, seed)
