@@ -46,6 +46,14 @@ class Cluster:
         """The ranks of hosts a and b, ordered a0, b0, a1, b1, ...: [a_i, b_i] exchange with each other."""
         return [r for pair in zip(self.ranks[a], self.ranks[b]) for r in pair]
 
+    def host_of(self, rank: int) -> int:
+        """The index of the rank's host."""
+        return next(h for h, ranks in enumerate(self.ranks) if rank in ranks)
+
+    def local_index(self, rank: int) -> int:
+        """The rank's index among its host's ranks (its rail, where each rank has a NIC of its own)."""
+        return next(ranks.index(rank) for ranks in self.ranks if rank in ranks)
+
     def rank_name(self, rank: int) -> str:
         """host:local index, how a rank is named in verdicts."""
         for host, ranks in zip(self.hosts, self.ranks):

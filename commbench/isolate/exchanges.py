@@ -100,7 +100,9 @@ class Rounds:
         if self._held is None:
             return
         group, self._held = self._held[1], None
+        self.watchdog.arm(f"freeing the process groups of round {self.created}")
         self.backend.barrier()
+        self.watchdog.disarm()
         if group is not None:
             dist.destroy_process_group(group)
 

@@ -1,17 +1,19 @@
-"""One rank's node sweep: host pairs in circle rounds, local pairs, the compute probe, the
-verdicts and their confirmation. Every rank runs this and reaches the same verdict from the same
-gathered samples; rank 0 writes the CSV, the verdict file and the table.
+"""One rank's node sweep: host pairs in the rounds a screen proposes, local pairs, the compute
+probe, the bisection. The measuring is here; the verdicts are judge.py's, over what it measured.
+Every rank runs this and reaches the same verdict from the same gathered samples; rank 0 writes
+the CSV, the verdict file and the table.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import commbench
@@ -20,83 +22,151 @@ from commbench.backends.job import Launch
 from commbench.console.lines import say
 from commbench.errors import ExitCode, UserError
 from commbench.isolate.cluster import Cluster
-from commbench.isolate.exchanges import PROBE_SAMPLES, PROBE_WINDOW_S, Exchange, Rounds, compute_probe
+from commbench.isolate.exchanges import (
+    PROBE_SAMPLES,
+    PROBE_WINDOW_S,
+    ComputeProbe,
+    Exchange,
+    Rounds,
+    compute_probe,
+)
+from commbench.isolate.findings import (
+    BisectStep,
+    ComputeFindings,
+    ComputeSeconds,
+    Cut,
+    LevelFindings,
+    RoundCount,
+    Verdict,
+)
+from commbench.isolate.judge import Level, Measure, Pair, RailBw, judge_compute, judge_level, screen_level
 from commbench.isolate.options import BANDWIDTH_BOUND, PROBE_MAX_S, PROBE_SIZES, IsolateOptions
 from commbench.isolate.report import COLUMNS, format_verdict, verdict_path
-from commbench.isolate.schedule import circle_rounds, pack
-from commbench.isolate.verdict import (
-    Bar,
-    confirmed_link,
-    confirmed_node,
-    link_confirmation,
-    low_outliers,
-    node_confirmation,
-    suspects,
-)
+from commbench.isolate.schedule import circle_rounds
+from commbench.isolate.screens import SCREENS, Bisect, Seen, pair_screen
+from commbench.results.outputs import OutputPlan
 from commbench.results.paths import default_output, write_atomically
 from commbench.results.writer import CsvAppender
-from commbench.run.agreement import PeerError, agree
+from commbench.run.agreement import PeerError, RunFacts, agree
 from commbench.run.config import Outcome, SweepConfig
-from commbench.run.watchdog import Watchdog
+from commbench.run.failures import CollectiveFailure, first_sentence
+from commbench.run.heartbeat import Heartbeat, because, connect_store
+from commbench.run.session import timed_out
+from commbench.run.watchdog import Watchdog, bounded, poll_s
 
-Pair = tuple[int, int]
 ELASTIC_RUN_ENV = "TORCHELASTIC_RUN_ID"  # torchrun's agent sets it in every worker it starts
-CONFIRM_REPEATS = 2
-# The re-timings of a compute suspect beside its reference: a rank still shares its cores with
-# whatever else the host runs, so one slow re-timing is not enough to flag it.
-COMPUTE_REPEATS = 3
+# Gloo binds a process group's sockets to the interface this names when the group is created.
+GLOO_IFNAME_ENV = "GLOO_SOCKET_IFNAME"
 
 
 def isolate_rank(cfg: SweepConfig, launch: Launch, backend: Backend) -> Outcome:
-    """Run the node sweep on this rank; the outcome's code is 1 when anything was flagged, else 0."""
+    """Run the node sweep on this rank; the outcome's code is 1 when anything was flagged, else 0.
+    Rank 0 plans its outputs (results/outputs.py) before the ranks agree, so that a refusal stops
+    every rank; the outcome holds that plan, with --json claimed where this process is the command's
+    (under a launcher), for the command to write the verdict into and release."""
     opts = IsolateOptions.from_dict(cfg.program_options)
     lead = backend.rank == 0
-    watchdog = Watchdog(cfg.timeout, backend.rank)
+    board, watchdog = _board(cfg, launch, backend)
     watchdog.arm("agreeing on the configuration across ranks")
-    path, error = None, None
+    path, error, outputs = None, None, OutputPlan(cfg.overwrite)
     if not backend.torch_process_group:
         error = f"isolate needs torch process groups (gloo, nccl); the {backend.name} backend has none"
     elif lead:
         try:
-            path, _ = cfg.outputs().plan(lambda d: default_output(cfg.backend, backend.world_size, d or "results"))
+            path, outputs = cfg.outputs().plan(
+                lambda d: default_output(cfg.backend, backend.world_size, d or "results")
+            )
         except UserError as exc:
             error = exc.format_message()
-    facts = agree(backend, cfg, error)
-    watchdog.disarm()
-    cluster = Cluster.of(facts.rank_hosts)
-    if (refusal := cluster.refusal()) is not None:
-        if lead:
-            raise UserError(refusal)
-        raise PeerError(refusal)
-    writer = CsvAppender(path, COLUMNS, overwrite=cfg.overwrite) if lead and path is not None else None
-    base = {"run_id": facts.run_id, "backend": cfg.backend, "world_size": backend.world_size}
-    sweep = NodeSweep(cfg, opts, backend, cluster, watchdog, writer, base)
-    try:
-        verdict = sweep.run()
-    finally:
-        if writer is not None:
-            writer.close()
-    if lead and path is not None:
-        verdict["csv"] = str(path)
-        text = json.dumps(verdict, indent=1)
-        write_atomically(verdict_path(path), text)
-        if opts.json:
-            write_atomically(Path(opts.json), text)
-        say(format_verdict(verdict))
-        say(f"# done: results in {path}, verdict in {verdict_path(path)}")
-    flagged = verdict["flagged_hosts"] or verdict["flagged_links"] or verdict["flagged_ranks"]
-    code = ExitCode.FAILED if flagged or verdict["wrong"] else ExitCode.OK
+    with outputs.released_on_error():  # a refusal here or by a peer, a failed exchange: no claim left behind
+        facts, cluster = _agreed(cfg, opts, backend, watchdog, error)
+        writer = CsvAppender(path, COLUMNS, overwrite=cfg.overwrite) if lead and path is not None else None
+        base = {"run_id": facts.run_id, "backend": cfg.backend, "world_size": backend.world_size}
+        board.hosts = tuple(facts.rank_hosts)
+        verdict = _measured(NodeSweep(cfg, opts, backend, cluster, watchdog, writer, base), board)
+        if lead and path is not None:
+            verdict = replace(verdict, csv=str(path))
+            write_atomically(verdict_path(path), json.dumps(verdict.to_json(), indent=1))
+            say(format_verdict(verdict))
+            say(f"# done: results in {path}, verdict in {verdict_path(path)}")
+    code = ExitCode.FAILED if verdict.flagged or verdict.wrong else ExitCode.OK
     if code == ExitCode.FAILED and under_torchrun(launch):
         # torchrun reports any rank's non-zero exit as a crash (a ChildFailedError traceback on every
         # node, "the job failed"): a finding is not one. The verdict file carries it instead.
         if lead:
-            where = opts.json or (verdict_path(path) if path is not None else "the verdict file")
+            where = verdict_path(path) if path is not None else "the verdict file"
             say(
                 f"# isolate: exit code 0 under torchrun (it turns a rank's exit 1 into a crash report); "
-                f"the finding is in {where}: flagged_hosts, flagged_links, flagged_ranks"
+                f"the finding is in {where}: flagged_hosts, flagged_links, flagged_rails, flagged_ranks"
             )
         code = ExitCode.OK
-    return Outcome(code, path)
+    return Outcome(code, path, outputs if lead else None)
+
+
+def _agreed(
+    cfg: SweepConfig, opts: IsolateOptions, backend: Backend, watchdog: Watchdog, error: str | None
+) -> tuple[RunFacts, Cluster]:
+    """The ranks agree (an error, rank 0's or any rank's, stops them all) on a cluster the options
+    can sweep; each rank's exchanges then bind to its rail's interface (--rails)."""
+    facts = agree(backend, cfg, error)
+    watchdog.disarm()
+    cluster = Cluster.of(facts.rank_hosts)
+    if (refusal := sweep_refusal(cluster, opts, cfg.backend)) is not None:
+        if backend.rank == 0:
+            raise UserError(refusal)
+        raise PeerError(refusal)
+    if interfaces := rail_interfaces(opts.rails):
+        # The exchanges' process groups, created from here on, bind local rank g's sockets to rail g.
+        os.environ[GLOO_IFNAME_ENV] = interfaces[cluster.local_index(backend.rank)]
+    return facts, cluster
+
+
+def _measured(sweep: NodeSweep, board: Board) -> Verdict:
+    """The sweep's verdict; a peer that dies mid-screen is named by rank and host, as a timeout would be."""
+    watchdog = sweep.watchdog
+    try:
+        return sweep.run()
+    except RuntimeError as exc:  # a transport error
+        watchdog.disarm()
+        detail = board.named(because(bounded(board.diagnose, board.diagnosis_s), "a transport error"))
+        board.finish(f"failed in {watchdog.label}")
+        raise CollectiveFailure(
+            f"rank {sweep.backend.rank}: {watchdog.label} failed: {first_sentence(exc)}; {detail}"
+        ) from exc
+    finally:
+        board.finish("finished")
+        if sweep.writer is not None:
+            sweep.writer.close()
+
+
+class Board(Heartbeat):
+    """The progress board of the sweep's ranks (run/heartbeat.py), whose diagnosis of a peer that is
+    gone or behind names its host beside its rank."""
+
+    hosts: tuple[str, ...] = ()  # by rank, once the ranks have agreed
+
+    def named(self, text: str) -> str:
+        return re.sub(r"\brank (\d+)\b", lambda m: f"rank {m[1]} ({self.host_of(int(m[1]))})", text)
+
+    def host_of(self, rank: int) -> str:
+        return f"on {self.hosts[rank]}" if rank < len(self.hosts) else "host unknown"
+
+
+def _board(cfg: SweepConfig, launch: Launch, backend: Backend) -> tuple[Board, Watchdog]:
+    """The board beats at the watchdog's pace and reads its label; on a timeout the watchdog asks
+    it which peer is at fault, by rank and host."""
+    store = connect_store(launch, min(cfg.timeout, 30.0))
+    board = Board(
+        store, backend.rank, backend.world_size, poll_s(cfg.timeout), local=lambda: (backend.issued, watchdog.label)
+    )
+    watchdog = Watchdog(
+        cfg.timeout,
+        backend.rank,
+        diagnose=lambda: board.named(timed_out(board, watchdog)),
+        diagnosis_s=board.diagnosis_s,
+    )
+    board.start()
+    return board, watchdog
 
 
 def under_torchrun(launch: Launch, env: Mapping[str, str] | None = None) -> bool:
@@ -106,21 +176,8 @@ def under_torchrun(launch: Launch, env: Mapping[str, str] | None = None) -> bool
     return launch.kind == "torchrun" and not launch.spawned and ELASTIC_RUN_ENV in env
 
 
-@dataclass
-class Level:
-    """Nodes whose pairs are judged together: hosts (their ranks exchange side by side) or the ranks
-    of each host (local pairs). pair_ranks(a, b) is the rank group of a pair of nodes."""
-
-    kind: str
-    nodes: list[int]
-    name: Callable[[int], str]
-    pair_ranks: Callable[[int, int], list[int]]
-    peers: Callable[[int], Sequence[int]]  # the nodes a node can be paired with (a local rank: its host's)
-    bw: dict[Pair, float] = field(default_factory=dict)
-
-
 class NodeSweep:
-    """The sweep's steps in order; results accumulate in the verdict."""
+    """The sweep's steps in order: the host screen, the local pairs, the compute probe, the bisection."""
 
     def __init__(
         self,
@@ -138,100 +195,142 @@ class NodeSweep:
         self.lead = backend.rank == 0
         self.wrong = 0  # wrong elements received, over every checked exchange
         self.probe_s = 0.0  # the compute probe's wall time
+        self.round_s: list[float] = []  # every host-pair round's wall time, the slowest rank's
+        self.rails = bool(opts.rails) and cluster.local_size > 1
 
     def say(self, text: str) -> None:
         if self.lead:
             say(text)
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Verdict:
         c, opts = self.cluster, self.opts
         everyone = list(range(len(c.hosts)))
-        hosts = Level("host", everyone, lambda h: c.hosts[h], c.pair_ranks, lambda h: everyone)
-        schedule = circle_rounds(len(c.hosts))
+        hosts = Level("host", everyone, lambda h: c.hosts[h])
+        screen = pair_screen(opts.screen, len(c.hosts), zlib.crc32(str(self.base["run_id"]).encode()))
         self.say(
             f"# commbench {commbench.__version__} isolate: {len(c.hosts)} hosts x {c.local_size} rank(s), "
-            f"backend {self.cfg.backend}, {len(schedule)} rounds of host pairs"
+            f"backend {self.cfg.backend}, screen {screen.name} ({screen.plan()})"
+            + (f", {c.local_size} rails" if self.rails else "")
         )
         start = time.perf_counter()
         probe = compute_probe(self.backend, self.watchdog)
         self.probe_s = self.backend_max(time.perf_counter() - start)
-        size = opts.size or self.probe_size([c.pair_ranks(a, b) for a, b in schedule[0]])
-        sizes = [size, opts.latency_size]
-        round_s = []
-        for r, pairs in enumerate(schedule):
-            start = time.perf_counter()
-            self.exchange_pairs(hosts, pairs, sizes, f"round {r + 1}/{len(schedule)}", r + 1)
-            round_s.append(self.backend_max(time.perf_counter() - start))
-            self.say(f"# round {r + 1}/{len(schedule)}: {len(pairs)} pair(s) at once, {round_s[-1]:.2f} s")
-        verdict: dict[str, Any] = {
-            "hosts": list(c.hosts),
-            "ranks": {str(r): c.rank_name(r) for h in c.ranks for r in h},
-            "size_bytes": size,
-            "latency_bytes": opts.latency_size,
-            "threshold": opts.threshold,
-            "k": opts.k,
-            "round_seconds": round_s,
-        }
-        verdict["host"] = self.judge(hosts, size)
-        local = None
-        if c.local_size > 1:
-            ranks = Level(
-                "local",
-                [r for h in c.ranks for r in h],
-                c.rank_name,
-                lambda a, b: [a, b],
-                lambda r: next(h for h in c.ranks if r in h),
-            )
-            local_schedule = circle_rounds(c.local_size)
-            for r, local_pairs in enumerate(local_schedule):
-                pairs = [(h[i], h[j]) for h in c.ranks for i, j in local_pairs]
-                self.exchange_pairs(ranks, pairs, sizes, f"local round {r + 1}/{len(local_schedule)}", r + 1)
-            local = self.judge(ranks, size)
-        verdict["local"] = local
-        verdict["compute"] = self.judge_compute(probe)
-        verdict["bisect"] = self.bisect(size) if opts.bisect else None
-        verdict["flagged_hosts"] = verdict["host"]["flagged"]
-        verdict["flagged_links"] = verdict["host"]["flagged_links"] + (local["flagged_links"] if local else [])
-        slow_local = {int(r) for r in local["flagged_ranks"]} if local else set()
-        verdict["flagged_ranks"] = sorted(slow_local | set(verdict["compute"]["flagged"]))
-        verdict["wrong"] = self.wrong
-        return verdict
+        first = screen.next_round(Seen(len(c.hosts))) or []
+        size = opts.size or self.probe_size([u for a, b in first for u in self.units(a, b)])
+        screened = screen_level(hosts, screen, self.host_measure(size), opts.threshold, opts.k)
+        local, local_rounds = self.local_pairs(size) if c.local_size > 1 else (None, 0)
+        compute = self.judge_compute(probe)
+        bisect = self.bisect(size) if opts.bisect else None
+        host = screened.findings
+        flagged_ranks = sorted(set(local.flagged_ranks if local else []) | set(compute.flagged))
+        return Verdict(
+            hosts=list(c.hosts),
+            ranks={str(r): c.rank_name(r) for h in c.ranks for r in h},
+            size_bytes=size,
+            latency_bytes=opts.latency_size,
+            threshold=opts.threshold,
+            k=opts.k,
+            screen=screen.name,
+            rounds=RoundCount(screened.screen_rounds, screened.confirmation_rounds, local_rounds, len(bisect or [])),
+            rounds_used=screened.screen_rounds + screened.confirmation_rounds,
+            round_seconds=self.round_s,
+            host=host,
+            local=local,
+            compute=compute,
+            bisect=bisect,
+            flagged_hosts=host.flagged,
+            flagged_links=host.flagged_links + (local.flagged_links if local else []),
+            flagged_rails=host.flagged_rails,
+            flagged_ranks=flagged_ranks,
+            wrong=self.wrong,
+            rails=self.rails,
+        )
 
     def backend_max(self, value: float) -> float:
         return max(self.backend.all_gather_object(value))
 
+    def units(self, a: int, b: int) -> list[list[int]]:
+        """The rank groups whose results a host pair gives: one per rail where rails are judged
+        ([a_g, b_g]), else the pair's every rank at once (its slowest rank's time)."""
+        ranks = self.cluster.pair_ranks(a, b)
+        return [ranks[i : i + 2] for i in range(0, len(ranks), 2)] if self.rails else [ranks]
+
+    def host_measure(self, size: int) -> Measure:
+        """A round of host pairs as judge.py asks for it: timed, written, its bandwidths per rail."""
+        c = self.cluster
+        count = {False: 0, True: 0}
+
+        def measure(pairs: Sequence[Pair], label: str, confirming: bool) -> dict[Pair, RailBw]:
+            count[confirming] += 1
+            sizes = [size] if confirming else [size, self.opts.latency_size]
+            start = time.perf_counter()
+            kind = "confirm_host" if confirming else "host_pair"
+            found = self.exchange(
+                [(c.hosts[a], c.hosts[b], self.units(a, b)) for a, b in pairs], sizes, label, count[confirming], kind
+            )
+            self.round_s.append(self.backend_max(time.perf_counter() - start))
+            self.say(f"# {label}: {len(pairs)} pair(s) at once, {self.round_s[-1]:.2f} s")
+            return dict(zip(pairs, found))
+
+        return measure
+
+    def local_pairs(self, size: int) -> tuple[LevelFindings, int]:
+        """Each host's local ranks pair by pair in the circle schedule, every host at once, judged
+        as one level; (its findings, the rounds they took, confirmations included)."""
+        c = self.cluster
+        ranks = Level("local", [r for h in c.ranks for r in h], c.rank_name, c.host_of)
+        count = {False: 0, True: 0}
+
+        def measure(pairs: Sequence[Pair], label: str, confirming: bool) -> dict[Pair, RailBw]:
+            count[confirming] += 1
+            sizes = [size] if confirming else [size, self.opts.latency_size]
+            kind = "confirm_local" if confirming else "local_pair"
+            units = [(c.rank_name(a), c.rank_name(b), [[a, b]]) for a, b in pairs]
+            return dict(zip(pairs, self.exchange(units, sizes, f"local {label}", count[confirming], kind)))
+
+        bw: dict[Pair, RailBw] = {}
+        schedule = circle_rounds(c.local_size)
+        for r, local_pairs in enumerate(schedule):
+            pairs = [(h[i], h[j]) for h in c.ranks for i, j in local_pairs]
+            bw.update(measure(pairs, f"round {r + 1}/{len(schedule)}", False))
+        judged = judge_level(ranks, bw, measure, self.opts.threshold, self.opts.k)
+        return judged.findings, len(schedule) + judged.rounds
+
     # -- measuring -------------------------------------------------------------------------------
-    def exchange_pairs(
-        self, level: Level, pairs: Sequence[Pair], sizes: Sequence[int], label: str, round_no: int, kind: str = ""
-    ) -> dict[Pair, float]:
-        """Exchange every pair at once, at every size; keeps and returns the first size's bandwidths."""
-        units = [level.pair_ranks(a, b) for a, b in pairs]
+    def exchange(
+        self,
+        pairs: Sequence[tuple[str, str, list[list[int]]]],
+        sizes: Sequence[int],
+        label: str,
+        round_no: int,
+        kind: str,
+    ) -> list[RailBw]:
+        """Every pair's units at once, at every size (pairs: the two names and the rank groups of
+        each, [a_i, b_i, ...]); each pair's first-size bandwidth per unit, and the CSV rows."""
+        units = [unit for _, _, pair_units in pairs for unit in pair_units]
         groups = [unit[i : i + 2] for unit in units for i in range(0, len(unit), 2)]  # [a_i, b_i]
-        found = self.rounds.run(units, sizes, f"isolate {level.kind} {label}", groups=groups)
-        # The check counts wrong elements over every rank of the round: once per round and size.
-        self.wrong += sum(max(ex.wrong, 0) for ex in found[0]) if found else 0
-        measured = {}
-        for (a, b), exchanges in zip(pairs, found):
-            measured[(a, b)] = exchanges[0].busbw_gbps
-            self.write(kind or f"{level.kind}_pair", round_no, level.name(a), level.name(b), a, b, level, exchanges)
-        if not kind:
-            level.bw.update(measured)
-        return measured
+        found = iter(self.rounds.run(units, sizes, f"isolate {label}", groups=groups))
+        out = []
+        for index, (name_a, name_b, pair_units) in enumerate(pairs):
+            mine = [next(found) for _ in pair_units]
+            if index == 0:  # the check counts wrong elements over every rank of the round, once per size
+                self.wrong += sum(max(ex.wrong, 0) for ex in mine[0])
+            for rail, (unit, exchanges) in enumerate(zip(pair_units, mine)):
+                self.write(kind, round_no, (name_a, name_b), unit, exchanges, rail if len(pair_units) > 1 else None)
+            out.append(tuple(exchanges[0].busbw_gbps for exchanges in mine))
+        return out
 
     def write(
         self,
         kind: str,
         round_no: int,
-        name_a: str,
-        name_b: str,
-        a: int,
-        b: int,
-        level: Level,
+        names: tuple[str, str],
+        group: list[int],
         exchanges: list[Exchange],
+        rail: int | None,
     ) -> None:
         if self.writer is None:
             return
-        group = level.pair_ranks(a, b)
         for ex in exchanges:
             s = ex.stats
             self.writer.write(
@@ -239,8 +338,9 @@ class NodeSweep:
                     **self.base,
                     "kind": kind,
                     "round": round_no,
-                    "host_a": name_a,
-                    "host_b": name_b,
+                    "host_a": names[0],
+                    "host_b": names[1],
+                    "rail": "" if rail is None else rail,
                     "ranks_a": ";".join(map(str, group[0::2])),
                     "ranks_b": ";".join(map(str, group[1::2])),
                     "size_bytes": ex.size_bytes,
@@ -270,128 +370,73 @@ class NodeSweep:
         self.say(f"# size probe: {size} bytes ({took:.0f} us against {floor:.0f} us at {self.opts.latency_size} bytes)")
         return size
 
-    # -- judging ---------------------------------------------------------------------------------
-    def judge(self, level: Level, size: int) -> dict[str, Any]:
-        """Suspects from the sweep, each re-measured with healthy references in CONFIRM_REPEATS
-        passes (best of them: interference only ever slows a pair); the confirmed ones are flagged."""
-        t = self.opts.threshold
-        first = suspects(level.nodes, level.bw, t, self.opts.k)
-        slow = set(first.nodes)
+    # -- compute and bisection -------------------------------------------------------------------
+    def judge_compute(self, probe: ComputeProbe) -> ComputeFindings:
+        """judge.judge_compute over the probe of every rank at once; each re-timing is the probe
+        again on the suspect and its reference alone (every rank takes part in the call)."""
 
-        def among(node: int) -> dict[int, float]:  # the scores of the nodes it can be paired with
-            return {m: first.scores[m] for m in level.peers(node) if m in first.scores}
+        def retime(rank: int, reference: int) -> tuple[float, float]:
+            again = compute_probe(self.backend, self.watchdog, only={rank, reference}, kernel=probe.kernel)
+            return again.rates[rank], again.rates[reference]
 
-        node_confirmations = {s: node_confirmation(s, among(s), slow, 2 * i) for i, s in enumerate(first.nodes)}
-        link_confirmations = {p: link_confirmation(*p, among(p[0]), slow, i) for i, p in enumerate(first.links)}
-        wanted = list(
-            dict.fromkeys(
-                p
-                for confirmation in [*node_confirmations.values(), *link_confirmations.values()]
-                for p in confirmation.pairs
-            )
-        )
-        best: dict[Pair, float] = {}
-        for repeat in range(CONFIRM_REPEATS if wanted else 0):
-            for i, pairs in enumerate(pack(wanted)):
-                label = f"confirmation {repeat + 1}.{i + 1}"
-                for pair, bw in self.exchange_pairs(
-                    level, pairs, [size], label, i + 1, kind=f"confirm_{level.kind}"
-                ).items():
-                    best[pair] = max(bw, best.get(pair, 0.0))
-        flagged = [s for s in first.nodes if confirmed_node(node_confirmations[s], best, t, first.node_bar)]
-        links = [p for p in first.links if confirmed_link(link_confirmations[p], best, t)]
-        n = level.name
-
-        def shown(pairs: list[Pair]) -> list[list[Any]]:
-            return [[n(a), n(b), best[(a, b)]] for a, b in pairs]
-
-        out = {
-            "scores": {n(k): v for k, v in first.scores.items()},
-            "bar": _bar(first.node_bar),
-            "suspects": [n(s) for s in first.nodes],
-            "confirmations": {
-                n(s): {"pairs": shown(p.suspect_pairs), "references": shown(p.reference_pairs)}
-                for s, p in node_confirmations.items()
-            },
-            "link_bar": _bar(first.link_bar) if first.link_bar else None,
-            "link_suspects": [[n(a), n(b), first.ratios[(a, b)]] for a, b in first.links],
-            "link_confirmations": {
-                f"{n(a)}-{n(b)}": {"pairs": shown(p.suspect_pairs), "references": shown(p.reference_pairs)}
-                for (a, b), p in link_confirmations.items()
-            },
-            "pairs": [[n(a), n(b), bw] for (a, b), bw in sorted(level.bw.items())],
-            "flagged": [n(s) for s in flagged],
-            "flagged_links": [[n(a), n(b)] for a, b in links],
-        }
-        if level.kind == "local":
-            out["flagged_ranks"] = flagged
-        return out
-
-    def judge_compute(self, probe: Any) -> dict[str, Any]:
-        """Suspects: ranks whose matmul rate in the probe of every rank at once is below the median
-        by more than the threshold. Unlike the exchanges, the noise bound is not applied here: where
-        ranks share cores (several ranks per CPU host, or namespace hosts on one machine) the spread
-        of the concurrent rates is contention, and it would hide the culprit. Each suspect is then
-        re-timed beside the median rank, the two alone and at the same moment (so whatever else
-        the machine runs weighs on both), COMPUTE_REPEATS times, and flagged when it is below that
-        reference by more than the threshold every time: a slow rank is slow every time."""
         rates = dict(enumerate(probe.rates))
-        bar, low = low_outliers(rates, self.opts.threshold, 0.0)
-        reference = compute_reference(rates, low, bar.median)
-        beside: dict[int, list[tuple[float, float]]] = {r: [] for r in low}  # (suspect, reference) rates
         start = time.perf_counter()
-        for _ in range(COMPUTE_REPEATS if low else 0):
-            for rank in low:
-                again = compute_probe(self.backend, self.watchdog, only={rank, reference}, kernel=probe.kernel)
-                beside[rank].append((again.rates[rank], again.rates[reference]))
+        judged = judge_compute(rates, retime, self.opts.threshold)
         retime_s = self.backend_max(time.perf_counter() - start)
-        keep = 1 - self.opts.threshold
-        flagged = [r for r in low if all(s < keep * ref for s, ref in beside[r])]
-        return {
-            "gflops": {self.cluster.rank_name(r): v for r, v in rates.items()},
-            "flops": probe.flops,
-            "bar": _bar(bar),
-            "suspects": low,
-            "reference": reference,
-            "window_s": PROBE_WINDOW_S,
-            "samples": PROBE_SAMPLES,
-            "seconds": {"probe": self.probe_s, "retimings": retime_s},  # wall time, the slowest rank's
-            "beside_gflops": {str(r): v for r, v in beside.items()},
-            "flagged": flagged,
-        }
+        return ComputeFindings(
+            gflops={self.cluster.rank_name(r): v for r, v in rates.items()},
+            flops=probe.flops,
+            bar=Cut.of(judged.bar),
+            suspects=judged.suspects,
+            reference=judged.reference,
+            window_s=PROBE_WINDOW_S,
+            samples=PROBE_SAMPLES,
+            seconds=ComputeSeconds(self.probe_s, retime_s),
+            beside_gflops={str(r): v for r, v in judged.beside.items()},
+            flagged=judged.flagged,
+        )
 
-    def bisect(self, size: int) -> list[dict[str, Any]]:
-        """all_reduce in both halves of the remaining hosts at once, into the slower half while it is
-        slower by more than the threshold: log2(N) steps, for slowness only collectives show."""
+    def bisect(self, size: int) -> list[BisectStep]:
+        """The bisection screen's steps, each an all_reduce over both of its halves at once."""
         reduce_rounds = Rounds(self.backend, self.cfg, self.watchdog, "all_reduce", "flat")
         c = self.cluster
-        remaining = list(range(len(c.hosts)))
-        steps = []
-        while len(remaining) >= 4:
-            half = len(remaining) // 2
-            halves = [remaining[:half], remaining[half : 2 * half]]
+        screen = Bisect(len(c.hosts), self.opts.threshold)
+        seen = Seen(len(c.hosts))
+        while (halves := screen.next_round(seen)) is not None:
             groups = [[r for h in part for r in c.ranks[h]] for part in halves]
-            found = reduce_rounds.run(groups, [size], f"isolate bisection over {len(remaining)} hosts")
-            times = [ex[0].stats.time_us_p50 for ex in found]
-            slower = 0 if times[0] > times[1] else 1
-            step = {"halves": [[c.hosts[h] for h in part] for part in halves], "time_us_p50": times}
-            steps.append(step)
-            if times[slower] <= times[1 - slower] * (1 + self.opts.threshold):
-                step["result"] = "even: the halves are as fast"
-                break
-            step["result"] = f"half {slower + 1} is slower"
-            remaining = halves[slower] + ([remaining[-1]] if len(remaining) % 2 else [])
-        return steps
+            found = reduce_rounds.run(groups, [size], f"isolate bisection over {sum(map(len, halves))} hosts")
+            seen.add(halves, {part: (ex[0].stats.time_us_p50,) for part, ex in zip(halves, found)})
+        return [
+            BisectStep([[c.hosts[h] for h in part] for part in halves], list(times), result)
+            for halves, times, result in screen.steps(seen)
+        ]
 
 
-def compute_reference(rates: dict[int, float], suspects: Sequence[int], median: float) -> int:
-    """The rank a compute suspect is re-timed beside: never a suspect, and from the healthy half
-    (at or above the median) where there is one, the one nearest the median: a rank a little
-    slower than the bar would make every suspect look fine beside it."""
-    healthy = [r for r in rates if r not in suspects]
-    upper = [r for r in healthy if rates[r] >= median] or healthy
-    return min(upper, key=lambda r: (abs(rates[r] - median), r))
+def sweep_refusal(cluster: Cluster, opts: IsolateOptions, backend: str) -> str | None:
+    """Why these options cannot sweep these hosts, in one line that says what to do; None if they can."""
+    if (refusal := cluster.refusal()) is not None:
+        return refusal
+    hosts = len(cluster.hosts)
+    if (refusal := SCREENS[opts.screen].refusal(hosts)) is not None:
+        return refusal
+    if opts.bisect and (refusal := Bisect.refusal(hosts)) is not None:
+        return refusal
+    if opts.rails and cluster.local_size == 1:
+        return (
+            "--rails judges each local rank's NIC (local rank g pairs with local rank g), but every host runs "
+            "1 rank; start one rank per rail on each host (--nproc-per-node), or leave --rails out"
+        )
+    interfaces = rail_interfaces(opts.rails)
+    if interfaces and len(interfaces) != cluster.local_size:
+        return (
+            f"--rails {opts.rails} names {len(interfaces)} interface(s), but each host runs {cluster.local_size} "
+            f"ranks; name one interface per local rank, in local rank order"
+        )
+    if interfaces and backend != "gloo":
+        return f"--rails {opts.rails}: interfaces bind Gloo's sockets; on {backend} use --rails auto (the transport picks each rank's NIC)"
+    return None
 
 
-def _bar(bar: Bar) -> dict[str, float]:
-    return {"median": bar.median, "mad": bar.mad, "margin": bar.margin, "cut": bar.cut}
+def rail_interfaces(rails: str | None) -> list[str]:
+    """The interfaces --rails binds local rank g's exchanges to, in order (none for auto)."""
+    return [] if rails in (None, "auto") else rails.split(",")

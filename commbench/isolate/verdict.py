@@ -13,8 +13,8 @@ breakdown point is 50%, so fewer than half of the hosts may be slow and still be
 from __future__ import annotations
 
 import statistics
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from commbench.results.stats import MAD_TO_SIGMA, mad
@@ -127,65 +127,129 @@ def suspects(
     return Suspects(scores, node_bar, slow, ratios, link_bar, links)
 
 
-def healthy_partners(
-    scores: Mapping[int, float], slow: set[int], exclude: Sequence[int], count: int, start: int = 0
-) -> list[int]:
-    """Up to `count` nodes judged healthy, not in `exclude`, best-scoring first from the start-th on
+def ranked_healthy(scores: Mapping[int, float], slow: Collection[int]) -> list[int]:
+    """The nodes judged healthy, best-scoring first: where a suspect's partners come from."""
+    return sorted((n for n in scores if n not in slow), key=lambda n: (-scores[n], n))
+
+
+def healthy_partners(healthy: Sequence[int], exclude: Collection[int], count: int, start: int = 0) -> list[int]:
+    """Up to `count` of the healthy nodes (best first), none in `exclude`, from the start-th on
     (rotating the start spreads the confirmations over the healthy nodes)."""
-    healthy = sorted((n for n in scores if n not in slow and n not in exclude), key=lambda n: (-scores[n], n))
-    if not healthy:
-        return []
-    return list(dict.fromkeys(healthy[(start + j) % len(healthy)] for j in range(min(count, len(healthy)))))
+    chosen: list[int] = []
+    for j in range(len(healthy)):
+        node = healthy[(start + j) % len(healthy)]
+        if node not in exclude and node not in chosen:
+            chosen.append(node)
+            if len(chosen) == count:
+                break
+    return chosen
+
+
+Passes = Sequence[Mapping[Pair, float]]  # each confirmation pass's measured pairs
+
+
+def best_of(passes: Passes) -> dict[Pair, float]:
+    """Each pair's best over the passes that measured it: interference only ever slows a pair."""
+    best: dict[Pair, float] = {}
+    for measured in passes:
+        for pair, bw in measured.items():
+            best[pair] = max(bw, best.get(pair, bw))
+    return best
 
 
 @dataclass(frozen=True)
 class Confirmation:
     """What a suspect is re-measured with: the suspect pairs and the healthy reference pairs, all
     measured in the same confirmation phase, so that the machine's drift since the sweep cannot
-    make or unmake a verdict."""
+    make or unmake a verdict. rounds: the pairs as they run, each suspect pair beside a reference
+    pair in the same round where there are enough healthy nodes (the same moment's conditions)."""
 
     suspect_pairs: list[Pair]
     reference_pairs: list[Pair]
+    rounds: list[list[Pair]]
+    beside: list[Pair] = field(default_factory=list)  # each suspect pair's reference in its round, if any
 
     @property
     def pairs(self) -> list[Pair]:
         return self.suspect_pairs + self.reference_pairs
 
+    def shares(self, passes: Passes) -> list[float]:
+        """Each suspect pair's bandwidth as a share of its reference's: of the pair beside it in its
+        round, in the same pass (a burst that slows the round slows both), the best share of the
+        passes; where nothing ran beside it, its best over the slowest reference's best."""
+        if self.beside:
+            return [
+                max((m[p] / m[r] for m in passes if p in m and r in m and m[r] > 0), default=0.0)
+                for p, r in zip(self.suspect_pairs, self.beside)
+            ]
+        best = best_of(passes)
+        slowest = min(best[p] for p in self.reference_pairs)
+        return [best[p] / slowest if slowest > 0 else 0.0 for p in self.suspect_pairs]
 
-def node_confirmation(suspect: int, scores: Mapping[int, float], slow: set[int], start: int = 0) -> Confirmation:
-    """A suspect node against two healthy partners p and q, and p against q as the reference."""
-    partners = healthy_partners(scores, slow, [suspect], 2, start)
+
+def node_confirmation(suspect: int, healthy: Sequence[int], start: int = 0) -> Confirmation:
+    """A suspect node s against healthy partners p and q, one round each, beside a reference pair
+    in the same round: round 1 s-p and q-u, round 2 s-q and p-u (u a third healthy node), so each
+    partner's own speed is in a reference and the two rounds run the suspect's pairs at once with
+    them. With two healthy partners only, s-p, s-q and p-q (three rounds); with one, no reference."""
+    partners = healthy_partners(healthy, (suspect,), 3, start)
+    if len(partners) == 3:
+        p, q, u = partners
+        first, second = [_pair(suspect, p), _pair(q, u)], [_pair(suspect, q), _pair(p, u)]
+        return Confirmation([first[0], second[0]], [first[1], second[1]], [first, second], [first[1], second[1]])
+    mine = [_pair(suspect, p) for p in partners]
     reference = [_pair(partners[0], partners[1])] if len(partners) == 2 else []
-    return Confirmation([_pair(suspect, p) for p in partners], reference)
+    return Confirmation(mine, reference, [[pair] for pair in mine + reference])
 
 
-def link_confirmation(a: int, b: int, scores: Mapping[int, float], slow: set[int], start: int = 0) -> Confirmation:
-    """A suspect link a-b, with a and b each against a healthy third node as the references."""
-    others = healthy_partners(scores, slow, [a, b], 2, start)
+def link_confirmation(a: int, b: int, healthy: Sequence[int], start: int = 0) -> Confirmation:
+    """A suspect link a-b beside a reference pair c-d of healthy nodes in the same round, then a and
+    b each with one of them (a-c, b-d): the link against the same moment's healthy pair and against
+    what both its ends reach elsewhere."""
+    others = healthy_partners(healthy, (a, b), 2, start)
     if not others:
-        return Confirmation([_pair(a, b)], [])
-    c, d = others[0], others[-1]
-    return Confirmation([_pair(a, b)], [_pair(a, c), _pair(b, d)])
+        return Confirmation([_pair(a, b)], [], [[_pair(a, b)]])
+    if len(others) == 1:
+        c = others[0]
+        return Confirmation([_pair(a, b)], [_pair(a, c), _pair(b, c)], [[_pair(a, b)], [_pair(a, c)], [_pair(b, c)]])
+    c, d = others
+    first, second = [_pair(a, b), _pair(c, d)], [_pair(a, c), _pair(b, d)]
+    return Confirmation([first[0]], [first[1], *second], [first, second], [first[1]])
 
 
 def _pair(a: int, b: int) -> Pair:
     return (a, b) if a < b else (b, a)
 
 
-def confirmed_node(confirmation: Confirmation, bw: Mapping[Pair, float], threshold: float, bar: Bar) -> bool:
-    """A suspect stays slow when even its best re-measured pair is below the fresh reference pair
-    by more than the threshold (below the sweep's cut where there is no reference pair)."""
+def confirmed_node(confirmation: Confirmation, passes: Passes, threshold: float, bar: Bar) -> bool:
+    """A suspect stays slow when even its best re-measured pair, as a share of its reference, is
+    below 1 - threshold (below the sweep's cut where there is no reference pair)."""
     if not confirmation.suspect_pairs:
         return False
-    best = max(bw[p] for p in confirmation.suspect_pairs)
     if not confirmation.reference_pairs:
-        return bar.low(best)
-    return best < (1 - threshold) * min(bw[p] for p in confirmation.reference_pairs)
+        best = best_of(passes)
+        return bar.low(max(best[p] for p in confirmation.suspect_pairs))
+    return max(confirmation.shares(passes)) < 1 - threshold
 
 
-def confirmed_link(confirmation: Confirmation, bw: Mapping[Pair, float], threshold: float) -> bool:
-    """A suspect link stays slow when it is below what both its ends reach with a healthy third
-    node, measured alongside it, by more than the threshold."""
+def mixed_node(confirmation: Confirmation, passes: Passes, threshold: float) -> bool:
+    """The suspect's re-measured pairs disagree: one below its reference by more than the
+    threshold, another not. A slow node is slow with every partner; this is a link to one partner,
+    or a burst during one round, and more pairs will tell."""
+    if len(confirmation.suspect_pairs) < 2 or not confirmation.reference_pairs:
+        return False
+    return len({share < 1 - threshold for share in confirmation.shares(passes)}) == 2
+
+
+def confirmed_link(confirmation: Confirmation, passes: Passes, threshold: float) -> bool:
+    """A suspect link stays slow when it is below the healthy pair beside it in its round, in every
+    pass, and its best below what both its ends reach with a healthy third node, by more than the
+    threshold each time."""
     if not confirmation.reference_pairs:
         return False
-    return bw[confirmation.suspect_pairs[0]] < (1 - threshold) * min(bw[p] for p in confirmation.reference_pairs)
+    best = best_of(passes)
+    link = best[confirmation.suspect_pairs[0]]
+    ends = [p for p in confirmation.reference_pairs if p not in confirmation.beside]
+    if confirmation.beside and max(confirmation.shares(passes)) >= 1 - threshold:
+        return False
+    return link < (1 - threshold) * min(best[p] for p in ends)

@@ -3,18 +3,21 @@ start them: a cluster of named hosts over loopback, for tests that need hosts bu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from tests.support.distributed import REPO, rank_env, rendezvous_store
 
 
-def run_on_fake_hosts(
-    hosts: Sequence[str], *args: str, timeout: float = 300, env: dict[str, str] | None = None
-) -> list[subprocess.CompletedProcess[str]]:
-    """`python -m commbench ARGS` as rank r of len(hosts), on host hosts[r]; each rank's result."""
+@contextlib.contextmanager
+def ranks_on_fake_hosts(
+    hosts: Sequence[str], *args: str, env: dict[str, str] | None = None
+) -> Iterator[list[subprocess.Popen[str]]]:
+    """`python -m commbench ARGS` as rank r of len(hosts), on host hosts[r], for as long as the block
+    runs; whatever is still running when it ends is killed."""
     local: dict[str, int] = {}
     with rendezvous_store() as port:
         procs = []
@@ -37,14 +40,22 @@ def run_on_fake_hosts(
                     text=True,
                 )
             )
-        results = []
         try:
-            for proc in procs:
-                out, err = proc.communicate(timeout=timeout)
-                results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+            yield procs
         finally:
             for proc in procs:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
+
+
+def run_on_fake_hosts(
+    hosts: Sequence[str], *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """`python -m commbench ARGS` as rank r of len(hosts), on host hosts[r]; each rank's result."""
+    with ranks_on_fake_hosts(hosts, *args, env=env) as procs:
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     return results
