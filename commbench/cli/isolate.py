@@ -104,10 +104,11 @@ def isolate(
 
 def _chart(csv_path: Path) -> None:
     """The matrix and score chart beside the CSV; a failure to draw is a warning, never the verdict."""
-    from commbench.isolate.report import draw, read_verdict
+    from commbench.isolate.report import ISOLATE_CHART, draw, read_verdict
+    from commbench.results.paths import beside
 
     try:
-        out = draw(read_verdict(csv_path), csv_path.with_name(csv_path.stem + "-isolate.png"))
+        out = draw(read_verdict(csv_path), beside(csv_path, ISOLATE_CHART))
     except UserError as exc:
         warn(f"no chart: {exc.format_message()}")
         return

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import UserError
+from commbench.results.paths import beside
 from commbench.units import format_number as number
 
 COLUMNS = (
@@ -30,9 +31,12 @@ COLUMNS = (
 )
 
 
+VERDICT, ISOLATE_CHART = ".verdict.json", "-isolate.png"  # beside the CSV (paths.beside)
+
+
 def verdict_path(csv_path: Path) -> Path:
     """The verdict file beside the CSV: <stem>.verdict.json."""
-    return csv_path.with_name(csv_path.stem + ".verdict.json")
+    return beside(csv_path, VERDICT)
 
 
 def read_verdict(csv_path: Path) -> dict[str, Any]:

@@ -30,9 +30,9 @@ from commbench.results.paths import (
     RAW,
     beside,
     busy_message,
-    refuse_busy,
     check_target,
     output_path,
+    refuse_busy,
     target_kind,
     write_atomically,
 )
