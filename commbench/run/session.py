@@ -21,6 +21,7 @@ from commbench.history.store import History, open_run_history
 from commbench.ops import world_error
 from commbench.ops.base import Op
 from commbench.provenance import layout
+from commbench.results.metrics_output import MetricsRows
 from commbench.results.outputs import OutputPlan
 from commbench.results.paths import beside, default_output
 from commbench.results.row_outputs import csv_outputs
@@ -156,6 +157,9 @@ def _open_sink(
     # Creates the files, or refuses before the header.
     outputs = csv_outputs(path, cfg.overwrite, cfg.raw, cfg.append)
     outputs += [*([HistoryRows(recorder)] if recorder is not None else []), NoiseSummary(display, cfg.budget, base)]
+    if cfg.metrics_textfile or cfg.metrics_push:
+        textfile = Path(cfg.metrics_textfile) if cfg.metrics_textfile else None
+        outputs.append(MetricsRows(textfile, cfg.metrics_push))
     sink = Sink(path, base, display, outputs, phases)
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
