@@ -24,6 +24,7 @@ from commbench.results.measurement import Measurement
 from commbench.results.metrics import exposition, host_labels
 from commbench.results.paths import target_kind, write_atomically
 from commbench.results.row_outputs import RowOutput
+from commbench.results.writer import cells
 
 PUSH_TIMEOUT_S = 10.0  # a gateway that does not answer in this time is reported, never waited on
 TEXTFILE_NAME = "commbench.prom"  # the file a --metrics-textfile folder gets
@@ -112,7 +113,7 @@ class MetricsRows(RowOutput):
         self.rows: list[dict[str, Any]] = []
 
     def add(self, row: Mapping[str, Any], m: Measurement | None) -> None:
-        self.rows.append(dict(row))
+        self.rows.append(cells(dict(row)))  # as the CSV holds it: the metrics and the CSV say one number
 
     def finish(self) -> bool:
         if not self.rows:
