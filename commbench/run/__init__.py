@@ -11,7 +11,7 @@ commbench/launch/'s). The modules, in the order a rank meets them:
     iterations  one visit of a case: warm-up and its blocks, a block, --precision, the check
     harness     TimedCase: the timed loop and its correctness check; timers: how a sample is read
     overlap     --overlap's compute kernel
-    sink        rank 0's rows: the CSV, the printed table, the progress line
+    sink        rank 0's rows, handed to its row outputs (results/row_outputs.py), the printed table, the progress line
     record      the run's record: every host's environment, the history entry
     eta         progress and the time left
     resources   what this host cannot run, refused before anything starts

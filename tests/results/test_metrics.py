@@ -144,9 +144,9 @@ def test_an_unreachable_gateway_is_one_reason_without_the_secret() -> None:
 def test_a_textfile_is_a_prom_file_in_a_folder_that_exists(tmp_path: Path) -> None:
     assert textfile_path(str(tmp_path)) == tmp_path / "commbench.prom"
     assert textfile_path(str(tmp_path / "n.prom")) == tmp_path / "n.prom"
-    with pytest.raises(UserError, match="reads only \\*.prom files; name it n.prom"):
+    with pytest.raises(UserError, match=r"reads only \*\.prom files; name it n\.prom"):
         textfile_path(str(tmp_path / "n.txt"))
-    with pytest.raises(UserError, match="the folder .*gone does not exist"):
+    with pytest.raises(UserError, match=r"the folder .*gone does not exist"):
         textfile_path(str(tmp_path / "gone" / "n.prom"))
 
 
