@@ -88,7 +88,8 @@ def test_a_gateway_that_is_down_costs_the_push_never_the_results(stack, tmp_path
     assert done.returncode == ExitCode.UNDELIVERED, done.stderr + done.stdout
     warnings = [line for line in done.stderr.splitlines() if "push" in line]
     assert len(warnings) == 1 and "ci:***@127.0.0.1" in warnings[0] and "export prometheus" in warnings[0]
-    assert "hunter2" not in done.stdout + done.stderr + csv.read_text()
+    recorded = "".join(p.read_text() for p in tmp_path.iterdir() if p.is_file())  # the CSV and its .env.json
+    assert "hunter2" not in done.stdout + done.stderr + recorded
     rows = pd.read_csv(csv)
     assert len(rows) >= 20 and set(rows["status"]) == {"ok"}  # every row measured is kept
     assert done.stdout.splitlines()[-2].startswith("# done: results in")
