@@ -52,6 +52,7 @@ METRICS = (
     ),
     Metric("commbench_wrong_elements", "wrong", "Wrong elements the case's check found (0: every result correct)."),
 )
+INSPECTOR_PREFIX = "nccl_"  # the names NCCL Inspector writes too
 INFO = "commbench_run_info"
 RUN_TIME = "commbench_run_timestamp_seconds"
 
@@ -146,7 +147,7 @@ def exposition(rows: Iterable[Mapping[str, Any]], environ: Mapping[str, str] | N
         ended[config] = max(ended.get(config, 0.0), _epoch(_cell(row, "timestamp")))
     lines: list[str] = [f"{PROM_MARK} {commbench.__version__}"]
     for metric in METRICS:
-        lines += [f"# HELP {metric.name} {metric.help}", f"# TYPE {metric.name} gauge"]
+        lines += _header(metric)
         lines += [_sample(metric.name, dict(k), v) for k, v in series[metric.name].items()]
     lines += [f"# HELP {INFO} The run the figures come from: its id, fingerprint and versions.", f"# TYPE {INFO} gauge"]
     lines += [_sample(INFO, dict(k), 1.0) for k in runs]
@@ -156,6 +157,15 @@ def exposition(rows: Iterable[Mapping[str, Any]], environ: Mapping[str, str] | N
     ]
     lines += [_sample(RUN_TIME, dict(k), t) for k, t in ended.items()]
     return "\n".join(lines) + "\n"
+
+
+def _header(metric: Metric) -> list[str]:
+    """HELP and TYPE lines; for Inspector's names a plain comment instead. Inspector writes neither,
+    and node_exporter's textfile collector drops a metric whose files disagree on them: with a HELP
+    here, Inspector's own samples in the same folder would vanish from the scrape."""
+    if metric.name.startswith(INSPECTOR_PREFIX):
+        return [f"# {metric.name}: {metric.help}"]
+    return [f"# HELP {metric.name} {metric.help}", f"# TYPE {metric.name} gauge"]
 
 
 def _epoch(timestamp: str) -> float:

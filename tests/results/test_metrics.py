@@ -22,8 +22,14 @@ from commbench.results.ownership import written_by_commbench
 from tests.support.errors import assert_one_line_error
 from tests.support.prometheus_stack import promtool_check
 
-# The one lint promtool has for these names: Inspector's unit, kept so that the series line up with its.
-INSPECTOR_UNIT = 'nccl_collective_exec_time_microseconds use base unit "seconds" instead of "microseconds"'
+# What promtool says of Inspector's names, as of Inspector's own files: no HELP (a textfile beside
+# Inspector's must agree with it), and its unit; kept, so that the series line up with Inspector's.
+INSPECTORS_LINTS = [
+    "nccl_algorithm_bandwidth_gbs no help text",
+    "nccl_bus_bandwidth_gbs no help text",
+    "nccl_collective_exec_time_microseconds no help text",
+    'nccl_collective_exec_time_microseconds use base unit "seconds" instead of "microseconds"',
+]
 
 
 def _row(size: int, busbw: float, **changes: Any) -> dict[str, Any]:
@@ -108,10 +114,10 @@ def test_a_label_value_with_quotes_backslashes_and_newlines_is_escaped() -> None
 
 @pytest.mark.slow  # starts promtool
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="no promtool (Debian's prometheus package)")
-def test_promtool_parses_the_text_and_finds_only_inspectors_unit() -> None:
+def test_promtool_parses_the_text_and_finds_only_what_it_finds_in_inspectors() -> None:
     rows = [_row(s, s / 1e6, op=op) for op in ("all_reduce", "all_to_all", "barrier") for s in (8, 1 << 20)]
     code, problems = promtool_check(exposition(rows, environ={}))
-    assert (code, problems) == (3, [INSPECTOR_UNIT])  # 3: lint only; 1 would be a parse error
+    assert (code, problems) == (3, INSPECTORS_LINTS)  # 3: lint only; 1 would be a parse error
 
 
 def test_a_metrics_file_is_commbenchs_own_for_overwrite(tmp_path: Path) -> None:

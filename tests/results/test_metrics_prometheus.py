@@ -59,8 +59,24 @@ def _expected(csv: Path, column: str) -> dict[tuple[str, str, str], float]:
     }
 
 
+# A file as NCCL Inspector writes one (ext-profiler/inspector/inspector_prom.cc: no HELP, no TYPE).
+INSPECTOR_LABELS = (
+    'comm_id="0x7f3a",hostname="gpu01",rank="3",slurm_job="train",slurm_job_id="4242",nranks="8",n_nodes="1",'
+    'gpu_device_id="GPU3",collective="AllReduce",coll_sn="917",timestamp="2026-12-03 17:00:00",message_size="64.00MB"'
+)
+INSPECTOR_FILE = "".join(
+    f"{name}{{{INSPECTOR_LABELS}}} {value}\n"
+    for name, value in (
+        ("nccl_algorithm_bandwidth_gbs", 180.5),
+        ("nccl_bus_bandwidth_gbs", 315.875),
+        ("nccl_collective_exec_time_microseconds", 371.8),
+    )
+)
+
+
 def test_a_pushed_and_a_scraped_sweep_come_back_from_prometheus_with_the_csvs_values(stack, tmp_path) -> None:
     csv = tmp_path / "run.csv"
+    (stack.textfile_dir / "nccl_inspector_metrics_GPU-3.prom").write_text(INSPECTOR_FILE)  # production's, beside ours
     done = _sweep(
         "-o", str(csv), "--metrics-push", stack.pushgateway_url, "--metrics-textfile", str(stack.textfile_dir)
     )
@@ -68,14 +84,17 @@ def test_a_pushed_and_a_scraped_sweep_come_back_from_prometheus_with_the_csvs_va
     busbw, exec_time = _expected(csv, "busbw_gbps"), _expected(csv, "time_us_mean")
     assert len(busbw) >= 20 and all(math.isfinite(v) for v in busbw.values())
     for job in ("commbench", "node"):  # pushed: the gateway's group keeps job=commbench; scraped: the node job
-        answer = stack.wait_for(f'nccl_bus_bandwidth_gbs{{job="{job}"}}', lambda a: len(a) >= len(busbw))
+        answer = stack.wait_for(f'nccl_bus_bandwidth_gbs{{job="{job}",comm_id=""}}', lambda a: len(a) >= len(busbw))
         assert _by_series(answer) == busbw
         labels = answer[0][0]
         assert labels["message_size"] == message_size(int(labels["size_bytes"])) and labels["rank"] == "0"
         assert {"nranks": "2", "n_nodes": "1", "backend": "gloo", "dtype": "float32"}.items() <= labels.items()
         assert "run_id" not in labels and "timestamp" not in labels
-        times = stack.query(f'nccl_collective_exec_time_microseconds{{job="{job}"}}')
+        times = stack.query(f'nccl_collective_exec_time_microseconds{{job="{job}",comm_id=""}}')
         assert _by_series(times) == exec_time
+    # Inspector's samples in the same folder are scraped too: the two files agree on every metric's family.
+    assert [v for _, v in stack.query('nccl_bus_bandwidth_gbs{job="node",comm_id="0x7f3a"}')] == [315.875]
+    assert stack.query('node_textfile_scrape_error{job="node"}')[0][1] == 0
     run_id = str(pd.read_csv(csv)["run_id"].iloc[0])
     assert [m["run_id"] for m, _ in stack.query('commbench_run_info{job="commbench"}')] == [run_id]
 
