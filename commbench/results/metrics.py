@@ -132,7 +132,7 @@ def exposition(rows: Iterable[Mapping[str, Any]], environ: Mapping[str, str] | N
     """The text a textfile collector reads and a Pushgateway takes: every metric of every measured
     row (an `unavailable` row has no figure; a figure the row lacks is left out). Where rows share a
     series (the launches of `sweep --repeat`, several runs in one export) the last one's value stands."""
-    rows = [r for r in rows if _number(r.get("size_bytes")) is not None and _cell(r, "op")]
+    rows = [r for r in rows if _cell(r, "op") and _is_size(_number(r.get("size_bytes")))]
     series: dict[str, dict[tuple[tuple[str, str], ...], float]] = {m.name: {} for m in METRICS}
     runs: dict[tuple[tuple[str, str], ...], None] = {}
     ended: dict[tuple[tuple[str, str], ...], float] = {}
@@ -157,6 +157,10 @@ def exposition(rows: Iterable[Mapping[str, Any]], environ: Mapping[str, str] | N
     ]
     lines += [_sample(RUN_TIME, dict(k), t) for k, t in ended.items()]
     return "\n".join(lines) + "\n"
+
+
+def _is_size(value: float | None) -> bool:
+    return value is not None and 0 <= value < math.inf
 
 
 def _header(metric: Metric) -> list[str]:

@@ -98,6 +98,8 @@ def test_the_last_row_of_a_series_stands_and_rows_without_figures_give_none() ->
         _row(1024, 12.0, run_id="launch2"),  # sweep --repeat: the same case again
         {**_row(2048, 0.0), "busbw_gbps": float("nan"), "algbw_gbps": None, "time_us_mean": None, "wrong": -1},
         {"op": "all_gather", "variant": "flat", "dtype": "float32", "status": "unavailable", "size_bytes": None},
+        _row(float("inf"), 1.0),  # no size a row could have (the readers refuse one)
+        _row(-8, 1.0),
     ]
     text = exposition(rows, environ={})
     busbw = _samples(text, "nccl_bus_bandwidth_gbs")
