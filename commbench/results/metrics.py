@@ -125,7 +125,8 @@ def _escape(value: str) -> str:
 
 def _sample(name: str, labels: Mapping[str, str], value: float) -> str:
     text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    return f"{name}{{{text}}} {value!r}"
+    shown = repr(value) if math.isfinite(value) else "+Inf" if value > 0 else "-Inf"  # the format's spelling
+    return f"{name}{{{text}}} {shown}"
 
 
 def exposition(rows: Iterable[Mapping[str, Any]], environ: Mapping[str, str] | None = None) -> str:

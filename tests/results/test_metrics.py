@@ -108,6 +108,11 @@ def test_the_last_row_of_a_series_stands_and_rows_without_figures_give_none() ->
     assert len(_samples(text, "commbench_run_info")) == 3  # launch1, launch2, r1: one per run
 
 
+def test_an_infinite_figure_is_spelt_as_the_format_spells_it() -> None:
+    (line,) = _samples(exposition([_row(8, float("inf"))], environ={}), "nccl_bus_bandwidth_gbs")
+    assert line.endswith(" +Inf")
+
+
 def test_a_label_value_with_quotes_backslashes_and_newlines_is_escaped() -> None:
     text = exposition([_row(8, 1.0, node_ranks='0@h"o\\st\nx/0', variant="a,b")], environ={})
     (line,) = _samples(text, "nccl_bus_bandwidth_gbs")
