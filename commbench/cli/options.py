@@ -225,10 +225,12 @@ metrics_options = _compose(
 def metrics_config(kwargs: dict[str, Any]) -> None:
     """--metrics-textfile and --metrics-push checked before any rank starts; the textfile planned
     with the run's outputs (the writing rule: results/outputs.py)."""
+    from commbench.launch.env import detect
     from commbench.results.metrics_output import push_target, textfile_path
 
     if (textfile := kwargs.get("metrics_textfile")) is not None:
-        path = str(textfile_path(textfile).absolute())
+        # Only rank 0 writes it: another host's rank under a launcher need not have the folder.
+        path = str(textfile_path(textfile, writer=detect(scontrol=False).rank == 0).absolute())
         kwargs["metrics_textfile"] = path
         kwargs["extra_outputs"] = [*kwargs.get("extra_outputs", ()), (path, "--metrics-textfile")]
     if kwargs.get("metrics_push") is not None:

@@ -31,10 +31,13 @@ TEXTFILE_NAME = "commbench.prom"  # the file a --metrics-textfile folder gets
 EXPOSITION_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def textfile_path(requested: str) -> Path:
+def textfile_path(requested: str, writer: bool = True) -> Path:
     """The .prom file --metrics-textfile names (a folder: commbench.prom in it). node_exporter reads
-    only *.prom files in a folder that exists: anything else is refused in one line, before a run."""
+    only *.prom files in a folder that exists: anything else is refused in one line, before a run.
+    writer: this process writes it (the folder checked); a launched rank other than 0 checks the name only."""
     path = Path(requested)
+    if not writer:
+        return path / TEXTFILE_NAME if requested.endswith(("/", os.sep)) else path
     if requested.endswith(("/", os.sep)) or target_kind(path, "--metrics-textfile") == "folder":
         path = path / TEXTFILE_NAME
     if path.suffix != ".prom":

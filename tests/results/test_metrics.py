@@ -161,6 +161,9 @@ def test_a_textfile_is_a_prom_file_in_a_folder_that_exists(tmp_path: Path) -> No
         textfile_path(str(tmp_path / "n.txt"))
     with pytest.raises(UserError, match=r"the folder .*gone does not exist"):
         textfile_path(str(tmp_path / "gone" / "n.prom"))
+    # A launched rank other than 0 writes nothing: its host need not have rank 0's folder.
+    assert textfile_path(str(tmp_path / "gone" / "n.prom"), writer=False) == tmp_path / "gone" / "n.prom"
+    assert textfile_path(f"{tmp_path}/gone/", writer=False) == tmp_path / "gone" / "commbench.prom"
 
 
 def test_export_prints_writes_and_refuses_in_one_line(tmp_path: Path) -> None:
