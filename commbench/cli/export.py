@@ -35,7 +35,7 @@ def prometheus(csvs: tuple[Path, ...], textfile: str | None, metrics_push: str |
 
     \b
       commbench export prometheus results/run.csv | promtool check metrics
-      commbench export prometheus results/run.csv --textfile /var/lib/node_exporter/textfile/
+      commbench export prometheus results/run.csv --textfile /var/lib/prometheus/node-exporter/
       commbench export prometheus results/run.csv --metrics-push http://pushgateway:9091
     """
     from commbench.errors import ExitCode
