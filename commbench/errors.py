@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     COLLECTIVE_FAILURE = 3  # a collective failed or timed out, or a rank was lost
     INTERNAL = 4  # a bug in commbench: the traceback is printed, to be reported
     INCONCLUSIVE = 5  # `compare` found no regression but could not have seen one of the threshold's size
+    UNDELIVERED = 6  # every result written, but the metrics could not be pushed (--metrics-push: the Pushgateway)
     HANGUP = 129  # SIGHUP (128 + 1): the terminal or the session went away
     INTERRUPTED = 130  # Ctrl-C (SIGINT, 128 + 2)
     TERMINATED = 143  # SIGTERM (128 + 15): a scheduler's time limit or preemption (SLURM, before SIGKILL)

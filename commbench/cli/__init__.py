@@ -11,6 +11,7 @@ import click
 from commbench import __version__
 from commbench.cli.compare import compare
 from commbench.cli.env import env
+from commbench.cli.export import export
 from commbench.cli.history import history
 from commbench.cli.isolate import isolate
 from commbench.cli.list import list_
@@ -78,6 +79,7 @@ main.add_command(list_)
 main.add_command(env)
 main.add_command(plot)
 main.add_command(report)
+main.add_command(export)
 main.add_command(compare)
 main.add_command(syncbn)
 main.add_command(model)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from commbench.errors import UserError, warn
+from commbench.errors import ExitCode, UserError, warn
 from commbench.run.config import Outcome, SweepConfig
 
 if TYPE_CHECKING:
@@ -32,10 +32,14 @@ def charts_beside(plot: bool) -> tuple[str, ...]:
     return (CHARTS_BESIDE,) if plot else ()
 
 
+# A run that ran to its end: every result written (some wrong, or the metrics' push failed).
+COMPLETED = (ExitCode.OK, ExitCode.FAILED, ExitCode.UNDELIVERED)
+
+
 def written(outcome: Outcome) -> Path | None:
-    """The CSV the run wrote, where it ran to its end (0, or 1: wrong results) and this process owns
-    the CSV: what a command prints and charts from. None for an interrupted or failed run (code > 1)."""
-    if outcome.code in (0, 1) and outcome.output is not None and outcome.output.exists():
+    """The CSV the run wrote, where it ran to its end (COMPLETED) and this process owns
+    the CSV: what a command prints and charts from. None for an interrupted or failed run."""
+    if outcome.code in COMPLETED and outcome.output is not None and outcome.output.exists():
         return outcome.output
     return None
 
@@ -62,8 +66,8 @@ def print_time_line(outcome: Outcome, charts_s: float) -> None:
     from commbench.provenance import recorded_phases
     from commbench.run.phases import PhaseClock, time_line
 
-    # A run that stopped (code > 1) recorded no phases: what its CSV's .env.json may hold is another run's.
-    if outcome.code not in (0, 1) or outcome.output is None or (record := recorded_phases(outcome.output)) is None:
+    # A run that stopped (not COMPLETED) recorded no phases: what its CSV's .env.json may hold is another run's.
+    if outcome.code not in COMPLETED or outcome.output is None or (record := recorded_phases(outcome.output)) is None:
         return
     try:
         began, ended, totals = float(record["began"]), float(record["ended"]), dict(record["totals"])
@@ -84,7 +88,7 @@ def _chart(outcome: Outcome, plot: bool, overwrite: bool = False) -> None:
     process, or rank 0 under a launcher).
 
     Charts are a convenience on top of the CSV: a failure to draw them is a warning and never
-    changes the exit code. An interrupted or failed run (code > 1) is not charted. Charts already
+    changes the exit code. An interrupted or failed run (not COMPLETED) is not charted. Charts already
     beside the CSV are replaced only under the run's --overwrite.
     """
     if not plot or (csv := written(outcome)) is None:

@@ -62,6 +62,7 @@ def model(
         project,
     )
     from commbench.errors import UserError
+    from commbench.results.paths import beside
     from commbench.results.reader import read_results
 
     check_algorithm(algorithm)
@@ -99,7 +100,7 @@ def model(
         if world_sizes:
             click.echo(format_projections(projections, refused, algorithm))
     if output is not None or not as_json:
-        folder = output or csvs[0].with_name(csvs[0].stem + "-model")
+        folder = output or beside(csvs[0], "-model")
         written = write_charts(model_charts(frame, fits), folder, fmt, overwrite)
         if not as_json:
             click.echo(f"# charts: {folder}/ ({len(written)} files)")

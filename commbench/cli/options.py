@@ -202,6 +202,41 @@ history_options = _compose(
     click.option("--no-history", is_flag=True, help="Do not file this run in a history."),
 )
 
+# Where a run's results go as Prometheus metrics once it completes (sweep, syncbn, replay; docs/metrics.md).
+metrics_push_option = click.option(
+    "--metrics-push",
+    default=None,
+    metavar="URL",
+    help="Push the results to this Prometheus Pushgateway (http://host:9091) when the run completes; "
+    "a failed push is a warning and exit code 6, the results kept.",
+)
+metrics_options = _compose(
+    click.option(
+        "--metrics-textfile",
+        default=None,
+        metavar="PATH",
+        help="Write the results as Prometheus metrics to this .prom file (or commbench.prom in this folder) "
+        "for node_exporter's textfile collector, when the run completes.",
+    ),
+    metrics_push_option,
+)
+
+
+def metrics_config(kwargs: dict[str, Any]) -> None:
+    """--metrics-textfile and --metrics-push checked before any rank starts; the textfile planned
+    with the run's outputs (the writing rule: results/outputs.py)."""
+    from commbench.launch.env import detect
+    from commbench.results.metrics_output import push_target, textfile_path
+
+    if (textfile := kwargs.get("metrics_textfile")) is not None:
+        # Only rank 0 writes it: another host's rank under a launcher need not have the folder.
+        path = str(textfile_path(textfile, writer=detect(scontrol=False).rank == 0).absolute())
+        kwargs["metrics_textfile"] = path
+        kwargs["extra_outputs"] = [*kwargs.get("extra_outputs", ()), (path, "--metrics-textfile")]
+    if kwargs.get("metrics_push") is not None:
+        push_target(kwargs["metrics_push"], "")
+
+
 # Reading results back (plot, report) and charting after a run (sweep, syncbn).
 results_arguments = click.argument("csvs", nargs=-1, required=True, type=click.Path(path_type=Path))
 chart_format_option = click.option(
@@ -243,6 +278,7 @@ def build_config(
     if kwargs.pop("no_history", False):
         kwargs["history"] = NO_HISTORY
     history_location(kwargs.get("history"))  # an unusable --history is refused before any rank starts
+    metrics_config(kwargs)
     return SweepConfig(
         backend=backend,
         ops=ops,

@@ -16,6 +16,7 @@ from commbench.cli.options import (
     build_config,
     history_options,
     launch_options,
+    metrics_options,
     plot_option,
     pop_launch,
     precision_option,
@@ -75,6 +76,7 @@ def _trace_paths(_ctx: click.Context, _param: click.Parameter, given: tuple[str,
 @sample_options
 @launch_options
 @history_options
+@metrics_options
 @plot_option
 def replay(
     traces: tuple[Path, ...],

@@ -27,9 +27,9 @@ def report(csvs: tuple[Path, ...], output: str | None, fmt: str, overwrite: bool
     panel per variant with the runs as its lines. nccl-tests' -J results.json reads as a run. An
     existing file is replaced only with --overwrite, and never one of the CSVs read.
     """
-    from commbench.results.paths import check_target, output_path
+    from commbench.results.paths import beside, check_target, output_path
 
-    name = csvs[0].with_suffix(".html").name
+    name = beside(csvs[0], ".html").name
     out = output_path(output, lambda folder: (folder or csvs[0].parent) / name)
     check_target(out, overwrite, inputs=csvs)  # before the charts are drawn: fail in a second, not after a minute
     from commbench.analysis.report import write_report

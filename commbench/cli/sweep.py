@@ -12,6 +12,7 @@ from commbench.cli.options import (
     build_config,
     history_options,
     launch_options,
+    metrics_options,
     plot_option,
     pop_launch,
     repeat_option,
@@ -56,6 +57,7 @@ def refuse_extra_arguments(extra: list[str]) -> None:
 @launch_options
 @timing_options
 @history_options
+@metrics_options
 @op_option_flags
 @plot_option
 @repeat_option

@@ -13,6 +13,7 @@ from commbench.cli.options import (
     build_config,
     history_options,
     launch_options,
+    metrics_options,
     plot_option,
     pop_launch,
     repeat_option,
@@ -37,6 +38,7 @@ from commbench.syncbn import NATIVE_VARIANTS, STRATEGY_NAMES
 @launch_options
 @timing_options
 @history_options
+@metrics_options
 @plot_option
 @repeat_option
 def syncbn(

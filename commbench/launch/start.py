@@ -106,6 +106,10 @@ def start(cfg: SweepConfig, how: LaunchOptions) -> Outcome:
     return Outcome(code, Path(cfg.output), plan)
 
 
+# How a launch may end with the next one started, mildest first: wrong results outrank an undelivered push.
+SERIES_GOES_ON = (ExitCode.OK, ExitCode.UNDELIVERED, ExitCode.FAILED)
+
+
 def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int) -> Outcome:
     """`--repeat K`: K independent launches of the same measurement, as a CI job's reruns would be:
     new ranks and a new rendezvous (a new store, port and process group) each time, one after the
@@ -135,9 +139,9 @@ def start_launches(cfg: SweepConfig, how: LaunchOptions, repeat: int) -> Outcome
             this = dataclasses.replace(this, output=str(outcome.output), overwrite=True, append=True, extra_outputs=())
         outcome = start(this, how)
         plan = plan or outcome.outputs  # the first launch's: it holds the claims of the extra outputs
-        if outcome.code not in (ExitCode.OK, ExitCode.FAILED):
+        if outcome.code not in SERIES_GOES_ON:
             return dataclasses.replace(outcome, outputs=plan)
-        worst = max(worst, outcome.code)
+        worst = max(worst, outcome.code, key=SERIES_GOES_ON.index)
     say(f"# {repeat} launches (group {group}) in {outcome.output}: compare pools them as one candidate")
     return Outcome(worst, outcome.output, plan)
 
@@ -290,7 +294,7 @@ def spawn(cfg: SweepConfig, nproc: int, rank_env: Callable[[int], dict[str, str]
 def _say_where(code: int, path: Path) -> None:
     """One line after a failed or interrupted sweep: where the rows measured so far are."""
     # Success and wrong results end with rank 0's own line naming the file; a refusal measured nothing.
-    if code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE):
+    if code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.UNDELIVERED):
         return
     stopped_by = {ExitCode.INTERRUPTED: "", ExitCode.TERMINATED: " by SIGTERM", ExitCode.HANGUP: " by SIGHUP"}
     what = f"interrupted{stopped_by[code]}" if code in stopped_by else "stopped early"

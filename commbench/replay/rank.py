@@ -168,7 +168,7 @@ def _replay(session: Session, backend: Backend, plan: Plan, writer: CsvAppender 
         entries.setdefault(call.op, []).append(RotationEntry(case, issued.args, issued.s_bytes, "", issued.s_bytes))
         sizes[call] = issued.s_bytes
     if sink is not None and writer is not None:
-        sink.listeners.append(ReplayRows(plan, sizes, writer.write))
+        sink.outputs.append(ReplayRows(plan, sizes, writer.write))
         writer.write_many({**row, "run_id": sink.base["run_id"]} for row in unmapped_rows(plan))
     shared: list = []
     steps = [

@@ -12,8 +12,10 @@ from typing import Any
 
 from commbench.replay.adapter import s_elements as rule_s_elements
 from commbench.replay.record import Call, Plan
+from commbench.results.measurement import Measurement
 from commbench.results.ownership import register_header
 from commbench.results.paths import beside
+from commbench.results.row_outputs import RowOutput
 
 # The columns of <stem>.replay.csv (docs/replay.md). kind: call, step or unmapped.
 REPLAY_COLUMNS = (
@@ -117,8 +119,8 @@ def step_row(plan: Plan, row: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-class ReplayRows:
-    """Rank 0's sink listener: the replay row beside each results row. A results row is matched to
+class ReplayRows(RowOutput):
+    """One of rank 0's row outputs (results/row_outputs.py): the replay row beside each results row. A results row is matched to
     its call by the row key the results CSV keeps unique (op, variant, phase, dtype, size_bytes);
     a variant the backend refused (one `unavailable` row for it) gives each of its calls not yet
     written a row that says so, so no call is dropped silently."""
@@ -132,7 +134,7 @@ class ReplayRows:
             raise ValueError("two distinct calls share a results row key")  # phase_tags' #k prevents this
         self.written: set[Call] = set()
 
-    def __call__(self, row: Mapping[str, Any]) -> None:
+    def add(self, row: Mapping[str, Any], m: Measurement | None = None) -> None:
         if row["op"] == STEP_OP:
             self.write({**step_row(self.plan, row), "dtype": row["dtype"]})
             return

@@ -11,6 +11,7 @@ most HEAD_BYTES of it, so a huge file costs nothing):
   environment record written before that key existed starts with its `format` and `run_id`);
 - a chart: a PNG's `Software` text chunk, an SVG's creator, says commbench (render.py writes them);
 - a report: its `generator` meta tag says commbench;
+- a metrics file (.prom): its first line is the comment `# written by commbench`;
 - a results history: a SQLite file whose schema (on its first page) holds commbench's `history_meta`.
 """
 
@@ -26,6 +27,7 @@ HEAD_BYTES = 64 * 1024
 # The key every JSON document commbench writes starts with: {"written_by": "commbench 0.1.0", ...}
 JSON_MARK = "written_by"
 HTML_GENERATOR = f"<meta name='generator' content='{WRITTEN_BY}'>"
+PROM_MARK = f"# written by {WRITTEN_BY}"  # the first line of a metrics file (results/metrics.py): a comment
 
 KNOWN_HEADERS: set[tuple[str, ...]] = set()
 
@@ -36,6 +38,7 @@ _MARKS = (
     b"tEXtSoftware\x00" + WRITTEN_BY.encode(),  # PNG
     b"<dc:title>" + WRITTEN_BY.encode(),  # SVG (matplotlib writes the Creator as <dc:creator><cc:Agent><dc:title>)
     HTML_GENERATOR.encode(),
+    PROM_MARK.encode(),  # a metrics file
 )
 
 

@@ -51,7 +51,8 @@ def default_output(backend: str, world_size: int, folder: str | Path = "results"
 
 def beside(path: Path, suffix: str) -> Path:
     """A file (or folder) beside a results CSV: <stem><suffix>, the one rule every side file's name
-    follows (.env.json, .raw.csv, .replay.csv, .verdict.json, -charts, -replay.png)."""
+    follows (.env.json, .raw.csv, .replay.csv, .verdict.json, .launch<k>.csv, .html, -charts, -model,
+    -replay.png, -isolate.png)."""
     path = Path(path)
     return path.with_name(path.stem + suffix)
 

@@ -12,7 +12,7 @@ commbench/launch/'s). The modules, in the order a rank meets them:
     harness     TimedCase: the timed loop and its correctness check
     timers      how a sample is read: a host clock on CPU, CUDA events on a GPU
     overlap     --overlap's compute kernel
-    sink        rank 0's rows: the CSV, the printed table, the progress line
+    sink        rank 0's rows, handed to its row outputs (results/row_outputs.py), the printed table, the progress line
     host_records  the run's record: every host's environment, the history entry
     phases      where the wall time goes: the `# time:` line's clock
     eta         progress and the time left

@@ -148,6 +148,10 @@ class SweepConfig:
     # (path, flag) of the files the command writes itself once the run ends (--json): planned and
     # claimed with the run's outputs by the process that plans them (the spawner, or rank 0).
     extra_outputs: tuple[tuple[str, str], ...] = ()
+    # --metrics-textfile (an absolute .prom path) and --metrics-push (a Pushgateway URL): where rank 0
+    # delivers the run's metrics when it completes (results/metrics_output.py).
+    metrics_textfile: str | None = None
+    metrics_push: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("ops", "dtypes", "variants", "side_files", "inputs"):
@@ -256,13 +260,15 @@ class SweepConfig:
     def option_digests(self) -> dict[str, str]:
         """Per-option digests, compared across ranks to catch inconsistent launches.
 
-        `output`, `command`, `history`, `inputs` and `extra_outputs` legitimately differ per rank (only
-        rank 0 writes; each rank names its files from its own folder), so they are left out.
+        `output`, `command`, `history`, `inputs`, `extra_outputs` and the metrics' targets legitimately
+        differ per rank (only rank 0 writes; each rank names its files from its own folder), so they
+        are left out.
         """
         return {
             key: hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
             for key, value in asdict(self).items()
-            if key not in ("output", "command", "history", "inputs", "extra_outputs")
+            if key
+            not in ("output", "command", "history", "inputs", "extra_outputs", "metrics_textfile", "metrics_push")
         }
 
 

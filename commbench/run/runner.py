@@ -106,6 +106,6 @@ def measure_session(session: Session, body: Callable[[], int]) -> Outcome:
         if sink:
             with session.phases.phase("teardown"):
                 sink.close()
-    if sink:
-        sink.finish(wrong_total)
-    return Outcome(ExitCode.FAILED if wrong_total else ExitCode.OK, session.path, session.outputs)
+    delivered = sink.finish(wrong_total) if sink else True
+    code = ExitCode.FAILED if wrong_total else ExitCode.OK if delivered else ExitCode.UNDELIVERED
+    return Outcome(code, session.path, session.outputs)

@@ -21,8 +21,10 @@ from commbench.history.store import History, open_run_history
 from commbench.ops import world_error
 from commbench.ops.base import Op
 from commbench.provenance import layout
+from commbench.results.metrics_output import MetricsRows
 from commbench.results.outputs import OutputPlan
-from commbench.results.paths import default_output
+from commbench.results.paths import beside, default_output
+from commbench.results.row_outputs import csv_outputs
 from commbench.run.agreement import RunFacts, agree, share_refusal
 from commbench.run.config import ONE_RANK_NOTE, SweepConfig
 from commbench.run.eta import SweepProgress
@@ -32,7 +34,7 @@ from commbench.run.host_records import begin_record, gather_host_envs
 from commbench.run.phases import PhaseClock
 from commbench.run.plan import SweepPlan, eta_prior
 from commbench.run.resources import memory_error
-from commbench.run.sink import Sink
+from commbench.run.sink import HistoryRows, NoiseSummary, Sink
 from commbench.run.watchdog import Watchdog, poll_s
 from commbench.units import counted
 
@@ -144,7 +146,7 @@ def _open_sink(
         cfg.workload_digest,
     )
     # Each launch of `sweep --repeat` keeps its own hosts' record: <stem>.launch<i>.env.json.
-    record_path = path.with_name(f"{path.stem}.launch{cfg.launch}{path.suffix}") if cfg.launch else path
+    record_path = beside(path, f".launch{cfg.launch}{path.suffix}") if cfg.launch else path
     with phases.phase("history"):
         record_columns, recorder = begin_record(
             path, facts.run_id, run_layout, agreed.host_envs, cfg.command, history, record_path
@@ -152,9 +154,13 @@ def _open_sink(
     base = {**_run_columns(cfg, backend, grouping, facts), **record_columns}
     # A rank commbench spawned writes to a pipe its launcher reads: the launcher owns the terminal.
     display = Display(choose_mode(sys.stdout, relay=launch.spawned))
-    budget = cfg.budget
-    # Creates the file, or refuses before the header.
-    sink = Sink(path, base, cfg.overwrite, cfg.raw, display, budget, history=recorder, append=cfg.append, phases=phases)
+    # Creates the files, or refuses before the header.
+    outputs = csv_outputs(path, cfg.overwrite, cfg.raw, cfg.append)
+    outputs += [*([HistoryRows(recorder)] if recorder is not None else []), NoiseSummary(display, cfg.budget, base)]
+    if cfg.metrics_textfile or cfg.metrics_push:
+        textfile = Path(cfg.metrics_textfile) if cfg.metrics_textfile else None
+        outputs.append(MetricsRows(textfile, cfg.metrics_push))
+    sink = Sink(path, base, display, outputs, phases)
     display.write(
         f"# commbench {commbench.__version__}: backend {cfg.backend} ({backend.version()}), "
         f"{counted(backend.world_size, 'rank')} on {facts.hosts}{in_groups(grouping)}, mode {cfg.mode}, "

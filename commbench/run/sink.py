@@ -1,12 +1,13 @@
-"""Rank 0's outputs as a sweep goes: one CSV row per measurement (and raw samples), the printed
-table and the progress line. Rows are built here, next to the schema they fill."""
+"""Rank 0's outputs as a sweep goes: one row per measurement, handed to the run's row outputs
+(results/row_outputs.py: the CSV, raw samples, the history, metrics), the printed table and the
+progress line. Rows are built here, next to the schema they fill."""
 
 from __future__ import annotations
 
 import datetime
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +19,8 @@ from commbench.provenance import record_wall_time
 from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
 from commbench.results.noise import NOISE_COLUMNS, HostLoad, summarise_noise
-from commbench.results.paths import raw_path
-from commbench.results.schema import CASE_KEY, COLUMNS, RAW_COLUMNS, SCHEMA_VERSION, STOPPED, rank_hosts
+from commbench.results.row_outputs import RowOutput
+from commbench.results.schema import SCHEMA_VERSION, STOPPED, rank_hosts
 from commbench.results.stats import (
     HEADLINE_ROUNDS,
     Stats,
@@ -29,7 +30,6 @@ from commbench.results.stats import (
     overlap_fraction,
     percentile,
 )
-from commbench.results.writer import CsvAppender
 from commbench.run.phases import PhaseClock
 
 if TYPE_CHECKING:
@@ -37,34 +37,26 @@ if TYPE_CHECKING:
 
 
 class Sink:
-    """Writes rows as they complete; run facts (run id, hosts, versions) are the same on every row."""
+    """Hands each row, as it completes, to the run's row outputs (the CSV, raw samples, the history,
+    a replay's rows, metrics: commbench/results/row_outputs.py) and prints it in the table; run facts
+    (run id, hosts, versions) are the same on every row."""
 
     def __init__(
         self,
         path: Path,
         base: dict[str, Any],
-        overwrite: bool,
-        raw: bool,
         display: Display,
-        budget: Budget | None = None,
-        history: RunRecorder | None = None,
-        append: bool = False,
+        outputs: list[RowOutput],
         phases: PhaseClock | None = None,
     ) -> None:
         self.path = path
         self.phases = PhaseClock() if phases is None else phases
-        self.budget = budget or Budget()
         self.started = time.monotonic()
-        self.rows: list[dict[str, Any]] = []  # what the noise summary needs of each measured row
-        self.history = history  # files each row in the history too (commbench/history/recorder.py)
         self.interrupted = False  # set when Ctrl-C, SIGTERM or SIGHUP stopped the run
         self.base = {"schema_version": SCHEMA_VERSION, "commbench_version": commbench.__version__, **base}
         self.display = display
-        self.writer = CsvAppender(path, COLUMNS, overwrite=overwrite, append=append)
-        self.raw = CsvAppender(raw_path(path), RAW_COLUMNS, overwrite=overwrite, append=append) if raw else None
+        self.outputs = outputs  # a command adds its own before the first row (replay's rows)
         self.table = table.Table.fitted({})
-        # Called with each measured or unavailable row as it is written: a command's own table of them (replay's).
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
     def section(self, title: str, names: dict[str, Iterable[str]]) -> None:
         """A header for the rows that follow, its columns fitted to the names they will print."""
@@ -82,34 +74,18 @@ class Sink:
         with self.phases.phase("write"):
             self.display.write(self.table.line(row))
 
-    def _file(self, row: dict[str, Any]) -> None:
-        """The row in the CSV and the history, or in neither."""
+    def _file(self, row: dict[str, Any], m: Measurement | None = None) -> None:
+        """The row in every output (the CSV and the history: in both or in neither)."""
         with signals_held():
-            with self.phases.phase("write"):
-                self.writer.write(row)
-            if self.history is not None:
-                with self.phases.phase("history"):
-                    self.history.add(row)
-            for listener in self.listeners:
-                listener(row)
+            for output in self.outputs:
+                with self.phases.phase(output.phase):
+                    output.add(row, m)
 
     def measured(self, m: Measurement) -> None:
         with self.phases.phase("write"):
-            self._measured(m)
-
-    def _measured(self, m: Measurement) -> None:
-        row = self.row(m)
-        self._file(row)
-        self.rows.append({k: row[k] for k in NOISE_COLUMNS})
-        if self.raw is not None:
-            key = {k: row[k] for k in ("run_id", *CASE_KEY)}
-            round_of = [r for r, block in enumerate(m.rounds_us) for _ in block]
-            self.raw.write_many(
-                {**key, "round": round_of[i], "iteration": i, "rank": r, "time_us": t}
-                for r, samples in enumerate(m.per_rank_us)
-                for i, t in enumerate(samples)
-            )
-        self.display.write(self.table.line(row))
+            row = self.row(m)
+            self._file(row, m)
+            self.display.write(self.table.line(row))
 
     def row(self, m: Measurement) -> dict[str, Any]:
         stats = Stats.from_samples([t for block in m.rounds_us for t in block])
@@ -146,29 +122,69 @@ class Sink:
 
     def close(self) -> None:
         self.display.close()
-        for f in (self.writer, self.raw):
-            if f is not None:
-                f.close()
-        if self.history is not None:  # incomplete (or interrupted) until finish() says the run completed
-            self.history.end(interrupted=self.interrupted)
+        for output in self.outputs:  # the history says incomplete (or interrupted) until finish()
+            output.close(self.interrupted)
 
-    def finish(self, wrong_total: int) -> None:
-        if self.history is not None:
-            with self.phases.phase("history"):
-                self.history.end(completed=True)
-                self.history.close()
+    def finish(self, wrong_total: int) -> bool:
+        """The run completed: each output delivers what waits for the end (the history marked
+        complete, metrics written and pushed), then the closing lines. False when an output could
+        not deliver (a push that failed: its warning says so; the CSV holds every row)."""
+        delivered = True
+        for output in self.outputs:
+            with self.phases.phase(output.phase):
+                delivered = output.finish() and delivered
         wall_s = time.monotonic() - self.started
         # So that a report of this CSV advises as this line does, and the CSV's owner prints where the time went.
         record_wall_time(self.path, wall_s, self.phases.record())
-        summary = summarise_noise(self.rows, self.budget, wall_s, HostLoad.here(_ranks_here(self.base)))
-        if summary is not None:
-            self.display.write(summary.line())
         if wrong_total:
             self.display.write(
                 f"# FAILED: {wrong_total} wrong elements in total; see the 'wrong' column of {self.path}"
             )
         else:
             self.display.write(f"# done: results in {self.path}")
+        return delivered
+
+
+class NoiseSummary(RowOutput):
+    """The line that says how many rows are noisy and why (results/noise.py), printed when the run completes."""
+
+    phase = "progress"
+
+    def __init__(self, display: Display, budget: Budget, base: dict[str, Any]) -> None:
+        self.display, self.budget, self.base = display, budget, base
+        self.rows: list[dict[str, Any]] = []  # what the noise summary needs of each measured row
+        self.started = time.monotonic()
+
+    def add(self, row: Mapping[str, Any], m: Measurement | None) -> None:
+        if m is not None:
+            self.rows.append({k: row[k] for k in NOISE_COLUMNS})
+
+    def finish(self) -> bool:
+        wall_s = time.monotonic() - self.started
+        summary = summarise_noise(self.rows, self.budget, wall_s, HostLoad.here(_ranks_here(self.base)))
+        if summary is not None:
+            self.display.write(summary.line())
+        return True
+
+
+class HistoryRows(RowOutput):
+    """Each row filed in the results history as it is written (commbench/history/recorder.py)."""
+
+    phase = "history"
+
+    def __init__(self, recorder: RunRecorder) -> None:
+        self.recorder = recorder
+
+    def add(self, row: Mapping[str, Any], m: Measurement | None) -> None:
+        self.recorder.add(row)
+
+    def close(self, interrupted: bool) -> None:
+        self.recorder.end(interrupted=interrupted)  # incomplete until finish() says the run completed
+
+    def finish(self) -> bool:
+        self.recorder.end(completed=True)
+        self.recorder.close()
+        return True
 
 
 def _ranks_here(base: dict[str, Any]) -> int:

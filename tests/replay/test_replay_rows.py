@@ -1,4 +1,4 @@
-"""The replay CSV's rows as rank 0's sink listener writes them (commbench/replay/summary.py
+"""The replay CSV's rows as rank 0's row output writes them (commbench/replay/summary.py
 ReplayRows): each results row matched to its own call, on the shared DDP trace whose five gradient
 buckets share op, variant, phase and dtype; and a variant the backend refuses still gets its rows."""
 
@@ -52,8 +52,8 @@ def test_every_distinct_call_of_the_ddp_trace_gets_its_own_counts_and_recorded_t
     written: list[dict[str, Any]] = []
     rows = ReplayRows(p, sizes, written.append)
     for i, (call, _) in enumerate(p.counts):
-        rows(_results_row(call, tags[call], sizes[call], 1000.0 + i))
-    rows({"op": "step", "variant": "sequence", "phase": "comm", "dtype": "mixed", "time_us_p50": 9000.0})
+        rows.add(_results_row(call, tags[call], sizes[call], 1000.0 + i))
+    rows.add({"op": "step", "variant": "sequence", "phase": "comm", "dtype": "mixed", "time_us_p50": 9000.0})
     calls = [r for r in written if r["kind"] == "call"]
     assert [(r["op"], r["in_elems"], r["count_per_step"]) for r in calls] == [
         (c.op, c.in_elems, n) for c, n in p.counts
@@ -77,10 +77,10 @@ def test_a_variant_the_backend_refuses_gets_a_replay_row_with_the_reason() -> No
     tags, sizes = phase_tags(p), _sizes(p)
     written: list[dict[str, Any]] = []
     rows = ReplayRows(p, sizes, written.append)
-    rows(_results_row(BROADCAST, tags[BROADCAST], sizes[BROADCAST], 50.0))
+    rows.add(_results_row(BROADCAST, tags[BROADCAST], sizes[BROADCAST], 50.0))
     refused = "the gloo backend does not implement all_gather flat on this build"
-    rows({"op": "all_gather", "variant": "flat", "dtype": "float32", "status": "unavailable", "note": refused})
-    rows(_results_row(ALL_REDUCE, tags[ALL_REDUCE], sizes[ALL_REDUCE], 70.0))
+    rows.add({"op": "all_gather", "variant": "flat", "dtype": "float32", "status": "unavailable", "note": refused})
+    rows.add(_results_row(ALL_REDUCE, tags[ALL_REDUCE], sizes[ALL_REDUCE], 70.0))
     assert [(r["op"], r["in_elems"], r["status"]) for r in written] == [
         ("broadcast", 77, "ok"),
         ("all_gather", 300, "unavailable"),
@@ -96,13 +96,9 @@ def test_the_sink_hands_its_unavailable_row_to_the_replay_rows(tmp_path: Path) -
     p = plan_of([ALL_GATHER])
     written: list[dict[str, Any]] = []
     sink = Sink(
-        tmp_path / "r.csv",
-        {"run_id": "r", "mode": "blocking", "world_size": 2},
-        False,
-        False,
-        Display("quiet", io.StringIO()),
+        tmp_path / "r.csv", {"run_id": "r", "mode": "blocking", "world_size": 2}, Display("quiet", io.StringIO()), []
     )
-    sink.listeners.append(ReplayRows(p, _sizes(p), written.append))
+    sink.outputs.append(ReplayRows(p, _sizes(p), written.append))
     sink.unavailable("all_gather", "flat", "float32", "refused by the transport")
     sink.close()
     assert [(r["op"], r["status"], r["note"]) for r in written] == [

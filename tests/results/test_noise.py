@@ -10,7 +10,8 @@ from commbench.console.display import Display
 from commbench.results.budget import Budget
 from commbench.results.measurement import Measurement
 from commbench.results.noise import NOISE_COLUMNS, HostLoad, summarise_noise
-from commbench.run.sink import Sink
+from commbench.results.row_outputs import csv_outputs
+from commbench.run.sink import NoiseSummary, Sink
 
 
 def _row(mean: float, width: float, iters: int, note: str = "") -> dict:
@@ -64,9 +65,12 @@ def test_the_reason_is_a_busy_host_or_rounds_that_disagree() -> None:
 
 def test_the_sink_prints_the_line_before_it_is_done(tmp_path: Path) -> None:
     out = io.StringIO()
-    sink = Sink(
-        tmp_path / "r.csv", {"run_id": "r", "mode": "blocking", "world_size": 2}, False, False, Display("plain", out)
+    path, base, display = (
+        tmp_path / "r.csv",
+        {"run_id": "r", "mode": "blocking", "world_size": 2},
+        Display("plain", out),
     )
+    sink = Sink(path, base, display, [*csv_outputs(path), NoiseSummary(display, Budget(), base)])
     wide = [[100.0, 300.0, 150.0, 90.0, 400.0, 120.0, 200.0, 110.0, 350.0, 95.0]]
     sink.measured(Measurement("all_gather", "flat", "comm", "float32", 8, 2, None, wide, [], 0, 1, "x", 1))
     sink.finish(0)

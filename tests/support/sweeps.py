@@ -17,6 +17,7 @@ import pandas as pd
 
 from commbench.console.display import Display
 from commbench.ops.base import Op
+from commbench.results.row_outputs import csv_outputs
 from commbench.run.config import SweepConfig
 from commbench.run.eta import SweepProgress
 from commbench.run.groups import Grouping
@@ -51,7 +52,7 @@ def sweep_one_rank(
         watch(progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     display = Display("quiet", stream=io.StringIO())  # the table is not what these tests read
-    sink = Sink(path, {"run_id": path.stem, "mode": cfg.mode, "world_size": 1}, False, cfg.raw, display)
+    sink = Sink(path, {"run_id": path.stem, "mode": cfg.mode, "world_size": 1}, display, csv_outputs(path, raw=cfg.raw))
     board = type("Board", (), {"step": lambda self, label: None, "rank": 0})()
     session = Session(cfg, grouping, plan, Watchdog(60, 0), board, progress, sink)
     for op in ops:
