@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from commbench.errors import UserError
-from commbench.replay.projection import StepProjection, parse_targets, project_step, projection_lines
+from commbench.replay.projection import (
+    MEASURED_ERROR,
+    StepProjection,
+    parse_targets,
+    project_step,
+    projection_lines,
+)
 from commbench.replay.record import Call
 from commbench.replay.summary import call_row, digits
 from tests.replay.plans import plan_of
@@ -46,6 +52,9 @@ def test_the_step_is_projected_through_the_ring_model_of_each_call(tmp_path: Pat
     lines = projection_lines([p16], "ring")
     assert lines[0].startswith("# projection (a MODEL, not a measurement; ring cost model fitted on this cluster;")
     assert lines[1] == f"#   projected step communication on 16 ranks: {digits(p16.time_us / 1e3)} ms"
+    assert (
+        lines[2] == f"#   how far off it was, measured: {MEASURED_ERROR}"
+    )  # the bench's figure, beside every projection
 
 
 def test_calls_without_a_fit_are_named_and_left_out(tmp_path: Path) -> None:
