@@ -52,9 +52,8 @@ def test_the_step_is_projected_through_the_ring_model_of_each_call(tmp_path: Pat
     lines = projection_lines([p16], "ring")
     assert lines[0].startswith("# projection (a MODEL, not a measurement; ring cost model fitted on this cluster;")
     assert lines[1] == f"#   projected step communication on 16 ranks: {digits(p16.time_us / 1e3)} ms"
-    assert (
-        lines[2] == f"#   how far off it was, measured: {MEASURED_ERROR}"
-    )  # the bench's figure, beside every projection
+    # the error bench/replay_projection.py measured, beside every projection
+    assert lines[2] == f"#   how far off it was, measured: {MEASURED_ERROR}"
 
 
 def test_calls_without_a_fit_are_named_and_left_out(tmp_path: Path) -> None:
