@@ -3,8 +3,8 @@
 Each (run, op, variant, phase, dtype, mode, backend, world size, group) measured at 4 or more sizes
 is fitted to T(S) = alpha + S / beta: alpha the latency (µs), beta the bandwidth (GB/s). The fit
 minimises relative residuals (latencies span orders of magnitude, and a plain least-squares fit
-would hear only the largest sizes), weighted by the mean's (the headline's) confidence interval where the CSV has
-one, and is made robust with Huber's loss by iteratively reweighted least squares, so one
+would hear only the largest sizes), weighted by the p50's confidence interval where the CSV has
+one (the p50, results/stats.TYPICAL: what a replay reports, so a projection predicts it), and is made robust with Huber's loss by iteratively reweighted least squares, so one
 disturbed size cannot pull the line.
 
 A projection turns the fitted collective into per-message link parameters through the textbook cost
@@ -26,7 +26,7 @@ from commbench.ops import spec_of
 from commbench.ops.cost import ALGORITHMS
 from commbench.results.reader import ok_rows
 from commbench.results.schema import LAYOUT_KEY, key_without
-from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO, robust_sd
+from commbench.results.stats import TYPICAL, TYPICAL_HI, TYPICAL_LO, TYPICAL_NAME, robust_sd
 from commbench.units import format_size
 
 MIN_SIZES = 4
@@ -142,11 +142,11 @@ def fit_frame(frame: pd.DataFrame) -> tuple[list[Fit], list[str]]:
                 f"{key[1]}/{key[2]}/{key[3]} n={int(key[7])}: {len(points)} size(s), a fit needs {MIN_SIZES}"
             )
             continue
-        lo, hi = points.get(HEADLINE_LO), points.get(HEADLINE_HI)
+        lo, hi = points.get(TYPICAL_LO), points.get(TYPICAL_HI)
         sigma = (
             None if lo is None or hi is None else ((pd.to_numeric(hi) - pd.to_numeric(lo)) / 2).to_numpy(dtype=float)
         )
-        alpha, beta, r2, worst = fit_hockney(points["size_bytes"].to_numpy(), points[HEADLINE].to_numpy(), sigma)
+        alpha, beta, r2, worst = fit_hockney(points["size_bytes"].to_numpy(), points[TYPICAL].to_numpy(), sigma)
         fits.append(Fit(tuple(key), len(points), alpha, beta, r2, worst))
     return fits, skipped
 
@@ -215,7 +215,7 @@ def check_algorithm(name: str) -> str:
 
 def format_fits(fits: list[Fit], skipped: list[str]) -> str:
     lines = [
-        "# model: T(S) = alpha + S / beta, a robust (Huber, relative-residual) fit of the mean times",
+        f"# model: T(S) = alpha + S / beta, a robust (Huber, relative-residual) fit of the {TYPICAL_NAME} times",
         f"# {'op/variant/phase dtype mode':<44} {'backend':>8} {'n':>4} {'sizes':>5} {'alpha(µs)':>10} "
         f"{'beta(GB/s)':>10} {'n1/2':>8} {'R^2':>6} {'worst':>6}",
     ]
@@ -269,7 +269,7 @@ def model_panels(fits: list[Fit]) -> list[list[Fit]]:
 
 
 def model_charts(frame: pd.DataFrame, fits: list[Fit]):
-    """Per (op, phase): the measured means (with their interval where known) and each fitted line,
+    """Per (op, phase): the measured p50s (with their interval where known) and each fitted line,
     each variant in the colour it has on the op's other charts, each run in its own marker."""
     from matplotlib.figure import Figure
 
@@ -299,12 +299,12 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
             label = line_label(dict(zip(FIT_KEY, fit.key)), naming)
             ax.plot(
                 mine["size_bytes"],
-                mine[HEADLINE],
+                mine[TYPICAL],
                 linestyle="none",
                 marker=style["marker"],
                 color=style["color"],
                 markersize=4,
-                label=f"{label}: measured mean",
+                label=f"{label}: measured {TYPICAL_NAME}",
             )
             s = np.geomspace(mine["size_bytes"].min(), mine["size_bytes"].max(), 200)
             ax.plot(
@@ -317,11 +317,11 @@ def model_charts(frame: pd.DataFrame, fits: list[Fit]):
             sizes_seen += list(mine["size_bytes"])
         size_axis(ax, sizes_seen)
         latency_axis(ax)
-        ax.set_ylabel("time per op (µs, mean)")
+        ax.set_ylabel(f"time per op (µs, {TYPICAL_NAME})")
         legend_outside(ax)
         suptitle(fig, f"{op} · {phase}: latency-bandwidth model T(S) = α + S / β", 5, place)
         caption = (
-            f"{op} ({phase}): measured mean (points) and the fitted Hockney line per variant; "
+            f"{op} ({phase}): measured {TYPICAL_NAME} (points) and the fitted Hockney line per variant; "
             f"dotted lines are refused fits (R² < {MIN_R2}: the line does not describe the data)."
         )
         charts.append(Chart(name=f"{op}-{phase}-model", kind="model", figure=fig, caption=caption))

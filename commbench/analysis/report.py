@@ -34,7 +34,7 @@ from commbench.results.noise import NOISE_COLUMNS, NOISY, summarise_noise
 from commbench.results.ownership import HTML_GENERATOR
 from commbench.results.paths import write_atomically
 from commbench.results.reader import read_results
-from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO
+from commbench.results.stats import HEADLINE, HEADLINE_HI, HEADLINE_LO, TYPICAL_NAME
 from commbench.units import format_size
 
 _MIME = {"png": "image/png", "svg": "image/svg+xml"}
@@ -499,7 +499,7 @@ def _model_section(fits: list, skipped: list[str], charts: list[_Drawn]) -> list
     key = [*FIT_KEY, "sizes"]
     parts: list[str | _Heading | _Drawn] = [
         _Heading(2, "Latency-bandwidth model"),
-        "<p>T(S) = alpha + S / beta fitted to the mean times (robust, relative residuals); R² of log time. "
+        f"<p>T(S) = alpha + S / beta fitted to the {TYPICAL_NAME} times (robust, relative residuals); R² of log time. "
         f"A fit with R² below {MIN_R2} does not describe the data: it is refused, listed apart and not projected "
         "(<code>commbench model</code>).</p>",
     ]

@@ -184,9 +184,10 @@ def _report(
     (planned and claimed with the run's outputs before any rank started: outcome.outputs)."""
     from commbench.replay.projection import projection_lines
     from commbench.replay.summary import read_replay, replay_path, step_line, unmapped_lines, verdict_line
+    from commbench.results.stats import TYPICAL
 
     rows = read_replay(replay_path(csv_path))
-    step = next((r for r in rows if r["kind"] == "step" and r.get("time_us_p50")), None)
+    step = next((r for r in rows if r["kind"] == "step" and r.get(TYPICAL)), None)
     calls = [r for r in rows if r["kind"] == "call"]
     with open(csv_path, newline="", encoding="utf-8") as f:
         first = next(csv.DictReader(f), {})

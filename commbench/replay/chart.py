@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from commbench.analysis.charts.render import Chart, write_charts
+from commbench.results.stats import TYPICAL_NAME
 
 # Okabe-Ito: colour says which side (trace or here), the one thing it encodes.
 RECORDED, REPLAYED = "#E69F00", "#0072B2"
@@ -55,8 +56,8 @@ def replay_chart(rows: Sequence[Mapping[str, str]], title: str) -> Chart:
     ax.margins(x=0.25)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     caption = (
-        "time per step by collective kind: the trace's recorded times beside the replay's p50 x count; "
-        "the whole step: the time the trace's calls ran, overlaps merged, beside the sequence's p50"
+        f"time per step by collective kind: the trace's recorded times beside the replay's {TYPICAL_NAME} x count; "
+        f"the whole step: the time the trace's calls ran, overlaps merged, beside the sequence's {TYPICAL_NAME}"
     )
     return Chart("replay", "replay", fig, caption)
 

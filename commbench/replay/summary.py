@@ -16,12 +16,14 @@ from commbench.results.measurement import Measurement
 from commbench.results.ownership import register_header
 from commbench.results.paths import beside
 from commbench.results.row_outputs import RowOutput
+from commbench.results.stats import TYPICAL, TYPICAL_HI, TYPICAL_LO
 
 # The columns of <stem>.replay.csv (docs/replay.md). kind: call, step or unmapped.
 REPLAY_COLUMNS = (
     *"run_id kind op variant phase dtype in_elems out_elems group_ranks peer splits".split(),
     *"count_per_step recorded_us recorded_us_per_step".split(),
-    *"time_us_p50 time_us_p50_lo time_us_p50_hi replayed_us_per_step status wrong note trace_digest".split(),
+    *(TYPICAL, TYPICAL_LO, TYPICAL_HI),
+    *"replayed_us_per_step status wrong note trace_digest".split(),
 )
 STEP_OP = "step"
 STEP_VARIANT = "sequence"
@@ -83,7 +85,7 @@ def recorded_per_step_us(plan: Plan, call: Call) -> float | None:
 def call_row(plan: Plan, call: Call, count: int, row: Mapping[str, Any] | None) -> dict[str, Any]:
     """A distinct call's replay row; `row` is its results-CSV row once measured."""
     times = recorded(plan).get(call, ())
-    p50 = _float(row, "time_us_p50")
+    typical = _float(row, TYPICAL)
     return {
         "kind": "call",
         "op": call.op,
@@ -99,7 +101,7 @@ def call_row(plan: Plan, call: Call, count: int, row: Mapping[str, Any] | None) 
         "recorded_us": statistics.median(times) if times else None,
         "recorded_us_per_step": recorded_per_step_us(plan, call),
         **_measured(row),
-        "replayed_us_per_step": None if p50 is None else p50 * count,
+        "replayed_us_per_step": None if typical is None else typical * count,
         "trace_digest": plan.digest,
     }
 
@@ -114,7 +116,7 @@ def step_row(plan: Plan, row: Mapping[str, Any] | None) -> dict[str, Any]:
         "count_per_step": 1,
         "recorded_us_per_step": recorded_step_us(plan),
         **_measured(row),
-        "replayed_us_per_step": _float(row, "time_us_p50"),
+        "replayed_us_per_step": _float(row, TYPICAL),
         "trace_digest": plan.digest,
     }
 
@@ -175,7 +177,7 @@ def unmapped_rows(plan: Plan) -> list[dict[str, Any]]:
 def _measured(row: Mapping[str, Any] | None) -> dict[str, Any]:
     if row is None:
         return {"status": "not run"}
-    keys = ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi", "status", "wrong", "note", "run_id")
+    keys = (TYPICAL, TYPICAL_LO, TYPICAL_HI, "status", "wrong", "note", "run_id")
     return {k: row.get(k) for k in keys}
 
 
@@ -219,10 +221,10 @@ def ms(us: float) -> str:
 
 def step_line(step: Mapping[str, Any], calls: list[Mapping[str, Any]]) -> str:
     """The step's time with its interval, beside the calls timed one at a time and added up."""
-    p50, lo, hi = (float(step[k]) for k in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
+    typical, lo, hi = (float(step[k]) for k in (TYPICAL, TYPICAL_LO, TYPICAL_HI))
     parts = [float(c["replayed_us_per_step"]) for c in calls if c.get("replayed_us_per_step") not in (None, "")]
     alone = f"; its {len(calls)} distinct calls timed one at a time add up to {ms(sum(parts))}" if parts else ""
-    return f"# step: {ms(p50)} (95%: {ms(lo)}-{ms(hi)}) for the sequence issued back to back{alone}"
+    return f"# step: {ms(typical)} (95%: {ms(lo)}-{ms(hi)}) for the sequence issued back to back{alone}"
 
 
 def verdict_line(
@@ -239,8 +241,8 @@ def verdict_line(
     figure is the time its calls ran, overlaps merged (Plan.recorded_wall_us). Where the plan holds
     none (a trace that records no spans), only the calls' sums compare: the trace's, and the calls
     timed one at a time here (`calls`, their rows)."""
-    p50, lo, hi = (float(step[k]) / 1e3 for k in ("time_us_p50", "time_us_p50_lo", "time_us_p50_hi"))
-    here = f"step communication here {digits(p50)} ms (95%: {digits(lo)}-{digits(hi)}) on {world_here} ranks of {backend_here}"
+    typical, lo, hi = (float(step[k]) / 1e3 for k in (TYPICAL, TYPICAL_LO, TYPICAL_HI))
+    here = f"step communication here {digits(typical)} ms (95%: {digits(lo)}-{digits(hi)}) on {world_here} ranks of {backend_here}"
     where = f" on {plan.world_size} ranks" + (f" of {recorded_on}" if recorded_on else "")
     wall, summed = recorded_step_us(plan), recorded_calls_us(plan)
     if wall is not None:

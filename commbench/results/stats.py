@@ -140,12 +140,24 @@ def modes_note(samples_us: Sequence[float]) -> str | None:
 # interval of that mean and the mean of each round. It is what nccl-tests and PARAM comms report, what
 # a job pays over many steps (n iterations cost n x the mean, slow ones included), and of the
 # candidates weighed it repeated best across runs, as well as PARAM's loop or better on every op
-# (docs/measurement.md). Every "the row's time" (the printed table, the bandwidths, charts, the
-# model, compare's default metric) reads these names; the p50, p95 and max stay beside it.
+# (docs/measurement.md). Every "the row's time" (the printed table, the bandwidths, charts,
+# compare's default metric) reads these names; the p50, p95 and max stay beside it.
 HEADLINE = "time_us_mean"
 HEADLINE_LO = "time_us_mean_lo"
 HEADLINE_HI = "time_us_mean_hi"
 HEADLINE_ROUNDS = "time_us_mean_rounds"
+
+# The statistic a replay reports of each call and of its step, and the one the latency-bandwidth
+# model is fitted on, so that a projection (replay --project, model --predict-n) is a figure of the
+# kind a replay measures: the p50 with its distribution-free 95% interval. The p50, not the headline
+# mean: on a shared host a few slow iterations (a second mode, docs/measurement.md) lift a mean by
+# tens of percent at sizes alike and unlike, which no line in S describes (the fit is then refused),
+# while the p50 stays in the mode most iterations ran in. The replay and the model read these names
+# alone: changing them changes both together.
+TYPICAL = "time_us_p50"
+TYPICAL_LO = "time_us_p50_lo"
+TYPICAL_HI = "time_us_p50_hi"
+TYPICAL_NAME = "p50"
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,22 @@ def test_one_row_ten_times_off_does_not_pull_the_line(tmp_path: Path):
     assert fit.worst_residual > 0.85  # the outlier is still reported: |10t - t| / 10t
 
 
+def test_the_line_is_fitted_to_the_p50s_which_a_slow_mode_does_not_move(tmp_path: Path):
+    # 30% of each size's iterations 1.5x to 4.5x slower, by a factor that changes from size to size:
+    # the means are no line in S; the p50s, in the fast mode, are the line 100 us + S / 2 GB/s.
+    slow = {size: 1.5 + (i % 4) for i, size in enumerate(SIZES)}
+    path = synth_run(
+        tmp_path / "run.csv",
+        [Case("all_gather", "flat", sizes=SIZES, slow_by_size=slow)],
+        seed=3,
+        sigma=0.01,
+        raw=False,
+    )
+    (fit,) = fit_frame(read_results([path]))[0]
+    assert fit.alpha_us == pytest.approx(100.0, rel=0.02) and fit.beta_gbps == pytest.approx(2.0, rel=0.02)
+    assert fit.fits and fit.worst_residual < 0.05
+
+
 def test_exact_points_give_exact_parameters_and_interval_weights_are_used():
     sizes = np.array([8, 1024, 1 << 16, 1 << 20, 1 << 24], dtype=float)
     times = 50.0 + sizes / 4e3  # 50 us, 4 GB/s

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
 
 from commbench.errors import UserError
-from commbench.replay.projection import StepProjection, parse_targets, project_step, projection_lines
+from commbench.replay.projection import (
+    MEASURED_ERROR,
+    StepProjection,
+    parse_targets,
+    project_step,
+    projection_lines,
+)
 from commbench.replay.record import Call
-from commbench.replay.summary import digits
+from commbench.replay.summary import call_row, digits
 from tests.replay.plans import plan_of
 from tests.support.synth_results import Case, synth_run
 
@@ -45,6 +52,8 @@ def test_the_step_is_projected_through_the_ring_model_of_each_call(tmp_path: Pat
     lines = projection_lines([p16], "ring")
     assert lines[0].startswith("# projection (a MODEL, not a measurement; ring cost model fitted on this cluster;")
     assert lines[1] == f"#   projected step communication on 16 ranks: {digits(p16.time_us / 1e3)} ms"
+    # the error bench/replay_projection.py measured, beside every projection
+    assert lines[2] == f"#   how far off it was, measured: {MEASURED_ERROR}"
 
 
 def test_calls_without_a_fit_are_named_and_left_out(tmp_path: Path) -> None:
@@ -74,3 +83,19 @@ def test_a_fit_whose_line_does_not_fit_says_so(tmp_path: Path) -> None:
 def test_a_projection_of_a_second_or_more_prints_without_an_exponent() -> None:
     lines = projection_lines([StepProjection(512, 1.4567e6, 7, ())], "ring")
     assert lines[1] == "#   projected step communication on 512 ranks: 1460 ms"
+
+
+def test_the_projection_predicts_the_statistic_the_replay_reports(tmp_path: Path) -> None:
+    """At the fit's own world size and a swept S, a call's projection is the sweep's figure at that S,
+    and the replay reports the same figure of a results row: both the p50, on rows whose mean a slow
+    mode (30% of the iterations, 1.5x to 4x slower) moves by 15% to 90%, by a different factor at each size."""
+    sizes = (8, 1024, 4000, 65536, 1 << 20)
+    slow = dict(zip(sizes, (1.5, 4.0, 2.5, 3.0, 1.8)))
+    path = sweep(tmp_path, Case("all_reduce", "flat", sizes=sizes, slow_by_size=slow))
+    with open(path, newline="", encoding="utf-8") as f:
+        row = next(r for r in csv.DictReader(f) if r["size_bytes"] == "4000")  # ALL_REDUCE's S
+    plan = plan_of([ALL_REDUCE])
+    (projected,) = project_step(plan, [path], [2], "ring", "gloo")
+    replayed = call_row(plan, ALL_REDUCE, 1, row)["replayed_us_per_step"]
+    assert projected.time_us == pytest.approx(replayed, rel=1e-6)
+    assert float(row["time_us_mean"]) > 1.4 * replayed  # the other statistic is far from both

@@ -41,6 +41,17 @@ class Case:
     factors_by_size: dict[int, float] = field(default_factory=dict)
     bytes_scale: float = 1.0  # S = size x this, count = size / 4: variants moving other bytes for one workload
     latency_only: bool = False  # a barrier: algbw and busbw empty (give sizes=(0,))
+    # A second, slow mode at these sizes: SLOW_SHARE of the iterations this many times slower (as a
+    # shared host's slow iterations): the mean moves with it, the p50 stays in the fast mode.
+    slow_by_size: dict[int, float] = field(default_factory=dict)
+
+
+SLOW_SHARE = 0.3
+
+
+def _slowed(block: list[float], factor: float) -> list[float]:
+    slow = math.ceil(SLOW_SHARE * len(block))
+    return [t * factor if i < slow else t for i, t in enumerate(block)]
 
 
 def base_time_us(size: int) -> float:
@@ -115,6 +126,8 @@ def synth_run(
             for n in per_round:
                 drift = math.exp(rng.gauss(0.0, round_sigma))
                 by_round.append([centre * drift * math.exp(rng.gauss(0.0, sigma)) for _ in range(n)])
+            if size in case.slow_by_size:  # every round's first SLOW_SHARE of iterations
+                by_round = [_slowed(block, case.slow_by_size[size]) for block in by_round]
             samples = [t for block in by_round for t in block]
             round_of = [r for r, block in enumerate(by_round) for _ in block]
             stats = Stats.from_samples(samples)
