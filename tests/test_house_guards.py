@@ -26,6 +26,7 @@ PARAMETER_EXCEPTIONS = {
     "commbench/cli/compare.py:compare",
     "commbench/cli/history.py:list_runs",
     "commbench/cli/history.py:trend",
+    "commbench/cli/isolate.py:isolate",
     "commbench/cli/model.py:model",
     "commbench/cli/replay.py:replay",
     "commbench/cli/sweep.py:sweep",
@@ -36,7 +37,6 @@ PARAMETER_EXCEPTIONS = {
     "commbench/cli/replay.py:_report",
     "commbench/history/query.py:list_runs",
     "commbench/isolate/node_sweep.py:__init__",
-    "commbench/isolate/node_sweep.py:write",
     "commbench/provenance.py:collect_host",
     "commbench/provenance.py:layout",
     "commbench/replay/readers/comms.py:dispatcher_collective",
@@ -48,7 +48,6 @@ PARAMETER_EXCEPTIONS = {
     "commbench/run/host_records.py:begin_record",
     "commbench/run/resources.py:memory_case",
     "commbench/run/session.py:_open_sink",
-    "commbench/run/sink.py:__init__",
     "commbench/syncbn/function.py:_grad_input",
     "commbench/syncbn/module.py:__init__",
 }
