@@ -142,7 +142,9 @@ def test_elements_decoded_a_window_at_a_time_are_those_json_reads(tmp_path, monk
     for chunk in (7, 61, 257, 4096):
         monkeypatch.setattr(stream, "CHUNK", chunk)
         with stream.JsonStream(path) as s:
-            assert list(s.items("traceEvents")) == events and s.meta == {"after": {"g": "}, ]"}}
+            objects = [e for e in events if isinstance(e, dict)]  # the other elements counted, not yielded
+            assert list(s.items("traceEvents")) == objects and s.count == len(events)
+            assert s.meta == {"after": {"g": "}, ]"}}
 
 
 def test_cuts_that_never_decode_cost_linear_work(tmp_path, monkeypatch):
@@ -152,3 +154,22 @@ def test_cuts_that_never_decode_cost_linear_work(tmp_path, monkeypatch):
     scans = Scans(monkeypatch)
     assert _read(path).count == 20_002
     assert scans.total < 4 * _size(path)
+
+
+def test_runs_of_numbers_and_literals_are_counted_never_yielded(tmp_path, monkeypatch):
+    """Elements no reader reads ("0, 0, ...", true, null, -1.5e3) pass by one regex, cut anywhere by
+    the window, counted for the events budget; a malformed number among them is still damage."""
+    elements: list[Any] = [0, -1.5e3, True, None, {"ph": "X"}, 12345678901234567890, False, {"ph": "i"}] * 300
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": elements}))
+    for chunk in (7, 13, 64, 4096):
+        monkeypatch.setattr(stream, "CHUNK", chunk)
+        with stream.JsonStream(path) as s:
+            assert list(s.items("traceEvents")) == [e for e in elements if isinstance(e, dict)]
+            assert s.count == len(elements)
+    with pytest.raises(UserError, match="holds more than 100 events"), stream.JsonStream(path, Limits(events=100)) as s:
+        list(s.items("traceEvents"))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [0, 0, 01, 0]}')
+    with pytest.raises(UserError), stream.JsonStream(bad) as s:
+        list(s.items("traceEvents"))

@@ -37,6 +37,11 @@ _MARGIN = 16
 # tiny elements (1,000 of "0,"), few enough that the objects alive at once stay few (the cyclic
 # GC's passes over them grow with them: 64K of deeply nested lists read 4 times slower than 2K)
 _BATCH = 2 << 10
+# A run of elements that are numbers or literals, each with its comma: no reader reads them (an
+# event is an object), so they are counted and passed over by one regex call, never decoded.
+_SCALARS = re.compile(
+    r"(?:[ \t\n\r]*(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null)[ \t\n\r]*,)+"
+)
 _Self = TypeVar("_Self", bound="_Closing")
 _KINDS = {
     stat.S_IFIFO: "a FIFO (named pipe)",
@@ -319,18 +324,39 @@ class JsonStream(_Closing):
             raise self.limits.over(self.path, "events", "holds more than {} events")
         return values, cut
 
-    def _elements(self) -> Iterator[Any]:
-        """The array's elements up to its "]", which it consumes: most of them a window's worth at a
-        time (_batch), the others one by one, inline in the common case (the C scanner, then one
-        regex for the comma and the whitespace), by the careful path otherwise."""
+    def _scalars(self) -> bool:
+        """Pass over a run of numbers and literals here (with their commas), counted; True if any."""
+        buf, pos = self._buf, self._pos
+        m = _SCALARS.match(buf, pos)
+        if m is None:
+            return False
+        end = m.end()
+        if end >= len(buf) - _MARGIN:  # the window may cut the last: up to the last comma before the margin
+            end = buf.rfind(",", pos, min(end, len(buf) - _MARGIN)) + 1
+            if end <= pos:
+                return False
+        n = buf.count(",", pos, end)
+        self._pos, self.count, self._values = end, self.count + n, self._values + n
+        if self._values > self.limits.events:
+            raise self.limits.over(self.path, "events", "holds more than {} events")
+        return True
+
+    def _elements(self) -> Iterator[dict[str, Any]]:
+        """The array's elements that are objects, up to its "]", which it consumes (the others are
+        counted, never yielded: no reader reads them): most of them a window's worth at a time
+        (_batch), runs of numbers and literals by one regex (_scalars), the others one by one, inline
+        in the common case (the C scanner, then one regex for the comma and the whitespace), by the
+        careful path otherwise."""
         scan, delimiter, budget = self._scan, _DELIMITER.match, self.limits.events
         alone_to = -1  # elements go one at a time until this offset in the content (characters)
         while True:
             if self._dropped + self._pos > alone_to:
+                if self._scalars():
+                    continue
                 values, cut = self._batch()
                 if values is not None:
                     self.count += len(values)
-                    yield from values
+                    yield from (v for v in values if type(v) is dict)
                     continue
                 alone_to = self._dropped + max(cut, self._pos)
             buf, pos = self._buf, self._pos
@@ -349,12 +375,14 @@ class JsonStream(_Closing):
                 value = self._careful_value()
                 close = self._expect(",]")
             self.count += 1
-            yield value
+            if type(value) is dict:
+                yield value
             if close == "]":
                 return
 
-    def items(self, key: str) -> Iterator[Any]:
-        """The elements of the top-level array `key`, in file order; other keys go to meta."""
+    def items(self, key: str) -> Iterator[dict[str, Any]]:
+        """The objects of the top-level array `key`, in file order (its other elements counted in
+        `count`, never yielded); other keys go to meta."""
         if (first := self._skip_ws()) != "{":
             raise UserError(f"{self.path}: not a trace (a JSON trace starts with '{{', this one with {first!r})")
         self._pos += 1
