@@ -48,6 +48,10 @@ class CsvRows(RowOutput):
         self.writer.close()
 
 
+# What names one row's samples in <stem>.raw.csv: its run and its case.
+RAW_KEY = ("run_id", *CASE_KEY)
+
+
 class RawSamples(RowOutput):
     """--raw: every iteration's time on every rank, in <stem>.raw.csv beside the CSV."""
 
@@ -57,7 +61,7 @@ class RawSamples(RowOutput):
     def add(self, row: Mapping[str, Any], m: Measurement | None) -> None:
         if m is None:
             return
-        key = {k: row[k] for k in ("run_id", *CASE_KEY)}
+        key = {k: row[k] for k in RAW_KEY}
         round_of = [r for r, block in enumerate(m.rounds_us) for _ in block]
         self.writer.write_many(
             {**key, "round": round_of[i], "iteration": i, "rank": r, "time_us": t}

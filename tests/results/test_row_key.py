@@ -32,7 +32,8 @@ sys.modules[name] = module
 exec(compile(text, spec.origin, "exec"), module.__dict__)
 from commbench.analysis import compare, model, speedup, syncbn_table, trend, verdict
 from commbench.results import reader
-from commbench.run import plan, sink
+from commbench.results import row_outputs
+from commbench.run import plan
 keys = {
     "row": module.ROW_KEY,
     "raw samples": module.RAW_COLUMNS,
@@ -43,7 +44,7 @@ keys = {
     "model fit": model.FIT_KEY,
     "speedup join": speedup.SAME_RUN,
     "syncbn runs": syncbn_table.GROUP_COLUMNS,
-    "sink raw key": sink.CASE_KEY,
+    "raw samples key": row_outputs.RAW_KEY,
     "eta prior": plan.PRIOR_KEY,
 }
 print(json.dumps({k: list(v) for k, v in keys.items()}))
@@ -68,7 +69,7 @@ def test_a_column_added_to_the_key_reaches_every_derived_key(key: str, within_a_
     # Rows of one run differ only in the case key: the raw samples, the readers' required columns,
     # the sink's raw-sample key and the ETA's prior (one fingerprint) name it; the layout (world
     # size, group) is the same on every row.
-    per_run = {"raw samples", "required", "sink raw key", "eta prior"}
+    per_run = {"raw samples", "required", "raw samples key", "eta prior"}
     expected = {name for name in keys if within_a_run or name not in per_run}
     assert {name for name, columns in keys.items() if "extra" in columns} == expected
 
