@@ -37,11 +37,10 @@ _MARGIN = 16
 # tiny elements (1,000 of "0,"), few enough that the objects alive at once stay few (the cyclic
 # GC's passes over them grow with them: 64K of deeply nested lists read 4 times slower than 2K)
 _BATCH = 2 << 10
-# A run of elements that are numbers or literals, each with its comma: no reader reads them (an
-# event is an object), so they are counted and passed over by one regex call, never decoded.
-_SCALARS = re.compile(
-    r"(?:[ \t\n\r]*(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null)[ \t\n\r]*,)+"
-)
+# A run of elements that are numbers, each with its comma: no reader reads them (an event is an
+# object), so a run is found by one regex over a character class (no backtracking) and checked
+# and counted by one C decode, never handed to Python one by one.
+_NUMBERS = re.compile(r"[0-9eE.+\- \t\n\r,]*")
 _Self = TypeVar("_Self", bound="_Closing")
 _KINDS = {
     stat.S_IFIFO: "a FIFO (named pipe)",
@@ -324,34 +323,39 @@ class JsonStream(_Closing):
             raise self.limits.over(self.path, "events", "holds more than {} events")
         return values, cut
 
-    def _scalars(self) -> bool:
-        """Pass over a run of numbers and literals here (with their commas), counted; True if any."""
+    def _numbers(self) -> int:
+        """Pass over a run of numbers here (with their commas), counted: where it ends, or (negated)
+        where the run that does not decode as numbers ends (it then goes the careful way, once)."""
         buf, pos = self._buf, self._pos
-        m = _SCALARS.match(buf, pos)
-        if m is None:
-            return False
-        end = m.end()
-        if end >= len(buf) - _MARGIN:  # the window may cut the last: up to the last comma before the margin
-            end = buf.rfind(",", pos, min(end, len(buf) - _MARGIN)) + 1
-            if end <= pos:
-                return False
-        n = buf.count(",", pos, end)
-        self._pos, self.count, self._values = end, self.count + n, self._values + n
+        end = _NUMBERS.match(buf, pos).end()  # type: ignore[union-attr]
+        end = buf.rfind(",", pos, min(end, len(buf) - _MARGIN)) + 1  # the window may cut the last
+        if end <= pos + 1:
+            return 0
+        try:
+            values, stop = self._scan("".join(("[", buf[pos : end - 1], "]")), 0)
+        except (StopIteration, ValueError, RecursionError):
+            return -end
+        if stop != end - pos + 1:
+            return -end
+        self._pos, self.count, self._values = end, self.count + len(values), self._values + len(values)
         if self._values > self.limits.events:
             raise self.limits.over(self.path, "events", "holds more than {} events")
-        return True
+        return end
 
     def _elements(self) -> Iterator[dict[str, Any]]:
         """The array's elements that are objects, up to its "]", which it consumes (the others are
         counted, never yielded: no reader reads them): most of them a window's worth at a time
-        (_batch), runs of numbers and literals by one regex (_scalars), the others one by one, inline
+        (_batch), runs of numbers by one regex and one decode (_numbers), the others one by one, inline
         in the common case (the C scanner, then one regex for the comma and the whitespace), by the
         careful path otherwise."""
         scan, delimiter, budget = self._scan, _DELIMITER.match, self.limits.events
         alone_to = -1  # elements go one at a time until this offset in the content (characters)
         while True:
             if self._dropped + self._pos > alone_to:
-                if self._scalars():
+                if (skipped := self._numbers()) > 0:
+                    continue
+                if skipped < 0:  # not numbers after all: one at a time past that run
+                    alone_to = self._dropped - skipped
                     continue
                 values, cut = self._batch()
                 if values is not None:
